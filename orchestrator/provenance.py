@@ -1,0 +1,50 @@
+"""Context providers: each returns one dict or value describing where a result came from."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("torch", "ray", "deepspeed", "transformers", "datasets", "duckdb", "nvidia-ml-py")
+
+
+def git_info(cwd: Path = REPO) -> tuple[str | None, bool | None]:
+    """(sha, dirty) of the checkout linksweep runs from; (None, None) outside git."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10
+        )
+        if sha.returncode != 0:
+            return None, None
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return sha.stdout.strip(), bool(status.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of python and the packages that shape a result; CUDA/NCCL where torch has them."""
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for pkg in PACKAGES:
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            out[pkg] = None
+    try:
+        import torch
+
+        out["cuda"] = torch.version.cuda
+        if torch.cuda.is_available():
+            out["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
+    except Exception:  # noqa: BLE001 - provenance must never fail a sweep
+        pass
+    return out

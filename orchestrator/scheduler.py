@@ -1,0 +1,221 @@
+"""Ray side effects: connect, place one run's ranks, start fresh actors, collect, clean up.
+
+Everything Ray touches is here. A run = a placement group of ``world_size`` bundles (GPU:1 where
+the cluster has GPUs, else CPU:1), STRICT_PACK or STRICT_SPREAD, and fresh rank actors started
+with the link's env as ``runtime_env`` (NCCL and gloo read env once per process). The placement
+group and actors are removed after the run, also on failure or hang.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from orchestrator.planner import NodeCapacity
+
+PLACEMENT_STRATEGY = {"pack": "STRICT_PACK", "spread": "STRICT_SPREAD"}
+PLACEMENT_TIMEOUT_S = 120.0  # a group still unplaced by then will not be placed
+ACTOR_READY_TIMEOUT_S = 300.0  # covers runtime_env set-up on a cold node
+GPU_VISIBILITY = "node-shared: same-node ranks see the run's GPUs on that node, pick by local rank"
+
+
+class RunFailure(Exception):
+    """A run could not complete; the message is stored as the run's error."""
+
+
+@ray.remote(num_cpus=0)
+class ProgressBoard:
+    """Rank 0 reports (run_id, step, total, warmup) here; the driver polls it for display."""
+
+    def __init__(self) -> None:
+        self.state: dict = {}
+
+    def update(self, run_id: str, step: int, total: int, warmup: bool) -> None:
+        self.state = {"run_id": run_id, "step": step, "total": total, "warmup": warmup}
+
+    def get(self) -> dict:
+        return self.state
+
+
+def connect(address: str | None) -> str:
+    """Embedded Ray when no address and no RAY_ADDRESS; else join the cluster. Returns a label."""
+    address = address or os.environ.get("RAY_ADDRESS")
+    if ray.is_initialized():
+        return address or "embedded"
+    env = {"RAY_DISABLE_USAGE_STATS": "1"}
+    os.environ.update(env)
+    if address:
+        kwargs = {}
+        if not os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):
+            # Not inside `ray job submit` (which ships --working-dir itself): ship our code.
+            import orchestrator
+            import workloads
+
+            kwargs["runtime_env"] = {
+                "py_modules": [
+                    os.path.dirname(orchestrator.__file__),
+                    os.path.dirname(workloads.__file__),
+                ]
+            }
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False, **kwargs)
+        return address
+    ray.init(
+        num_cpus=os.cpu_count() or 1,
+        include_dashboard=False,
+        logging_level="ERROR",
+        log_to_driver=False,
+    )
+    return "embedded"
+
+
+def cluster_nodes() -> list[NodeCapacity]:
+    return [
+        NodeCapacity(
+            node_id=n["NodeID"],
+            cpus=float(n["Resources"].get("CPU", 0)),
+            gpus=float(n["Resources"].get("GPU", 0)),
+        )
+        for n in ray.nodes()
+        if n.get("Alive")
+    ]
+
+
+def node_table() -> list[dict]:
+    """Alive nodes as rows for the ``nodes`` table."""
+    return [
+        {
+            "node_id": n["NodeID"],
+            "node": n.get("NodeManagerHostname"),
+            "ip": n.get("NodeManagerAddress"),
+            "cpus": float(n["Resources"].get("CPU", 0)),
+            "gpus": float(n["Resources"].get("GPU", 0)),
+        }
+        for n in ray.nodes()
+        if n.get("Alive")
+    ]
+
+
+@dataclass
+class RunResult:
+    """What one run produced: per-rank records, or a failure. Filled even on failure."""
+
+    rank_records: list[dict] = field(default_factory=list)
+    nodes: list[dict] = field(default_factory=list)
+    error: str | None = None
+    actors_created_wall: float | None = None
+
+
+def _local_ranks(infos: list[dict]) -> tuple[list[int], list[list[str] | None]]:
+    """Local rank per rank, and the GPU ids of the run's ranks on each rank's node."""
+    by_node: dict[str, list[int]] = {}
+    for i, info in enumerate(infos):
+        by_node.setdefault(info["node_id"], []).append(i)
+    local = [0] * len(infos)
+    gpus: list[list[str] | None] = [None] * len(infos)
+    for ranks in by_node.values():
+        node_gpus = [g for r in ranks for g in infos[r]["gpu_ids"]]
+        for lr, r in enumerate(ranks):
+            local[r] = lr
+            gpus[r] = node_gpus or None
+    return local, gpus
+
+
+def _error_text(exc: BaseException) -> str:
+    """The root cause first (Ray wraps worker exceptions), then Ray's full text, bounded."""
+    cause = getattr(exc, "cause", None)
+    head = f"{type(cause).__name__}: {cause}" if cause is not None else ""
+    body = str(exc)
+    text = f"{head}\n{body}" if head and head not in body[:200] else body
+    return text.strip()[:8000]
+
+
+def execute_run(
+    run_cfg: dict,
+    world_size: int,
+    placement: str,
+    env: dict[str, str],
+    bundle: dict[str, float],
+    timeout_s: float,
+    board=None,
+    on_tick: Callable[[], None] | None = None,
+) -> RunResult:
+    """Place, start, run and clean up one run. Never raises for run-level failures."""
+    from workloads.worker import Rank
+
+    result = RunResult()
+    pg = placement_group([dict(bundle)] * world_size, strategy=PLACEMENT_STRATEGY[placement])
+    actors = []
+    try:
+        if not pg.wait(timeout_seconds=PLACEMENT_TIMEOUT_S):
+            raise RunFailure(
+                f"placement group {PLACEMENT_STRATEGY[placement]} of {world_size} x {bundle} "
+                f"could not be placed within {PLACEMENT_TIMEOUT_S:.0f} s (resources busy or "
+                "not present in the cluster)"
+            )
+        gpu = bundle.get("GPU", 0)
+        rank_actor = ray.remote(Rank)
+        result.actors_created_wall = time.time()
+        for i in range(world_size):
+            actors.append(
+                rank_actor.options(
+                    num_cpus=bundle.get("CPU", 0),
+                    num_gpus=gpu,
+                    max_restarts=0,  # a restarted rank would break the process group
+                    max_task_retries=0,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        pg, placement_group_bundle_index=i
+                    ),
+                    runtime_env={"env_vars": dict(env)},
+                ).remote()
+            )
+        infos = ray.get([a.node_info.remote() for a in actors], timeout=ACTOR_READY_TIMEOUT_S)
+        local, node_gpus = _local_ranks(infos)
+        result.nodes = [
+            {"rank": i, **info, "local_rank": local[i], "visible_gpus": node_gpus[i]}
+            for i, info in enumerate(infos)
+        ]
+        master_addr = infos[0]["ip"]
+        master_port = ray.get(actors[0].free_port.remote(), timeout=60)
+        refs = [
+            a.run.remote(
+                run_cfg, i, world_size, local[i], master_addr, master_port, node_gpus[i], board
+            )
+            for i, a in enumerate(actors)
+        ]
+        result.rank_records = _wait_all(refs, timeout_s, on_tick)
+    except RunFailure as exc:
+        result.error = str(exc)
+    except Exception as exc:  # noqa: BLE001 - RayActorError, RayTaskError, GetTimeoutError...
+        result.error = _error_text(exc)
+    finally:
+        for a in actors:
+            ray.kill(a, no_restart=True)
+        remove_placement_group(pg)
+    return result
+
+
+def _wait_all(refs: list, timeout_s: float, on_tick: Callable[[], None] | None) -> list[dict]:
+    """Collect every rank's result; the first failure or the deadline ends the run."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(refs)
+    results: dict = {}
+    while pending:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise RunFailure(
+                f"run timed out after {timeout_s:.0f} s (run_timeout_s) with "
+                f"{len(pending)} of {len(refs)} ranks unfinished: a hang, e.g. a rank stuck in "
+                "a collective; actors were killed"
+            )
+        done, pending = ray.wait(pending, num_returns=1, timeout=min(remaining, 0.5))
+        for ref in done:
+            results[ref] = ray.get(ref)  # raises the rank's exception: the run fails now
+        if on_tick is not None:
+            on_tick()
+    return sorted((results[r] for r in refs), key=lambda r: r["rank"])

@@ -1,0 +1,265 @@
+"""The sweep file: one typed spec, validated before anything runs.
+
+A sweep file is YAML whose keys are the public interface (see README). It maps onto frozen
+pydantic models with ``extra="forbid"``; closed choices are ``Literal``s. Every error names the
+field, the bad value and what is allowed, and :func:`load_spec` raises :class:`SpecError` carrying
+all of them at once, so a user fixes a file in one go.
+
+Pure: reads one file, touches no Ray, no database.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+Strategy = Literal["ddp", "zero1", "zero2", "zero3"]
+Placement = Literal["pack", "spread"]
+Offload = Literal["none", "cpu", "nvme"]
+ModelName = Literal["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt2-tiny"]
+Precision = Literal["fp32", "bf16"]
+
+DATASETS_BY_NAME = ("wikitext-2-raw-v1", "builtin")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class SpecError(ValueError):
+    """A sweep file that cannot run. ``errors`` holds one readable line per problem."""
+
+    def __init__(self, errors: list[str], path: str | None = None):
+        self.errors = errors
+        self.path = path
+        where = f"{path}: " if path else ""
+        super().__init__(where + "invalid sweep file\n" + "\n".join(f"  - {e}" for e in errors))
+
+
+def _as_list(value: Any) -> Any:
+    """A grid key takes a scalar (one value) or a list."""
+    return value if isinstance(value, list) else [value]
+
+
+class Grid(BaseModel):
+    """The cartesian product a sweep runs; every key is optional."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    strategy: list[Strategy] = Field(default=["ddp"], min_length=1)
+    """ddp = torch DDP; zero1/2/3 = DeepSpeed ZeRO stage 1/2/3."""
+    grad_accum: list[int] = Field(default=[1], min_length=1)
+    """Micro-steps per optimizer step (the sync-frequency axis)."""
+    link: list[str] | None = None
+    """Names from ``links``; default: every link, in file order."""
+    placement: list[Placement] = Field(default=["pack"], min_length=1)
+    """pack: all ranks on one node; spread: one rank per node."""
+    offload: list[Offload] = Field(default=["none"], min_length=1)
+    """ZeRO only: where optimizer state (and with zero3 + nvme, parameters) lives."""
+    bucket_mb: list[int] = Field(default=[25], min_length=1)
+    """DDP bucket_cap_mb; DeepSpeed reduce/allgather bucket size, in MB of gradient dtype."""
+    linkbench: bool = False
+    """Run the link microbenchmark once per link x placement before the training runs."""
+
+    @field_validator("strategy", "grad_accum", "link", "placement", "offload", "bucket_mb", mode="before")
+    @classmethod
+    def _scalar_to_list(cls, value: Any) -> Any:
+        return None if value is None else _as_list(value)
+
+    @field_validator("grad_accum", "bucket_mb")
+    @classmethod
+    def _positive(cls, values: list[int]) -> list[int]:
+        bad = [v for v in values if v < 1]
+        if bad:
+            raise ValueError(f"must be integers >= 1, got {bad}")
+        if len(set(values)) != len(values):
+            raise ValueError(f"values must be distinct, got {values}")
+        return values
+
+
+class SweepSpec(BaseModel):
+    """A validated sweep file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    """Sweep name, letters/digits/._- (stored in ``sweeps.name``)."""
+    model: ModelName = "gpt2-tiny"
+    """gpt2 sizes with random init; gpt2-tiny is a small config for CPU."""
+    dataset: str = "builtin"
+    """wikitext-2-raw-v1 | builtin | path to a local text file."""
+    precision: Precision = "fp32"
+    seq_len: int = Field(default=128, ge=8, le=1024)
+    """Tokens per sample; gpt2 has 1024 positions."""
+    micro_batch_size: int = Field(default=2, ge=1)
+    """Samples per rank per micro-step."""
+    steps: int = Field(default=10, ge=1)
+    """Timed optimizer steps per run."""
+    warmup_steps: int = Field(default=2, ge=0)
+    """Optimizer steps before timing; stored, flagged warmup, never in summaries."""
+    repeats: int = Field(default=2, ge=1)
+    """Runs per variant, interleaved round robin across variants."""
+    world_size: int = Field(default=2, ge=1)
+    """Ranks: one GPU each, or one worker process each on CPU."""
+    links: dict[str, dict[str, str]] = Field(default_factory=lambda: {"default": {}})
+    """Named connectivity variants: env vars set on every rank before start."""
+    baseline_link: str | None = None
+    """The link slowdowns are measured against; default: the first in ``links``."""
+    grid: Grid = Field(default_factory=Grid)
+    nvme_path: str = "/tmp/linksweep-nvme"
+    """Where NVMe offload swaps; each run gets a fresh subfolder, removed afterwards."""
+    run_timeout_s: float = Field(default=1800.0, gt=0)
+    """A run still going after this long is killed and stored as failed (hang guard)."""
+    linkbench_max_mb: int | None = Field(default=None, ge=1)
+    """Largest link-microbenchmark message, MiB; default 16 on CPU (gloo), 256 on GPU."""
+    seed: int = 0
+    """Seed for model init and data order, the same in every run."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_RE.match(value):
+            raise ValueError(f"must match {NAME_RE.pattern} (letters, digits, '.', '_', '-')")
+        return value
+
+    @field_validator("links", mode="before")
+    @classmethod
+    def _links(cls, value: Any) -> Any:
+        if not isinstance(value, dict) or not value:
+            raise ValueError("must be a non-empty mapping of link name -> {ENV_VAR: value}")
+        out: dict[str, dict[str, str]] = {}
+        for name, env in value.items():
+            if not isinstance(name, str) or not NAME_RE.match(name):
+                raise ValueError(f"link name {name!r} must match {NAME_RE.pattern}")
+            env = {} if env is None else env
+            if not isinstance(env, dict):
+                raise ValueError(f"link {name!r} must map env var names to values, got {env!r}")
+            clean: dict[str, str] = {}
+            for key, val in env.items():
+                if not isinstance(key, str) or not ENV_NAME_RE.match(key):
+                    raise ValueError(f"link {name!r}: {key!r} is not an environment variable name")
+                if isinstance(val, (dict, list)) or val is None:
+                    raise ValueError(f"link {name!r}: {key} must be a string or number, got {val!r}")
+                clean[key] = str(val).lower() if isinstance(val, bool) else str(val)
+            out[name] = clean
+        return out
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, value: str) -> str:
+        if value in DATASETS_BY_NAME:
+            return value
+        if os.path.isfile(value):
+            return value
+        raise ValueError(
+            f"{value!r} is neither one of {list(DATASETS_BY_NAME)} nor an existing text file"
+        )
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> SweepSpec:
+        errors = []
+        names = list(self.links)
+        for link in self.grid.link or []:
+            if link not in self.links:
+                errors.append(f"grid.link: unknown link {link!r}; links defined: {names}")
+        if self.baseline_link is not None and self.baseline_link not in self.links:
+            errors.append(f"baseline_link: unknown link {self.baseline_link!r}; links defined: {names}")
+        zero = [s for s in self.grid.strategy if s != "ddp"]
+        offloads = [o for o in self.grid.offload if o != "none"]
+        if offloads and not zero:
+            errors.append(
+                f"grid.offload: {offloads} applies to ZeRO only (zero1, zero2, zero3); "
+                f"grid.strategy is {self.grid.strategy}"
+            )
+        if "nvme" in self.grid.offload and zero and "zero3" not in zero:
+            errors.append(
+                "grid.offload: 'nvme' needs zero3 (DeepSpeed swaps to NVMe only with ZeRO stage 3); "
+                f"grid.strategy is {self.grid.strategy}"
+            )
+        if "spread" in self.grid.placement and self.world_size < 2:
+            errors.append("grid.placement: 'spread' needs world_size >= 2")
+        if errors:
+            raise ValueError("\n".join(errors))
+        return self
+
+    @property
+    def grid_links(self) -> list[str]:
+        return list(self.grid.link) if self.grid.link else list(self.links)
+
+    @property
+    def baseline(self) -> str:
+        return self.baseline_link or next(iter(self.links))
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def _allowed_keys(loc: tuple) -> list[str]:
+    model: type[BaseModel] = Grid if loc[:1] == ("grid",) else SweepSpec
+    return list(model.model_fields)
+
+
+def _format_error(err: dict) -> list[str]:
+    loc = tuple(err.get("loc", ()))
+    field = ".".join(str(p) for p in loc) or "(file)"
+    kind = err.get("type")
+    value = err.get("input")
+    if kind == "extra_forbidden":
+        return [f"{field}: unknown key; allowed keys here: {_allowed_keys(loc[:-1])}"]
+    if kind == "missing":
+        return [f"{field}: required key is missing"]
+    if kind == "literal_error":
+        allowed = err.get("ctx", {}).get("expected", "")
+        return [f"{field}: {value!r} is not allowed; allowed values: {allowed}"]
+    msg = err.get("msg", "invalid")
+    msg = msg.removeprefix("Value error, ")
+    if "\n" in msg:  # several cross-field problems in one validator
+        return msg.split("\n")
+    shown = "" if isinstance(value, dict) else f" (got {value!r})"
+    return [f"{field}: {msg}{shown}"]
+
+
+def parse_spec(data: Any, path: str | None = None) -> SweepSpec:
+    """Validate an already-loaded YAML document."""
+    if not isinstance(data, dict):
+        raise SpecError([f"the file must be a YAML mapping of keys, got {type(data).__name__}"], path)
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as exc:
+        lines: list[str] = []
+        for err in exc.errors():
+            lines.extend(_format_error(err))
+        raise SpecError(lines, path) from None
+
+
+def load_spec(path: str | os.PathLike) -> SweepSpec:
+    """Read and validate a sweep file; raise :class:`SpecError` naming every problem."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError([f"cannot read the sweep file: {exc.strerror}"], str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError([f"not valid YAML: {exc}"], str(path)) from None
+    # A relative dataset path is relative to the sweep file, like an include would be.
+    if isinstance(data, dict) and isinstance(data.get("dataset"), str):
+        ds = data["dataset"]
+        if ds not in DATASETS_BY_NAME and not os.path.isabs(ds) and not os.path.exists(ds):
+            candidate = p.parent / ds
+            if candidate.exists():
+                data["dataset"] = str(candidate)
+    return parse_spec(data, str(path))
+
+
+ALLOWED = {
+    "strategy": list(get_args(Strategy)),
+    "placement": list(get_args(Placement)),
+    "offload": list(get_args(Offload)),
+    "model": list(get_args(ModelName)),
+    "precision": list(get_args(Precision)),
+}

@@ -1,0 +1,156 @@
+"""Parallelism strategies behind one small interface, so DDP and ZeRO share one measurement loop.
+
+A strategy owns the wrapped model and optimizer. The loop calls ``micro_step`` grad_accum times
+(``boundary`` true on the last) and then ``optimizer_step``: one optimizer step = one timed step.
+Communication is accounted per collective (op, message bytes, count, time) during a separate
+profiled pass, because timing a collective means synchronising around it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+
+import torch
+import torch.distributed as dist
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # note: a CPU-GPU sync point, only used around clocks
+
+
+class CommCounter:
+    """Aggregates collectives by (op, msg_bytes): count and total time."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0, 0.0])
+
+    def add(self, op: str, msg_bytes: int, time_s: float) -> None:
+        entry = self.counts[(op, msg_bytes)]
+        entry[0] += 1
+        entry[1] += time_s
+
+    def records(self) -> list[dict]:
+        return [
+            {"op": op, "msg_bytes": b, "count": int(c), "total_time_s": t}
+            for (op, b), (c, t) in sorted(self.counts.items())
+        ]
+
+
+class DDPStrategy:
+    """torch DDP; gradient accumulation skips the all-reduce with no_sync() until the boundary."""
+
+    name = "ddp"
+
+    def __init__(self, model, device, cfg, autocast_dtype):
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        self.device = device
+        self.grad_accum = cfg["grad_accum"]
+        self.autocast_dtype = autocast_dtype
+        ids = [device.index] if device.type == "cuda" else None
+        self.model = DDP(model.to(device), device_ids=ids, bucket_cap_mb=cfg["bucket_mb"])
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg["lr"])
+        self.profiling = False
+        self.counter = CommCounter()
+        self._allreduce_hook = default_hooks.allreduce_hook
+        # The hook is what DDP does by default (average each bucket with one all_reduce); it is
+        # registered for every run, timed or not, so both passes run the same code path. Only in
+        # the profiled pass does it block on each bucket to time it.
+        self.model.register_comm_hook(None, self._hook)
+
+    def _hook(self, state, bucket):
+        buf = bucket.buffer()
+        msg_bytes = buf.numel() * buf.element_size()
+        if not self.profiling:
+            return self._allreduce_hook(None, bucket)
+        _sync(self.device)
+        t0 = time.perf_counter()
+        fut = self._allreduce_hook(None, bucket)
+        fut.wait()
+        _sync(self.device)
+        self.counter.add("all_reduce", msg_bytes, time.perf_counter() - t0)
+        return fut
+
+    def micro_step(self, batch: torch.Tensor, boundary: bool) -> torch.Tensor:
+        ctx = contextlib.nullcontext() if boundary else self.model.no_sync()
+        with ctx:
+            with torch.autocast(
+                self.device.type,
+                dtype=self.autocast_dtype or torch.float32,
+                enabled=self.autocast_dtype is not None,
+            ):
+                loss = self.model(input_ids=batch, labels=batch).loss
+            (loss / self.grad_accum).backward()
+        return loss.detach()
+
+    def optimizer_step(self) -> None:
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def profile_start(self) -> None:
+        self.counter = CommCounter()
+        self.profiling = True
+
+    def profile_stop(self) -> list[dict]:
+        self.profiling = False
+        return self.counter.records()
+
+    def teardown(self) -> None:
+        pass
+
+
+class ZeroStrategy:
+    """DeepSpeed ZeRO stage 1/2/3 with the engine's own accumulation.
+
+    ``engine.step()`` is called after every micro-step; DeepSpeed steps the optimizer only at the
+    accumulation boundary (``gradient_accumulation_steps`` in its config), as its docs require.
+    """
+
+    name = "zero"
+
+    def __init__(self, model, device, cfg, autocast_dtype):
+        import deepspeed
+
+        self.device = device
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"])
+        self.engine, _, _, _ = deepspeed.initialize(
+            model=model, optimizer=optimizer, config=cfg["ds_config"]
+        )
+        self._comm = None
+
+    def micro_step(self, batch: torch.Tensor, boundary: bool) -> torch.Tensor:
+        batch = batch.to(self.engine.device)
+        loss = self.engine(input_ids=batch, labels=batch).loss
+        self.engine.backward(loss)
+        self.engine.step()
+        return loss.detach()
+
+    def optimizer_step(self) -> None:
+        assert self.engine.is_gradient_accumulation_boundary() or True
+
+    def profile_start(self) -> None:
+        from workloads import ds_comms
+
+        self._comm = ds_comms.start()
+
+    def profile_stop(self) -> list[dict]:
+        from workloads import ds_comms
+
+        return ds_comms.stop(self._comm)
+
+    def teardown(self) -> None:
+        self.engine.destroy() if hasattr(self.engine, "destroy") else None
+
+
+def make_strategy(model, device, cfg, autocast_dtype):
+    if cfg["strategy"] == "ddp":
+        return DDPStrategy(model, device, cfg, autocast_dtype)
+    return ZeroStrategy(model, device, cfg, autocast_dtype)
+
+
+def collectives_available() -> bool:
+    return dist.is_available() and dist.is_initialized()

@@ -1,0 +1,128 @@
+"""The measurement loop: build model and data, warm up, time N optimizer steps, return records.
+
+Runs on every rank inside an initialised torch.distributed process group. One timed step is one
+optimizer step (grad_accum micro-steps + the update); on GPU the device is synchronised before
+each clock read. Per-rank step times are returned as they are; reducing them to one figure
+(max over ranks per step, median over steps) is the orchestrator's job (orchestrator/stats.py).
+After the timed steps, a short profiled pass counts every collective (op, bytes, time); it is
+kept out of the timed steps because timing a collective synchronises around it.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from workloads.data import batches, load_text, load_tokenizer, make_blocks
+from workloads.model import build_model, n_params
+from workloads.strategies import _sync, make_strategy
+
+FAULT_ENV = "LINKSWEEP_INJECT_FAULT"
+
+
+def parse_fault(value: str | None) -> tuple[int, int, str] | None:
+    """``RANK:STEP[:raise|hang]`` -> (rank, step, kind). A test hook, set through a link's env."""
+    if not value:
+        return None
+    parts = value.split(":")
+    kind = parts[2] if len(parts) > 2 else "raise"
+    if len(parts) not in (2, 3) or kind not in ("raise", "hang"):
+        raise ValueError(f"{FAULT_ENV}={value!r}: expected RANK:STEP[:raise|hang]")
+    return int(parts[0]), int(parts[1]), kind
+
+
+def _maybe_fault(fault, rank: int, step: int) -> None:
+    if fault and fault[0] == rank and fault[1] == step:
+        if fault[2] == "hang":
+            threading.Event().wait()  # blocks forever: the driver's run timeout must catch it
+        raise RuntimeError(f"injected fault on rank {rank} at step {step} ({FAULT_ENV})")
+
+
+def peak_mem_bytes(device: torch.device) -> int:
+    """GPU allocator peak on GPU; the process's peak RSS on CPU (Linux reports KiB)."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def run_training(
+    cfg: dict,
+    rank: int,
+    world_size: int,
+    device: torch.device,
+    on_step: Callable[[int, int, bool], None] | None = None,
+) -> dict:
+    """Train ``cfg['warmup_steps'] + cfg['steps']`` optimizer steps; return this rank's records."""
+    fault = parse_fault(os.environ.get(FAULT_ENV))
+    text = load_text(cfg["dataset"])
+    tokenizer, tokenizer_name = load_tokenizer()
+    blocks = make_blocks(text.lines, tokenizer, cfg["seq_len"])
+    data = batches(blocks, cfg["micro_batch_size"], rank, world_size, cfg["seed"])
+
+    model = build_model(cfg["model"], cfg["seed"])
+    params = n_params(model)
+    autocast_dtype = torch.bfloat16 if cfg["precision"] == "bf16" else None
+    strategy = make_strategy(model, device, cfg, autocast_dtype)
+
+    ga = cfg["grad_accum"]
+    samples = cfg["micro_batch_size"] * ga
+    total = cfg["warmup_steps"] + cfg["steps"]
+    steps: list[dict] = []
+    first_step_wall = None
+    for step in range(total):
+        warmup = step < cfg["warmup_steps"]
+        batch_list = [next(data).to(device) for _ in range(ga)]  # data prep outside the clock
+        _sync(device)
+        if first_step_wall is None:
+            first_step_wall = time.time()
+        t0 = time.perf_counter()
+        losses = []
+        for micro in range(ga):
+            _maybe_fault(fault, rank, step)
+            losses.append(strategy.micro_step(batch_list[micro], boundary=micro == ga - 1))
+        strategy.optimizer_step()
+        _sync(device)
+        step_time_s = time.perf_counter() - t0
+        loss = torch.stack(losses).float().mean().item()
+        steps.append(
+            {
+                "step": step,
+                "warmup": warmup,
+                "step_time_s": step_time_s,
+                "samples": samples,
+                "tokens": samples * cfg["seq_len"],
+                "loss": loss,
+            }
+        )
+        if on_step is not None:
+            on_step(step + 1, total, warmup)
+
+    comms: list[dict] = []
+    profile_steps = cfg.get("profile_steps", 1)
+    if profile_steps and world_size > 1:
+        strategy.profile_start()
+        for _ in range(profile_steps):
+            for micro in range(ga):
+                strategy.micro_step(next(data).to(device), boundary=micro == ga - 1)
+            strategy.optimizer_step()
+        _sync(device)
+        comms = strategy.profile_stop()  # totals over profile_steps; the driver divides
+    mem = peak_mem_bytes(device)
+    strategy.teardown()
+    return {
+        "steps": steps,
+        "n_params": params,
+        "data_source": text.description,
+        "tokenizer": tokenizer_name,
+        "first_step_wall": first_step_wall,
+        "peak_mem_bytes": mem,
+        "comms": comms,
+        "profile_steps": profile_steps if comms else 0,
+        "backend": dist.get_backend() if dist.is_initialized() else None,
+    }

@@ -1,0 +1,128 @@
+"""One rank of a run: the body of the Ray actor the orchestrator starts per rank per run.
+
+A plain class; ``orchestrator/scheduler.py`` turns it into an actor with ``ray.remote``, fresh
+for every run and started with the link's environment (NCCL reads its env once per process).
+Rendezvous follows Ray Train: the driver asks rank 0 for its address and a free port, then fans
+out ``run`` to every rank.
+"""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import os
+import socket
+import time
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+class Rank:
+    def __init__(self) -> None:
+        self.created_wall = time.time()
+
+    def node_info(self) -> dict:
+        """Where this rank landed: node id, hostname, IP, the GPU ids Ray assigned to it."""
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return {
+            "node_id": ctx.get_node_id(),
+            "hostname": socket.gethostname(),
+            "ip": ray.util.get_node_ip_address(),
+            "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+            "pid": os.getpid(),
+        }
+
+    def free_port(self) -> int:
+        return _free_port()
+
+    def run(
+        self,
+        cfg: dict,
+        rank: int,
+        world_size: int,
+        local_rank: int,
+        master_addr: str,
+        master_port: int,
+        node_gpu_ids: list[str] | None,
+        progress=None,
+    ) -> dict:
+        """Initialise the process group, train, and return this rank's records.
+
+        ``node_gpu_ids``: every GPU id Ray assigned to this run's ranks on this node. Same-node
+        ranks all see these GPUs and pick theirs by local rank, as Ray Train does, so NCCL can
+        find peer GPUs for P2P/NVLink (one visible GPU per process breaks P2P paths).
+        """
+        if node_gpu_ids:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(node_gpu_ids)
+        os.environ.update(
+            {
+                "RANK": str(rank),
+                "WORLD_SIZE": str(world_size),
+                "LOCAL_RANK": str(local_rank),
+                "MASTER_ADDR": master_addr,
+                "MASTER_PORT": str(master_port),
+            }
+        )
+        import torch
+        import torch.distributed as dist
+
+        from workloads.train import run_training
+
+        torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+        if torch.cuda.is_available():
+            backend = "nccl"
+            torch.cuda.set_device(local_rank)
+            device = torch.device("cuda", local_rank)
+        else:
+            backend = "gloo"
+            device = torch.device("cpu")
+        timeout = datetime.timedelta(seconds=float(cfg.get("pg_timeout_s", 600)))
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://{master_addr}:{master_port}",
+            rank=rank,
+            world_size=world_size,
+            timeout=timeout,
+        )
+        on_step = None
+        if progress is not None and rank == 0:
+
+            def on_step(step: int, total: int, warmup: bool) -> None:
+                progress.update.remote(cfg["run_id"], step, total, warmup)
+
+        try:
+            out = run_training(cfg, rank, world_size, device, on_step)
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        out.update(
+            {
+                "rank": rank,
+                "local_rank": local_rank,
+                "backend": backend,
+                "device": str(device),
+                "created_wall": self.created_wall,
+                "nccl_log": _read_nccl_log(cfg["run_id"]) if backend == "nccl" else None,
+            }
+        )
+        return out
+
+
+def _read_nccl_log(run_id: str) -> str | None:
+    """NCCL writes NCCL_DEBUG output to NCCL_DEBUG_FILE (set by the orchestrator, per pid)."""
+    pattern = os.environ.get("NCCL_DEBUG_FILE")
+    if not pattern:
+        return None
+    path = pattern.replace("%h", socket.gethostname()).replace("%p", str(os.getpid()))
+    texts = []
+    for p in glob.glob(path):
+        with open(p, errors="replace") as f:
+            texts.append(f.read())
+        os.remove(p)
+    return "".join(texts) or None
