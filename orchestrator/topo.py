@@ -27,6 +27,9 @@ turns every run of tabs into spaces. So the tab form maps cells by position afte
 surplus empty cells, and the space form maps the remaining tokens left to right.
 
 SOC is stored as SYS, its current name, so that links compare across driver generations.
+
+``read_topo_text`` is the only I/O here: it runs ``nvidia-smi topo -m`` and returns its text (or
+why it could not), for a node probe to store verbatim and parse with ``parse_topo``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
+import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -43,6 +48,7 @@ __all__ = [
     "TopoParseError",
     "link_sort_key",
     "parse_topo",
+    "read_topo_text",
     "run_link_class",
     "slowest_link",
     "to_json_dict",
@@ -308,3 +314,20 @@ def run_link_class(
     if any(p not in topo_links for p in pairs):
         return "unknown"
     return slowest_link(topo_links[p] for p in pairs)
+
+
+def read_topo_text(timeout_s: float = 10.0) -> tuple[str | None, str]:
+    """Run ``nvidia-smi topo -m`` here: ``(text, "ok")`` or ``(None, why not)``; never raises."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None, "nvidia-smi not found on PATH (no NVIDIA driver on this node)"
+    try:
+        proc = subprocess.run(
+            [exe, "topo", "-m"], capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"nvidia-smi topo -m failed: {type(exc).__name__}: {exc}"
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        return None, f"nvidia-smi topo -m exited {proc.returncode}: {detail[-1] if detail else ''}"
+    return proc.stdout, "ok"
