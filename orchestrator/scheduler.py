@@ -43,6 +43,14 @@ class ProgressBoard:
         return self.state
 
 
+def poll(board) -> dict:
+    """The latest progress report, without waiting long for it."""
+    try:
+        return ray.get(board.get.remote(), timeout=2)
+    except Exception:  # noqa: BLE001 - progress display must never fail a run
+        return {}
+
+
 def connect(address: str | None) -> str:
     """Embedded Ray when no address and no RAY_ADDRESS; else join the cluster. Returns a label."""
     address = address or os.environ.get("RAY_ADDRESS")

@@ -213,8 +213,6 @@ TABLES: dict[str, str] = {
     """,
 }
 
-VARIANT_COLS = "sweep_id, strategy, offload, grad_accum, bucket_mb, link, placement"
-
 VIEWS: dict[str, str] = {
     # Per step: the slowest rank sets the pace (max over ranks), warmup excluded.
     "step_times": """
@@ -237,7 +235,7 @@ VIEWS: dict[str, str] = {
         FROM runs r LEFT JOIN step_times s USING (run_id)
         GROUP BY ALL
     """,
-    "variant_summary": f"""
+    "variant_summary": """
         SELECT v.sweep_id, v.strategy, v.offload, v.grad_accum, v.bucket_mb, v.link, v.placement,
                v.n_runs, v.n_excluded, v.median_step_time_s, v.ci_low_s, v.ci_high_s,
                median(rs.samples_per_s) AS samples_per_s,
@@ -249,8 +247,9 @@ VIEWS: dict[str, str] = {
         FROM variant_stats v
         LEFT JOIN run_summary rs
           ON rs.status = 'ok' AND NOT coalesce(rs.throttled, false)
-         AND ({VARIANT_COLS}) = (v.sweep_id, v.strategy, v.offload, v.grad_accum, v.bucket_mb,
-                                 v.link, v.placement)
+         AND rs.sweep_id = v.sweep_id AND rs.strategy = v.strategy AND rs.offload = v.offload
+         AND rs.grad_accum = v.grad_accum AND rs.bucket_mb = v.bucket_mb AND rs.link = v.link
+         AND rs.placement = v.placement
         GROUP BY ALL
     """,
     "link_sensitivity": """
@@ -426,6 +425,30 @@ class Store:
         with self.transaction():
             self.con.execute(f"DELETE FROM {table} WHERE {cond}", list(where.values()))
             self.insert(table, rows)
+
+
+def check_writable(path: str) -> None:
+    """Before any work: refuse a locked, foreign or newer database without changing it."""
+    if not os.path.exists(path):
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.access(parent, os.W_OK):
+            raise StoreError(f"--db {path}: folder {parent} is not writable")
+        return
+    con = _connect(path, read_only=True)
+    try:
+        version = _schema_version(con)
+        tables = con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main'"
+        ).fetchone()[0]
+    finally:
+        con.close()
+    if version is None and tables:
+        raise StoreError(f"--db {path} is a DuckDB database but not a linksweep one (no meta table)")
+    if version is not None and version > SCHEMA_VERSION:
+        raise StoreError(
+            f"--db {path} has schema version {version}, newer than this linksweep's "
+            f"{SCHEMA_VERSION}; upgrade linksweep to use it"
+        )
 
 
 def read_query(path: str, sql: str) -> tuple[list[str], list[tuple]]:

@@ -1,0 +1,144 @@
+"""``linksweep`` command line. Thin: parse arguments, call the modules that do the work.
+
+Exit codes: 0 success; 1 a run failed (all runs still stored) or a check found a problem;
+2 bad input (nothing run, nothing written); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _err(msg: str) -> None:
+    print(f"linksweep: {msg}", file=sys.stderr)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from orchestrator.spec import SpecError, load_spec
+    from orchestrator.store import StoreError, check_writable
+
+    try:
+        spec = load_spec(args.sweep)
+        check_writable(args.db)
+    except (SpecError, StoreError) as exc:
+        _err(str(exc))
+        return EXIT_BAD_INPUT
+
+    from orchestrator import runner, scheduler
+    from orchestrator.store import Store
+    from orchestrator.ui import SweepUI
+
+    address = scheduler.connect(args.address)
+    if address == "embedded":
+        print("Ray: embedded single-node cluster on this machine", file=sys.stderr)
+    try:
+        bundle = runner.check_cluster(spec)
+    except SpecError as exc:
+        _err(str(exc))
+        return EXIT_BAD_INPUT
+    try:
+        store = Store(args.db)
+    except StoreError as exc:
+        _err(str(exc))
+        return EXIT_BAD_INPUT
+    ui = SweepUI()
+    try:
+        with store:
+            sweep_id = runner.execute_sweep(spec, store, address, bundle, ui)
+            _print_summary(store, sweep_id)
+            failed = store.query(
+                "SELECT count(*) FROM runs WHERE sweep_id = ? AND status <> 'ok'", [sweep_id]
+            )[1][0][0]
+    except KeyboardInterrupt:
+        _err("interrupted; finished runs are stored")
+        return EXIT_INTERRUPTED
+    print(f"results: {args.db} (sweep {sweep_id})", file=sys.stderr)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _print_summary(store, sweep_id: str) -> None:
+    from orchestrator.ui import print_table
+
+    cols, rows = store.query(
+        """SELECT strategy, offload, grad_accum AS ga, link, placement, n_runs, n_excluded AS excl,
+                  median_step_time_s AS step_s, ci_low_s, ci_high_s, samples_per_s,
+                  tokens_per_s, comm_bytes_per_step AS comm_B_per_step
+           FROM variant_summary WHERE sweep_id = ?
+           ORDER BY strategy, offload, grad_accum, link, placement""",
+        [sweep_id],
+    )
+    print_table(cols, rows, title=f"variant_summary (sweep {sweep_id})")
+    cols, rows = store.query(
+        """SELECT strategy, offload, grad_accum AS ga, placement, link, baseline_link,
+                  slowdown, ci_low, ci_high
+           FROM link_sensitivity WHERE sweep_id = ?
+           ORDER BY strategy, offload, grad_accum, placement, link""",
+        [sweep_id],
+    )
+    if rows:
+        print_table(cols, rows, title="link_sensitivity (variant median / baseline median)")
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    from orchestrator.store import StoreError, read_query
+
+    try:
+        cols, rows = read_query(args.db, args.sql)
+    except StoreError as exc:
+        _err(str(exc))
+        return EXIT_BAD_INPUT
+    if args.format == "json":
+        print(json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=1))
+    elif args.format == "csv":
+        w = csv.writer(sys.stdout)
+        w.writerow(cols)
+        w.writerows(rows)
+    else:
+        from orchestrator.ui import print_table
+
+        print_table(cols, rows)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="linksweep",
+        description="Measure how the GPU interconnect shapes gpt2 training (DDP, ZeRO) on Ray.",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run a sweep file and store every run in DuckDB")
+    r.add_argument("sweep", help="sweep file (YAML)")
+    r.add_argument("--db", default="results.duckdb", help="DuckDB file (default ./results.duckdb)")
+    r.add_argument(
+        "--address",
+        default=None,
+        help="Ray cluster address; default RAY_ADDRESS, else an embedded Ray on this machine",
+    )
+    r.set_defaults(func=cmd_run)
+
+    q = sub.add_parser("query", help="run read-only SQL against the results database")
+    q.add_argument("sql")
+    q.add_argument("--db", default="results.duckdb")
+    q.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    q.set_defaults(func=cmd_query)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # `linksweep query ... | head`
+        sys.stderr.close()
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
