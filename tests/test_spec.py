@@ -1,0 +1,141 @@
+"""Sweep file validation: good files load, bad ones name the field, the value and what is allowed."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.planner import NodeCapacity, check_capacity
+from orchestrator.spec import SpecError, load_spec, parse_spec
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GOOD = {
+    "name": "t",
+    "links": {"default": {}, "no_p2p": {"NCCL_P2P_DISABLE": "1"}},
+    "grid": {"strategy": ["ddp"], "grad_accum": [1, 4]},
+}
+
+
+def errors_of(data) -> str:
+    with pytest.raises(SpecError) as exc:
+        parse_spec(data)
+    return str(exc.value)
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "sweeps", "*.yaml"))))
+def test_shipped_sweeps_are_valid(path):
+    spec = load_spec(path)
+    assert spec.name
+    assert spec.grid_links
+
+
+def test_defaults_and_scalars():
+    spec = parse_spec({"name": "x", "grid": {"grad_accum": 8, "strategy": "zero3"}})
+    assert spec.grid.grad_accum == [8]
+    assert spec.grid.strategy == ["zero3"]
+    assert spec.grid_links == ["default"]
+    assert spec.baseline == "default"
+    assert spec.model == "gpt2-tiny"
+
+
+def test_link_env_values_become_strings():
+    spec = parse_spec({"name": "x", "links": {"a": {"NCCL_P2P_DISABLE": 1}}})
+    assert spec.links == {"a": {"NCCL_P2P_DISABLE": "1"}}
+
+
+def test_unknown_top_level_key_names_allowed_keys():
+    msg = errors_of({**GOOD, "stepz": 3})
+    assert "stepz: unknown key" in msg
+    assert "warmup_steps" in msg  # the allowed keys are listed
+
+
+def test_unknown_grid_key():
+    msg = errors_of({**GOOD, "grid": {"strategy": ["ddp"], "acum": [1]}})
+    assert "grid.acum: unknown key" in msg and "grad_accum" in msg
+
+
+def test_bad_strategy_lists_allowed_values():
+    msg = errors_of({**GOOD, "grid": {"strategy": ["ddp", "fsdp"]}})
+    assert "grid.strategy.1" in msg and "'fsdp'" in msg
+    assert "'zero3'" in msg
+
+
+def test_bad_model_and_precision():
+    msg = errors_of({**GOOD, "model": "gpt3", "precision": "fp8"})
+    assert "model: 'gpt3' is not allowed" in msg and "'gpt2-tiny'" in msg
+    assert "precision: 'fp8' is not allowed" in msg and "'bf16'" in msg
+
+
+def test_unknown_link_name_in_grid():
+    msg = errors_of({**GOOD, "grid": {"link": ["default", "nvlink"]}})
+    assert "grid.link: unknown link 'nvlink'" in msg and "'no_p2p'" in msg
+
+
+def test_bad_numbers():
+    msg = errors_of({**GOOD, "steps": 0, "grid": {"grad_accum": [0, 2]}})
+    assert "steps:" in msg and "(got 0)" in msg
+    assert "grid.grad_accum" in msg and ">= 1" in msg
+
+
+def test_seq_len_beyond_gpt2_positions():
+    assert "seq_len" in errors_of({**GOOD, "seq_len": 4096})
+
+
+def test_offload_needs_zero():
+    msg = errors_of({**GOOD, "grid": {"strategy": ["ddp"], "offload": ["cpu"]}})
+    assert "grid.offload" in msg and "ZeRO only" in msg
+
+
+def test_nvme_needs_zero3():
+    msg = errors_of({**GOOD, "grid": {"strategy": ["zero1"], "offload": ["nvme"]}})
+    assert "grid.offload" in msg and "zero3" in msg
+
+
+def test_spread_needs_two_ranks():
+    msg = errors_of({**GOOD, "world_size": 1, "grid": {"placement": ["spread"]}})
+    assert "grid.placement" in msg and "world_size >= 2" in msg
+
+
+def test_missing_dataset_file():
+    msg = errors_of({**GOOD, "dataset": "/nonexistent/corpus.txt"})
+    assert "dataset" in msg and "wikitext-2-raw-v1" in msg
+
+
+def test_env_var_name_checked():
+    assert "not an environment variable name" in errors_of({**GOOD, "links": {"a": {"1X": "1"}}})
+
+
+def test_baseline_link_must_exist():
+    assert "baseline_link" in errors_of({**GOOD, "baseline_link": "nope"})
+
+
+def test_not_a_mapping(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("- just\n- a list\n")
+    with pytest.raises(SpecError, match="mapping"):
+        load_spec(p)
+
+
+def test_cli_bad_file_exit_2_nothing_written(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ngrid: {strategy: [fsdp]}\n")
+    db = tmp_path / "r.duckdb"
+    assert main(["run", str(bad), "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "grid.strategy.0" in err and "'fsdp'" in err
+    assert not db.exists()
+
+
+def test_capacity_pack_and_spread():
+    spec = parse_spec({"name": "x", "world_size": 4, "grid": {"placement": ["pack", "spread"]}})
+    two_nodes = [NodeCapacity("a", cpus=8, gpus=2), NodeCapacity("b", cpus=8, gpus=2)]
+    with pytest.raises(SpecError) as exc:
+        check_capacity(spec, two_nodes)
+    text = str(exc.value)
+    assert "'pack'" in text and "largest node has 2 GPU" in text
+    assert "'spread'" in text and "2 node(s)" in text
+    # CPU-only cluster: ranks are CPU bundles
+    check_capacity(spec, [NodeCapacity(str(i), cpus=4, gpus=0) for i in range(4)])

@@ -1,0 +1,134 @@
+"""Real sweeps on the session's real Ray cluster (two logical nodes), gloo DDP, real DuckDB."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.store import read_query
+
+
+def q(db, sql):
+    return read_query(str(db), sql)[1]
+
+
+@pytest.fixture(scope="module")
+def ddp_sweep(ray_cluster, tmp_path_factory):
+    """ga 1 and 2 x pack and spread: 4 runs, stored in one database."""
+    import yaml
+
+    d = tmp_path_factory.mktemp("ddp")
+    path = d / "s.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "ddp-it",
+                "model": "gpt2-tiny",
+                "dataset": "builtin",
+                "seq_len": 32,
+                "micro_batch_size": 2,
+                "steps": 4,
+                "warmup_steps": 1,
+                "repeats": 1,
+                "world_size": 2,
+                "links": {"default": {}},
+                "grid": {"strategy": ["ddp"], "grad_accum": [1, 2], "placement": ["pack", "spread"]},
+            }
+        )
+    )
+    db = d / "r.duckdb"
+    rc = main(["run", str(path), "--db", str(db)])
+    return rc, db
+
+
+def test_sweep_exit_code_and_rows(ddp_sweep):
+    rc, db = ddp_sweep
+    assert rc == 0
+    runs = q(db, "SELECT status, backend, world_size, n_params, error FROM runs ORDER BY seq")
+    assert len(runs) == 4
+    assert all(r[0] == "ok" and r[1] == "gloo" and r[2] == 2 and r[4] is None for r in runs)
+    assert all(r[3] == 3382080 for r in runs)  # gpt2-tiny with gpt2's vocab and positions
+
+
+def test_steps_match_spec(ddp_sweep):
+    _, db = ddp_sweep
+    rows = q(
+        db,
+        """SELECT r.grad_accum, s.rank, count(*), sum(CASE WHEN s.warmup THEN 1 ELSE 0 END),
+                  min(s.samples), max(s.samples), min(s.tokens), max(s.tokens),
+                  bool_and(isfinite(s.loss)), bool_and(s.step_time_s > 0)
+           FROM steps s JOIN runs r USING (run_id) GROUP BY r.run_id, r.grad_accum, s.rank""",
+    )
+    assert len(rows) == 4 * 2  # runs x ranks
+    for ga, _rank, n, n_warm, smin, smax, tmin, tmax, finite, positive in rows:
+        assert n == 1 + 4 and n_warm == 1
+        assert smin == smax == 2 * ga  # micro_batch_size x grad_accum per rank
+        assert tmin == tmax == 2 * ga * 32
+        assert finite and positive
+
+
+def test_run_summary_excludes_warmup(ddp_sweep):
+    _, db = ddp_sweep
+    rows = q(db, "SELECT n_steps, median_step_time_s, samples_per_s, tokens_per_s FROM run_summary")
+    assert len(rows) == 4
+    for n_steps, med, sps, tps in rows:
+        assert n_steps == 4
+        assert med > 0 and math.isclose(tps, sps * 32)
+
+
+def test_placement_recorded_in_nodes(ddp_sweep):
+    _, db = ddp_sweep
+    for placement, nodes in q(db, "SELECT placement, nodes FROM runs"):
+        node_ids = {n["node_id"] for n in json.loads(nodes)}
+        assert len(node_ids) == (1 if placement == "pack" else 2), placement
+
+
+def test_provenance(ddp_sweep):
+    _, db = ddp_sweep
+    (row,) = q(db, "SELECT status, versions, spec, n_runs_planned, finished_at FROM sweeps")
+    status, versions, spec, planned, finished = row
+    assert status == "ok" and planned == 4 and finished is not None
+    assert json.loads(versions)["torch"].startswith("2.")
+    assert json.loads(spec)["grid"]["placement"] == ["pack", "spread"]
+    (src,) = q(db, "SELECT DISTINCT data_source FROM runs")
+    assert src[0].startswith("builtin")
+
+
+def test_failed_run_is_stored_and_sweep_goes_on(ray_cluster, write_sweep, tmp_path):
+    path = write_sweep(
+        links={"broken": {"LINKSWEEP_INJECT_FAULT": "1:1"}, "default": {}},
+        grid={"strategy": ["ddp"], "grad_accum": [1], "link": ["broken", "default"]},
+    )
+    db = tmp_path / "r.duckdb"
+    assert main(["run", path, "--db", str(db)]) == 1
+    rows = q(db, "SELECT link, status, error FROM runs ORDER BY seq")
+    assert [(r[0], r[1]) for r in rows] == [("broken", "failed"), ("default", "ok")]
+    assert "injected fault on rank 1 at step 1" in rows[0][2]
+    (sweep_status,) = q(db, "SELECT status FROM sweeps")[0]
+    assert sweep_status == "failed"
+    # the failed run is counted, excluded from figures, never deleted
+    (n_runs, n_excl, med) = q(db, "SELECT n_runs, n_excluded, median_step_time_s FROM "
+                               "variant_summary WHERE link = 'broken'")[0]
+    assert (n_runs, n_excl, med) == (1, 1, None)
+
+
+def test_hung_run_times_out(ray_cluster, write_sweep, tmp_path):
+    path = write_sweep(
+        links={"hang": {"LINKSWEEP_INJECT_FAULT": "0:1:hang"}},
+        run_timeout_s=25,
+    )
+    db = tmp_path / "r.duckdb"
+    assert main(["run", path, "--db", str(db)]) == 1
+    ((status, error),) = q(db, "SELECT status, error FROM runs")
+    assert status == "failed" and "timed out after 25 s" in error
+
+
+def test_impossible_placement_rejected_before_anything(ray_cluster, write_sweep, tmp_path, capsys):
+    path = write_sweep(world_size=3, grid={"placement": ["spread"]})
+    db = tmp_path / "r.duckdb"
+    assert main(["run", path, "--db", str(db)]) == 2
+    assert "'spread'" in capsys.readouterr().err
+    assert not db.exists()
