@@ -1,0 +1,390 @@
+"""Communication model: bandwidth accounting and the expected collective volume per step.
+
+Vocabulary: a *step* is one optimizer step = ``grad_accum`` *micro-steps* (forward + backward of
+one micro-batch). ``Psi`` (``param_bytes``) = number of parameters x bytes per element of the
+dtype the gradients and parameters travel in (4 for fp32; 2 for bf16: DeepSpeed 0.19.8 reduces
+and gathers bf16 models in bf16, checked with its comms logger).
+
+Two quantities, two conventions
+-------------------------------
+``msg_bytes`` of a collective follows nccl-tests (doc/PERFORMANCE.md): the size of the FULL
+buffer, i.e. the tensor for all_reduce / broadcast / reduce, the gathered OUTPUT for all_gather,
+the unscattered INPUT for reduce_scatter. With that convention ``algbw = msg_bytes / time`` and
+``busbw = algbw x busbw_factor(op, n)`` are nccl-tests' numbers, and
+
+    wire bytes per rank = msg_bytes x busbw_factor(op, n)
+
+is what each rank sends (and receives) over its link with a ring/bandwidth-optimal algorithm:
+2(n-1)/n x S for all_reduce, (n-1)/n x S for all_gather and reduce_scatter. DDP's "2 Psi per
+step" in FIELD_NOTES is that wire figure for large n; its message bytes are Psi.
+
+``expected_msg_bytes_per_step`` and ``expected_wire_bytes_per_step`` give the two figures, so a
+caller comparing against a comm hook / comms logger compares message bytes, and a caller
+estimating link time compares wire bytes with the link's bandwidth.
+
+DeepSpeed's comms logger uses a DIFFERENT size for all_gather: ``deepspeed/comm/comm.py``
+``timed_op`` logs ``get_msg_size_from_args`` (``deepspeed/comm/utils.py``), the bytes of the
+argument named ``tensor`` (or ``tensors`` / ``input_list`` / ``input_tensor_list``). For
+``all_gather_into_tensor(output_tensor, tensor)`` and ``all_gather(tensor_list, tensor)`` that is
+the local INPUT shard (1/n of the gathered output); for ``reduce_scatter_tensor(output_tensor,
+tensor)`` it is the full input, for ``reduce_scatter(output, input_list)`` the sum of the input
+list (the full input too), for ``all_reduce`` the tensor. ``nccl_msg_bytes`` converts a logged
+size to the nccl-tests convention (x n for the all_gather family). (DeepSpeed's own
+``calc_bw_log`` multiplies the size by n for both families, so its reduce_scatter algbw/busbw are
+n times too high; and it reports all_reduce "tput" as 2S/t, in Gbit/s. We recompute from sizes
+and latencies instead of using its bandwidth fields.)
+
+What DeepSpeed 0.19.8 actually issues per step (our config: overlap_comm False,
+contiguous_gradients True, reduce_scatter True, allgather_partitions True, DeepSpeed's default
+use_multi_rank_bucket_allreduce True; read in the installed source and confirmed with the comms
+logger on 2 gloo ranks, tiny gpt2, fp32 and bf16, offload none and cpu):
+
+- ZeRO-1 (``deepspeed/runtime/zero/stage_1_and_2.py``): gradient hooks do not reduce on non-
+  boundary micro-steps (``process_gradients`` only reduces when ``partition_gradients`` or
+  ``overlap_comm``); ``engine.allreduce_gradients`` (``deepspeed/runtime/engine.py``) calls
+  ``optimizer.reduce_gradients`` only at the accumulation boundary. That fills contiguous buckets
+  (``reduce_independent_p_g_buckets_and_remove_grads``) and ``average_tensor`` reduces each
+  bucket: with ``use_multi_rank_bucket_allreduce`` (default True) every bucket goes through
+  ``allreduce_and_scatter`` -> ``allreduce_bucket`` -> ``dist.all_reduce`` of the whole bucket,
+  NOT a reduce_scatter (despite ``reduce_scatter: true``; DeepSpeed #5758, #6463). After the
+  optimizer step, ``step`` -> ``all_gather_dp_groups`` -> ``all_gather_into_tensor_dp_groups``
+  issues one ``all_gather_into_tensor`` per parameter group of the updated partitions.
+  Per step: all_reduce Psi + all_gather Psi, flat in grad_accum. Wire: 3(n-1)/n Psi, not the
+  ZeRO paper's 2(n-1)/n Psi (reduce_scatter + all_gather).
+- ZeRO-2: ``partition_gradients`` is True, so the per-parameter hook
+  (``create_gradient_handling_hooks`` -> ``process_gradients``) buckets and all_reduces
+  gradients in EVERY micro-step's backward (DeepSpeed #2252), and the engine calls
+  ``overlapping_partition_gradients_reduce_epilogue`` after every backward to flush the last
+  bucket. Per step: all_reduce grad_accum x Psi + all_gather Psi (after the step).
+- ZeRO-3 (``deepspeed/runtime/zero/stage3.py``, ``partition_parameters.py``,
+  ``partitioned_param_coordinator.py``): parameters are gathered by
+  ``all_gather_coalesced`` -> ``_dist_allgather_fn`` -> ``dist.allgather_fn`` ->
+  ``all_gather_into_tensor`` when a module needs them (forward pre-hook, and again in backward if
+  they were released), and gradients are reduced in every micro-step by
+  ``__reduce_and_partition_ipg_grads`` -> ``__avg_scatter_grads`` -> ``reduce_scatter_coalesced``
+  (``deepspeed/runtime/comm/coalesced_collectives.py``) -> ``reduce_scatter_tensor`` of the
+  padded flat bucket. No parameter all_gather after the step: each rank updates its own shard.
+  Per step: grad_accum x (gathers x Psi all_gather + Psi reduce_scatter), where ``gathers`` is
+  how many times each parameter is gathered per micro-step: 2 in the textbook schedule (forward
+  and backward; our config sets ``stage3_max_reuse_distance: 0`` and
+  ``stage3_param_persistence_threshold: 0`` for that). Measured: 1.73 on a 16 M-parameter model
+  with a 1 M-element prefetch bucket; exactly 1 when the prefetch bucket or the reuse distance
+  covers the whole model (DeepSpeed's prefetcher then marks every parameter as needed again and
+  releases nothing until the step ends) and also 1 with DeepSpeed's default reuse distance (1e9)
+  for any model under 1e9 parameters. Tied weights (gpt2's wte/lm_head) are gathered at each
+  use. So ``gathers`` is a parameter; the comms-logger profiled pass is the ground truth.
+
+Not modelled: scalar all_reduces (gradient norm: 4-8 bytes once per step; fp16 overflow flag),
+the ``log_summary`` barriers, one-off collectives at initialize and in the first steps
+(parameter broadcast, ZeRO-3 trace checks), and alignment padding of partitions (a few bytes
+per rank). ``summarize_records`` drops messages smaller than ``ignore_below_bytes`` for that
+reason. With ``world_size == 1`` no bytes cross a link: the expectation is empty.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "CANONICAL_OPS",
+    "CommExpectation",
+    "CommRecord",
+    "algbw_gbps",
+    "busbw_factor",
+    "busbw_gbps",
+    "canonical_op",
+    "expected_comm",
+    "expected_msg_bytes_per_step",
+    "expected_wire_bytes_per_step",
+    "nccl_msg_bytes",
+    "parse_comms_summary",
+    "summarize_records",
+]
+
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+
+CANONICAL_OPS = (
+    "all_reduce",
+    "reduce_scatter",
+    "all_gather",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+)
+
+_ALIASES: dict[str, str] = {
+    # torch / DeepSpeed spellings of the same collective
+    "allreduce": "all_reduce",
+    "all_reduce_coalesced": "all_reduce",
+    "inference_all_reduce": "all_reduce",
+    "allgather": "all_gather",
+    "all_gather_into_tensor": "all_gather",
+    "all_gather_base": "all_gather",
+    "_all_gather_base": "all_gather",
+    "allgather_coalesced": "all_gather",
+    "all_gather_coalesced": "all_gather",
+    "all_gather_single": "all_gather",
+    "allgather_fn": "all_gather",
+    "reducescatter": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_base": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_coalesced": "reduce_scatter",
+    "reduce_scatter_single": "reduce_scatter",
+    "reduce_scatter_fn": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "all_to_all_single": "all_to_all",
+}
+
+_FACTOR = {
+    # nccl-tests doc/PERFORMANCE.md
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+}
+
+
+def canonical_op(op: str) -> str:
+    """Canonical collective name for a torch / DeepSpeed / NCCL spelling.
+
+    DeepSpeed comms-logger names in debug mode look like ``"all_reduce | [Caller Func: f]"``:
+    the part before ``|`` is used.
+    """
+    name = op.split("|", 1)[0].strip().lower()
+    if name in _FACTOR:
+        return name
+    if name in _ALIASES:
+        return _ALIASES[name]
+    raise ValueError(
+        f"unknown collective {op!r}; known: {sorted(CANONICAL_OPS)} and aliases {sorted(_ALIASES)}"
+    )
+
+
+def _check_n(n: int) -> None:
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"number of ranks must be a positive int, got {n!r}")
+
+
+def busbw_factor(op: str, n: int) -> float:
+    """nccl-tests bus-bandwidth factor: all_reduce 2(n-1)/n; reduce_scatter, all_gather,
+    all_to_all (n-1)/n; broadcast, reduce 1 (doc/PERFORMANCE.md)."""
+    _check_n(n)
+    return _FACTOR[canonical_op(op)](n)
+
+
+def algbw_gbps(msg_bytes: float, time_s: float) -> float:
+    """Algorithm bandwidth in GB/s (1 GB = 1e9 bytes): msg_bytes / time_s."""
+    if time_s <= 0:
+        raise ValueError(f"time_s must be > 0, got {time_s!r}")
+    if msg_bytes < 0:
+        raise ValueError(f"msg_bytes must be >= 0, got {msg_bytes!r}")
+    return msg_bytes / time_s / 1e9
+
+
+def busbw_gbps(op: str, n: int, msg_bytes: float, time_s: float) -> float:
+    """Bus bandwidth in GB/s: algbw x busbw_factor(op, n)."""
+    return algbw_gbps(msg_bytes, time_s) * busbw_factor(op, n)
+
+
+def nccl_msg_bytes(op: str, logged_bytes: int, world_size: int) -> int:
+    """Convert a DeepSpeed comms-logger message size to the nccl-tests convention.
+
+    DeepSpeed logs the local input shard for the all_gather family (``tensor`` argument), so the
+    gathered buffer is ``logged x world_size``; every other op already logs the full buffer.
+    """
+    _check_n(world_size)
+    if canonical_op(op) == "all_gather":
+        return int(logged_bytes) * world_size
+    return int(logged_bytes)
+
+
+@dataclass(frozen=True)
+class CommExpectation:
+    """Expected collective volume of one rank in one optimizer step.
+
+    msg_bytes_per_step: sum of nccl-tests message bytes over the step's collectives.
+    wire_bytes_per_step: sum of msg_bytes x busbw_factor: bytes each rank moves over its link.
+    per_op: canonical op -> message bytes per step.
+    note: how the figure was derived (DeepSpeed code path, assumptions).
+    """
+
+    msg_bytes_per_step: int
+    wire_bytes_per_step: int
+    per_op: dict[str, int] = field(default_factory=dict)
+    note: str = ""
+
+
+def _validate(strategy: str, grad_accum: int, param_bytes: int, world_size: int) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r} is not one of {list(STRATEGIES)}")
+    if not isinstance(grad_accum, int) or grad_accum < 1:
+        raise ValueError(f"grad_accum must be a positive int, got {grad_accum!r}")
+    if not isinstance(param_bytes, int) or param_bytes < 0:
+        raise ValueError(f"param_bytes must be a non-negative int, got {param_bytes!r}")
+    _check_n(world_size)
+
+
+def expected_comm(
+    strategy: str,
+    grad_accum: int,
+    param_bytes: int,
+    world_size: int,
+    zero3_gathers_per_micro_step: float = 2.0,
+) -> CommExpectation:
+    """Expected per-rank collective volume of one optimizer step (see module docstring).
+
+    strategy: ddp | zero1 | zero2 | zero3.
+    grad_accum: micro-steps per optimizer step.
+    param_bytes: Psi = n_params x bytes per element of the communicated dtype.
+    world_size: data-parallel ranks n.
+    zero3_gathers_per_micro_step: how many times ZeRO-3 gathers each parameter per micro-step
+        (2 = forward and backward, the textbook schedule; 1 when DeepSpeed keeps parameters
+        gathered from forward to backward).
+    """
+    _validate(strategy, grad_accum, param_bytes, world_size)
+    if zero3_gathers_per_micro_step < 0:
+        raise ValueError(
+            f"zero3_gathers_per_micro_step must be >= 0, got {zero3_gathers_per_micro_step!r}"
+        )
+    psi = param_bytes
+    if world_size == 1:
+        return CommExpectation(0, 0, {}, "world_size 1: no inter-rank traffic")
+    if strategy == "ddp":
+        per_op = {"all_reduce": psi}
+        note = (
+            "DDP: one all_reduce of all gradients per optimizer step (no_sync on the first "
+            "grad_accum-1 micro-steps), in buckets; flat in grad_accum"
+        )
+    elif strategy == "zero1":
+        per_op = {"all_reduce": psi, "all_gather": psi}
+        note = (
+            "ZeRO-1 (stage_1_and_2.py): gradients all_reduced in buckets at the accumulation "
+            "boundary only (reduce_gradients -> average_tensor -> allreduce_bucket), updated "
+            "partitions all_gathered after the step (all_gather_dp_groups); flat in grad_accum"
+        )
+    elif strategy == "zero2":
+        per_op = {"all_reduce": grad_accum * psi, "all_gather": psi}
+        note = (
+            "ZeRO-2 (stage_1_and_2.py): gradients all_reduced in buckets in every micro-step's "
+            "backward (grad hooks -> reduce_independent_p_g_buckets_and_remove_grads -> "
+            "average_tensor), updated partitions all_gathered after the step; grows with grad_accum"
+        )
+    else:
+        gathered = grad_accum * zero3_gathers_per_micro_step * psi
+        per_op = {"all_gather": int(round(gathered)), "reduce_scatter": grad_accum * psi}
+        note = (
+            f"ZeRO-3 (stage3.py, partition_parameters.py): each micro-step gathers every "
+            f"parameter {zero3_gathers_per_micro_step:g}x (all_gather_into_tensor) and "
+            "reduce_scatters all gradients (reduce_scatter_coalesced); no all_gather after the "
+            "step; grows with grad_accum"
+        )
+    wire = sum(b * busbw_factor(op, world_size) for op, b in per_op.items())
+    return CommExpectation(
+        msg_bytes_per_step=int(sum(per_op.values())),
+        wire_bytes_per_step=int(round(wire)),
+        per_op=per_op,
+        note=note,
+    )
+
+
+def expected_msg_bytes_per_step(
+    strategy: str, grad_accum: int, param_bytes: int, world_size: int, **kwargs: Any
+) -> int:
+    """Message bytes (nccl-tests convention) per rank per optimizer step."""
+    return expected_comm(strategy, grad_accum, param_bytes, world_size, **kwargs).msg_bytes_per_step
+
+
+def expected_wire_bytes_per_step(
+    strategy: str, grad_accum: int, param_bytes: int, world_size: int, **kwargs: Any
+) -> int:
+    """Bytes each rank moves over its link per optimizer step (msg bytes x busbw factor)."""
+    return expected_comm(
+        strategy, grad_accum, param_bytes, world_size, **kwargs
+    ).wire_bytes_per_step
+
+
+@dataclass(frozen=True)
+class CommRecord:
+    """One (op, message size) line of DeepSpeed's comms summary.
+
+    op: the logged name as DeepSpeed wrote it (``all_reduce``, ``all_gather_into_tensor``,
+        ``reduce_scatter_tensor``, ``broadcast``, ``log_summary_barrier``, ...; with the
+        logger's ``debug`` option it carries ``| [Caller Func: f]``).
+    msg_bytes: the size DeepSpeed logged (for all_gather: the local shard; see nccl_msg_bytes).
+    count: how many such calls.
+    total_time_s: summed latency of those calls (DeepSpeed synchronises around each op).
+    """
+
+    op: str
+    msg_bytes: int
+    count: int
+    total_time_s: float
+
+
+def parse_comms_summary(d: Mapping[str, Any]) -> list[CommRecord]:
+    """Parse ``deepspeed.comm.log_summary(return_dict=True)`` into records.
+
+    DeepSpeed 0.19.8 returns ``{"summary": {op_name: {msg_size_bytes: {"count",
+    "total_latency_ms", "avg_latency_ms", "tput_avg_gbps", "busbw_avg_gbps", "msg_size_bytes",
+    "msg_size_str"}}}, "straggler_analysis": ... | None, "metadata": {"world_size", "rank",
+    "timestamp"}}`` (``CommsLogger.log_all`` in ``deepspeed/utils/comms_logging.py``). Message
+    sizes are int keys in the live dict and strings after a JSON round trip; both are accepted.
+    Latencies are in milliseconds. Records come back sorted by (op, msg_bytes).
+    """
+    if "summary" not in d:
+        raise ValueError(f"not a DeepSpeed comms summary: keys {sorted(d)}; expected 'summary'")
+    summary = d["summary"]
+    if summary is None:
+        return []
+    records = []
+    for op, by_size in summary.items():
+        for size_key, entry in by_size.items():
+            msg_bytes = int(entry.get("msg_size_bytes", size_key))
+            if msg_bytes != int(size_key):
+                raise ValueError(
+                    f"comms summary entry {op!r}/{size_key!r} has msg_size_bytes={msg_bytes}"
+                )
+            records.append(
+                CommRecord(
+                    op=str(op),
+                    msg_bytes=msg_bytes,
+                    count=int(entry["count"]),
+                    total_time_s=float(entry["total_latency_ms"]) / 1e3,
+                )
+            )
+    records.sort(key=lambda r: (r.op, r.msg_bytes))
+    return records
+
+
+def summarize_records(
+    records: Iterable[CommRecord],
+    world_size: int,
+    optimizer_steps: int = 1,
+    ignore_below_bytes: int = 64,
+) -> dict[str, int]:
+    """Measured message bytes per optimizer step by canonical op, nccl-tests convention.
+
+    Comparable with ``CommExpectation.per_op``. Drops barriers and unknown ops (anything
+    ``canonical_op`` rejects, e.g. ``log_summary_barrier``) and messages below
+    ``ignore_below_bytes`` (scalar gradient-norm all_reduces). ``optimizer_steps`` is how many
+    steps the profiled pass covered; totals are divided by it (floor).
+    """
+    _check_n(world_size)
+    if optimizer_steps < 1:
+        raise ValueError(f"optimizer_steps must be >= 1, got {optimizer_steps!r}")
+    totals: dict[str, int] = {}
+    for r in records:
+        if r.msg_bytes < ignore_below_bytes:
+            continue
+        try:
+            op = canonical_op(r.op)
+        except ValueError:
+            continue
+        totals[op] = totals.get(op, 0) + r.count * nccl_msg_bytes(op, r.msg_bytes, world_size)
+    return {op: math.floor(b / optimizer_steps) for op, b in sorted(totals.items())}
