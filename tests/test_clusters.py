@@ -1,0 +1,148 @@
+"""clusters/: the launcher YAMLs pass Ray's own schema, GPU counts agree, and sweeps fit.
+
+Pure file checks: no cloud, no Kubernetes, no Ray session (Ray's config helpers only).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CLUSTERS = REPO / "clusters"
+LAUNCHERS = ["onprem-gpu.yaml", "aws-gpu.yaml"]
+SWEEPS = sorted((REPO / "sweeps").glob("*.yaml"))
+
+# GPUs per instance type, from the AWS instance type pages; the YAML must declare the same.
+AWS_GPUS = {"p4d.24xlarge": 8, "g5.12xlarge": 4}
+
+
+def _load(name: str) -> dict:
+    return yaml.safe_load((CLUSTERS / name).read_text())
+
+
+def _kuberay_workers() -> list[dict]:
+    return _load("kuberay-gpu.yaml")["spec"]["workerGroupSpecs"]
+
+
+def _pod_gpus(group: dict) -> int:
+    (container,) = [
+        c
+        for c in group["template"]["spec"]["containers"]
+        if "nvidia.com/gpu" in c["resources"]["limits"]
+    ]
+    return int(container["resources"]["limits"]["nvidia.com/gpu"])
+
+
+# --------------------------------------------------------------------------------------
+# Cluster launcher YAMLs
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_launcher_passes_rays_schema(name):
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    config = _load(name)
+    assert config["cluster_name"] and config["provider"]["type"]
+    prepared = prepare_config(config)  # what `ray up` does first, defaults merged in
+    validate_config(prepared)
+    assert prepared["head_node_type"] in prepared["available_node_types"]
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_launcher_installs_pinned_linksweep_and_starts_ray(name):
+    import ray
+    import torch
+
+    config = _load(name)
+    setup = "\n".join(config["setup_commands"])
+    # Pins match what linksweep is tested with (this venv).
+    assert f'"ray[default]=={ray.__version__}"' in setup
+    assert f"torch=={torch.__version__.split('+')[0]}" in setup
+    (mount,) = [target for target, source in config["file_mounts"].items() if source == "."]
+    assert f"pip install -q -e {mount}" in setup
+    head = " ".join(config["head_start_ray_commands"])
+    assert "ray start --head --port=6379 --dashboard-host=0.0.0.0" in head
+    assert "ray start --address=$RAY_HEAD_IP:6379" in " ".join(config["worker_start_ray_commands"])
+
+
+def test_onprem_lists_machines_and_leaves_node_types_to_ray():
+    config = _load("onprem-gpu.yaml")
+    provider = config["provider"]
+    assert provider["type"] == "local"
+    assert provider["head_ip"] and provider["worker_ips"]
+    # Ray's local provider aborts on available_node_types: it builds local.cluster.node itself
+    # and detects each machine's GPUs (ray/autoscaler/_private/local/config.py).
+    assert "available_node_types" not in config and "head_node_type" not in config
+
+
+def test_aws_node_types_differ_in_link_and_declare_their_gpus():
+    config = _load("aws-gpu.yaml")
+    assert config["provider"]["type"] == "aws"
+    types = config["available_node_types"]
+    head = types[config["head_node_type"]]
+    assert head["resources"].get("GPU", 0) == 0  # the driver's node, never a rank's
+    gpu_types = {k: t for k, t in types.items() if t["resources"].get("GPU", 0) > 0}
+    instances = {t["node_config"]["InstanceType"] for t in gpu_types.values()}
+    assert instances == set(AWS_GPUS)  # NVSwitch and PCIe-only
+    for node_type in gpu_types.values():
+        gpus = node_type["resources"]["GPU"]
+        assert gpus == AWS_GPUS[node_type["node_config"]["InstanceType"]]
+        assert gpus >= 2  # pack with world_size 2 fits on one node
+
+
+# --------------------------------------------------------------------------------------
+# KubeRay
+
+
+def test_kuberay_manifest_shape():
+    doc = _load("kuberay-gpu.yaml")
+    assert doc["apiVersion"] == "ray.io/v1"
+    assert doc["kind"] == "RayCluster"
+    spec = doc["spec"]
+    head = spec["headGroupSpec"]
+    assert head["template"]["spec"]["containers"]
+    assert spec["workerGroupSpecs"]
+    launcher_pin = re.search(
+        r"ray\[default\]==([\w.]+)", " ".join(_load("aws-gpu.yaml")["setup_commands"])
+    )
+    assert spec["rayVersion"] == launcher_pin.group(1)
+    for params in [head["rayStartParams"]] + [
+        g["rayStartParams"] for g in spec["workerGroupSpecs"]
+    ]:
+        # KubeRay's rayStartParams is map[string]string: a bare YAML number is rejected.
+        assert all(isinstance(v, str) for v in params.values()), params
+
+
+def test_kuberay_gpu_limit_matches_num_gpus_and_fits_pack():
+    for group in _kuberay_workers():
+        gpus = _pod_gpus(group)
+        assert gpus == int(group["rayStartParams"]["num-gpus"]), group["groupName"]
+        assert gpus >= 2, "pack with world_size 2 needs 2 GPUs in one pod"
+        assert group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]
+
+
+@pytest.mark.parametrize("sweep", SWEEPS or [None], ids=lambda p: p.name if p else "none")
+def test_sweeps_fit_the_kuberay_cluster(sweep):
+    if sweep is None:
+        pytest.skip("no sweeps/*.yaml")
+    spec = yaml.safe_load(sweep.read_text()) or {}
+    world_size = spec.get("world_size")
+    if not isinstance(world_size, int):
+        pytest.skip(f"{sweep.name} has no world_size")
+    placements = (spec.get("grid") or {}).get("placement", ["pack"])  # the spec's default
+    placements = placements if isinstance(placements, list) else [placements]
+    groups = _kuberay_workers()
+    for placement in placements:
+        if placement == "pack":  # all ranks in one pod
+            assert max(_pod_gpus(g) for g in groups) >= world_size, (sweep.name, placement)
+        elif placement == "spread":  # one rank (1 GPU) per pod
+            assert sum(g["replicas"] for g in groups if _pod_gpus(g) >= 1) >= world_size, (
+                sweep.name,
+                placement,
+            )
+        else:
+            pytest.fail(f"{sweep.name}: unknown placement {placement!r}")
