@@ -1,0 +1,621 @@
+"""Topology discovery at sweep start: what every Ray node has, before any run is planned.
+
+One probe per alive Ray node, pinned there (``NodeAffinitySchedulingStrategy(soft=False)``) and
+asking for no CPU (``num_cpus=0``), so it schedules even while the node's CPUs are busy. The probe
+(``probe_node``, a plain module-level function) collects:
+
+- ``nvidia-smi topo -m`` text, verbatim (``orchestrator.topo.read_topo_text``), or why there is none;
+- NVML: whether it works here (``nvml_available``), the GPU inventory (``nvml_inventory``), driver
+  version and the CUDA version the driver supports;
+- torch's view: the CUDA peer-access (P2P) matrix, NCCL version, torch and its CUDA build.
+
+The torch part runs in a child process (``_CUDA_PROBE``), for two reasons. Ray may restrict
+``CUDA_VISIBLE_DEVICES`` in a task (always for GPU tasks; for ``num_gpus=0`` tasks where
+``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1`` or on older Rays), and the probe must see every GPU of
+the node. And a CUDA context created in a Ray worker lives as long as that (reused) worker,
+holding a few hundred MB on every GPU during the benchmark. The child drops
+``CUDA_VISIBLE_DEVICES`` and sets ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so P2P index ``i`` is NVML's
+and ``nvidia-smi``'s ``GPU<i>`` (CUDA's default order is fastest-first, which is not).
+Cost: one ``import torch`` per node (~2 s), once per sweep.
+
+Everything after the probe is pure and tested without Ray: ``node_rows`` (rows for the ``nodes``,
+``gpus`` and ``gpu_links`` tables of ``orchestrator.store``), ``links_by_node`` and
+``doctor_findings``. A probe that fails or does not answer becomes a ``NodeReport`` with
+``error`` set, never an exception: one broken node must not hide what the others have.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator import topo as topo_mod
+from orchestrator.topo import Topology, TopoParseError, parse_topo
+
+__all__ = [
+    "Finding",
+    "NodeReport",
+    "as_report",
+    "discover_nodes",
+    "doctor_findings",
+    "has_gpus",
+    "links_by_node",
+    "node_rows",
+    "parse_report_topo",
+    "probe_node",
+]
+
+CUDA_PROBE_TIMEOUT_S = 90.0  # import torch + cuInit on a cold node with 8 GPUs stays well under
+TOPO_TIMEOUT_S = 20.0  # nvidia-smi topo -m answers in < 1 s; minutes mean a hung driver
+
+# Columns of orchestrator.store.TABLES, in table order (``test_discovery`` checks they agree).
+GPU_COLUMNS = (
+    "name",
+    "uuid",
+    "pci_bus_id",
+    "memory_total_bytes",
+    "pcie_gen_current",
+    "pcie_gen_max",
+    "pcie_width_current",
+    "pcie_width_max",
+    "power_limit_w",
+    "power_default_limit_w",
+    "nvlink_active_count",
+)
+
+_NV_RE = re.compile(r"^NV\d+$")
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """What one node's probe found. Built by ``probe_node`` (as a dict) plus the driver's
+    view of the node from ``ray.nodes()``; every field has a default so that a failed probe, or a
+    hand-written dict in a test, is still a report."""
+
+    node_id: str
+    """Ray node id (hex)."""
+    hostname: str | None = None
+    """``socket.gethostname()`` on the node; from ``ray.nodes()`` if the probe failed."""
+    ip: str | None = None
+    """Ray's node manager address."""
+    cpus: float = 0.0
+    """Logical CPUs Ray advertises on the node (``ray.nodes()`` Resources)."""
+    gpus: float = 0.0
+    """Logical GPUs Ray advertises on the node; may differ from the physical count."""
+    topo_text: str | None = None
+    """``nvidia-smi topo -m`` output, verbatim; None when there is none."""
+    topo_status: str = "not probed"
+    """``"ok"``, why nvidia-smi gave no text, or ``"topo parse error: line N: ..."``."""
+    nvml_ok: bool = False
+    """NVML initialised and listed GPUs on the node."""
+    nvml_status: str = ""
+    """``nvml_available``'s text: ``"2 GPU(s), driver 550.54"`` or why NVML is absent."""
+    inventory: list[dict] = field(default_factory=list)
+    """``nvml_inventory()``: one dict per GPU (index, name, PCIe, power limits, temp_c...)."""
+    driver_version: str | None = None
+    """``nvmlSystemGetDriverVersion``, e.g. ``"550.54.15"``."""
+    cuda_version: str | None = None
+    """Highest CUDA version the driver supports (``nvmlSystemGetCudaDriverVersion``): ``"12.4"``."""
+    cuda_available: bool = False
+    """``torch.cuda.is_available()`` in the probe's child process."""
+    cuda_device_count: int = 0
+    p2p: list[list[bool | None]] | None = None
+    """``p2p[i][j]``: ``torch.cuda.can_device_access_peer(i, j)``, PCI bus order; None on the
+    diagonal. None when CUDA is not available."""
+    cuda_status: str = ""
+    """``"ok"`` or why there is no P2P matrix (CUDA unavailable, torch missing, probe timed out)."""
+    nccl_version: str | None = None
+    """``torch.cuda.nccl.version()`` as ``"2.21.5"``; None without CUDA."""
+    torch_version: str | None = None
+    torch_cuda: str | None = None
+    """CUDA toolkit torch was built with (``torch.version.cuda``); None for CPU builds."""
+    error: str | None = None
+    """Why the probe itself failed (task error, node died, no answer in time); None if it ran."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_REPORT_FIELDS = {f.name for f in dataclasses.fields(NodeReport)}
+
+
+def as_report(report: NodeReport | Mapping[str, Any]) -> NodeReport:
+    """A ``NodeReport`` from a report or a dict (unknown keys ignored, missing ones default)."""
+    if isinstance(report, NodeReport):
+        return report
+    known = {k: v for k, v in report.items() if k in _REPORT_FIELDS}
+    known.setdefault("node_id", "")
+    known["inventory"] = list(known.get("inventory") or [])
+    return NodeReport(**known)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing ``linksweep doctor`` has to say about a node (or, with ``node="*"``, the cluster)."""
+
+    node: str
+    """Hostname, or ``"*"`` for findings about the whole cluster."""
+    code: str
+    """Stable identifier: ``probe_failed``, ``cpu_only``, ``no_gpus``, ``topo_unreadable``,
+    ``p2p_blocked_on_nvlink``, ``p2p_unavailable``, ``p2p_unmapped``, ``ray_gpus_missing``,
+    ``ray_gpus_logical``, ``versions_differ``, or a ``DoctorWarning`` code
+    (``pcie_width_below_max``, ``power_limit_below_default``, ``hot``...)."""
+    message: str
+    """What was seen and what it means for link benchmarks."""
+    invalidates: bool
+    """True when link comparisons measured as things stand would not be trustworthy."""
+    gpu: int | None = None
+    """The GPU index the finding is about, if one."""
+    node_id: str = ""
+    """Ray node id of ``node`` (hostnames need not be unique); empty for cluster findings."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The probe: runs on each node as a Ray task. Never raises.
+# ---------------------------------------------------------------------------------------------
+
+# Runs in a child process with CUDA_VISIBLE_DEVICES removed and CUDA_DEVICE_ORDER=PCI_BUS_ID;
+# prints one JSON object. Self-contained so it needs nothing but torch on the node.
+_CUDA_PROBE = r"""
+import json
+out = {"cuda_available": False, "cuda_device_count": 0, "p2p": None, "nccl_version": None,
+       "torch_version": None, "torch_cuda": None, "cuda_status": "ok"}
+try:
+    import torch
+except Exception as exc:
+    out["cuda_status"] = f"cannot import torch: {type(exc).__name__}: {exc}"
+    print(json.dumps(out)); raise SystemExit(0)
+out["torch_version"] = torch.__version__
+out["torch_cuda"] = torch.version.cuda
+if not torch.cuda.is_available():
+    out["cuda_status"] = f"CUDA not available to torch {torch.__version__}"
+    print(json.dumps(out)); raise SystemExit(0)
+n = torch.cuda.device_count()
+out["cuda_available"] = True
+out["cuda_device_count"] = n
+try:
+    out["p2p"] = [[None if i == j else bool(torch.cuda.can_device_access_peer(i, j))
+                   for j in range(n)] for i in range(n)]
+except Exception as exc:
+    out["cuda_status"] = f"can_device_access_peer failed: {type(exc).__name__}: {exc}"
+try:
+    v = torch.cuda.nccl.version()
+    out["nccl_version"] = ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
+except Exception:
+    pass
+print(json.dumps(out))
+"""
+
+
+def _cuda_probe(timeout_s: float = CUDA_PROBE_TIMEOUT_S) -> dict:
+    env = dict(os.environ)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _CUDA_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"cuda_status": f"CUDA probe failed: {type(exc).__name__}: {exc}"}
+    lines = proc.stdout.strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, ValueError):
+        tail = (proc.stderr or proc.stdout).strip().splitlines()
+        return {"cuda_status": f"CUDA probe exited {proc.returncode}: {tail[-1] if tail else ''}"}
+
+
+def _nvml_versions() -> tuple[str | None, str | None]:
+    """Driver version and the CUDA version it supports (``12040`` -> ``"12.4"``)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else str(driver)
+        try:
+            code = int(pynvml.nvmlSystemGetCudaDriverVersion())
+            cuda = f"{code // 1000}.{(code % 1000) // 10}"
+        except pynvml.NVMLError:
+            cuda = None
+        return driver, cuda
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def probe_node() -> dict:
+    """Everything discovery wants to know about the node this runs on, as a plain dict.
+
+    Runs as a Ray task on the node (see ``discover_nodes``); never raises: each part that fails
+    leaves its fields at their defaults and says why in its ``*_status`` field.
+    """
+    from workloads.telemetry import nvml_available, nvml_inventory
+
+    out: dict[str, Any] = {"hostname": socket.gethostname()}
+    try:
+        import ray
+
+        out["node_id"] = ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - the driver knows the node id anyway
+        pass
+
+    text, why = topo_mod.read_topo_text(timeout_s=TOPO_TIMEOUT_S)
+    out["topo_text"], out["topo_status"] = text, why
+
+    ok, status = nvml_available()
+    out["nvml_ok"], out["nvml_status"] = ok, status
+    if ok:
+        try:
+            out["inventory"] = nvml_inventory()
+        except Exception as exc:  # noqa: BLE001 - NVML answered once; report, don't fail
+            out["nvml_ok"] = False
+            out["nvml_status"] = f"nvml_inventory failed: {type(exc).__name__}: {exc}"
+        with contextlib.suppress(Exception):  # versions are context, not essential
+            out["driver_version"], out["cuda_version"] = _nvml_versions()
+
+    out.update(_cuda_probe())
+    return out
+
+
+def _check_topo(report: NodeReport) -> NodeReport:
+    """Mark a report whose topo text does not parse (``topo_status``), keeping the text."""
+    if report.topo_text is None:
+        return report
+    try:
+        parse_topo(report.topo_text)
+    except TopoParseError as exc:
+        return dataclasses.replace(report, topo_status=f"topo parse error: {exc}")
+    return report
+
+
+def discover_nodes(timeout_s: float = 120.0) -> list[NodeReport]:
+    """Probe every alive Ray node once, in parallel; one report per node, sorted by hostname.
+
+    Assumes ``ray.init()`` was called. A probe that raises, lands on a dead node or has not
+    answered after ``timeout_s`` becomes a report with ``error`` set (and is cancelled).
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    remote_probe = ray.remote(num_cpus=0, max_retries=0)(probe_node)
+    refs = [
+        remote_probe.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False)
+        ).remote()
+        for n in nodes
+    ]
+    done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
+    done_set = set(done)
+
+    reports = []
+    for n, ref in zip(nodes, refs, strict=True):
+        base = {
+            "node_id": n["NodeID"],
+            "hostname": n.get("NodeManagerHostname"),
+            "ip": n.get("NodeManagerAddress"),
+            "cpus": float(n.get("Resources", {}).get("CPU", 0)),
+            "gpus": float(n.get("Resources", {}).get("GPU", 0)),
+        }
+        if ref in done_set:
+            try:
+                found = ray.get(ref)
+                # The driver's ids win: they are what ray.nodes() and placement groups use.
+                merged = {**found, **{k: v for k, v in base.items() if k != "hostname"}}
+                merged["hostname"] = found.get("hostname") or base["hostname"]
+                reports.append(_check_topo(as_report(merged)))
+            except Exception as exc:  # noqa: BLE001 - a failed probe is a report, not a crash
+                reports.append(as_report({**base, "error": _first_line(exc)}))
+        else:
+            with contextlib.suppress(Exception):  # already finished or gone: nothing to stop
+                ray.cancel(ref, force=True)
+            reports.append(
+                as_report(
+                    {
+                        **base,
+                        "error": f"no answer from the discovery probe within {timeout_s:.0f} s "
+                        "(node busy, hung driver, or runtime_env still installing)",
+                    }
+                )
+            )
+    return sorted(reports, key=lambda r: (r.hostname or "", r.ip or "", r.node_id))
+
+
+def _first_line(exc: BaseException) -> str:
+    cause = getattr(exc, "cause", None)
+    shown = cause if cause is not None else exc
+    lines = str(shown).strip().splitlines()
+    return f"{type(shown).__name__}: {lines[0] if lines else ''}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure: reports -> table rows, link lookup, doctor findings.
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_report_topo(report: NodeReport | Mapping[str, Any]) -> Topology | None:
+    """The report's parsed topology, or None (no text, or text that does not parse)."""
+    report = as_report(report)
+    if report.topo_text is None:
+        return None
+    try:
+        return parse_topo(report.topo_text)
+    except TopoParseError:
+        return None
+
+
+def _nvml_column(report: NodeReport) -> str:
+    if report.error is not None:
+        return f"absent: discovery probe failed: {report.error}"
+    if report.nvml_ok:
+        return "ok"
+    return f"absent: {report.nvml_status or 'not probed'}"
+
+
+def _node_name(report: NodeReport) -> str:
+    return report.hostname or report.ip or report.node_id
+
+
+def node_rows(
+    sweep_id: str, reports: Iterable[NodeReport | Mapping[str, Any]]
+) -> dict[str, list[dict]]:
+    """Rows for the ``nodes``, ``gpus`` and ``gpu_links`` tables, keyed by table name.
+
+    ``nodes.node`` (and ``gpus.node``, ``gpu_links.node``) is the hostname. ``gpu_links`` holds
+    every ordered pair of distinct GPUs of a topology that parses; a node whose text does not
+    parse keeps it in ``topo_text`` and gets no link rows (its report's ``topo_status`` says why).
+    """
+    out: dict[str, list[dict]] = {"nodes": [], "gpus": [], "gpu_links": []}
+    for raw in reports:
+        r = as_report(raw)
+        node = _node_name(r)
+        out["nodes"].append(
+            {
+                "sweep_id": sweep_id,
+                "node": node,
+                "node_id": r.node_id,
+                "ip": r.ip,
+                "cpus": float(r.cpus),
+                "gpus": float(r.gpus),
+                "topo_text": r.topo_text,
+                "driver_version": r.driver_version,
+                "cuda_version": r.cuda_version,
+                "nvml": _nvml_column(r),
+            }
+        )
+        for gpu in r.inventory:
+            out["gpus"].append(
+                {
+                    "sweep_id": sweep_id,
+                    "node": node,
+                    "gpu_index": int(gpu["index"]),
+                    **{c: gpu.get(c) for c in GPU_COLUMNS},
+                }
+            )
+        topo = parse_report_topo(r)
+        if topo is not None:
+            for (a, b), link in topo.links.items():
+                out["gpu_links"].append(
+                    {"sweep_id": sweep_id, "node": node, "gpu_a": a, "gpu_b": b, "link": link}
+                )
+    return out
+
+
+def links_by_node(gpu_links_rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[tuple, str]]:
+    """``gpu_links`` rows -> ``{node: {("GPU0", "GPU1"): "NV2", ...}}``, the shape that
+    ``orchestrator.topo.run_link_class`` takes for one node."""
+    out: dict[str, dict[tuple, str]] = {}
+    for row in gpu_links_rows:
+        out.setdefault(row["node"], {})[(row["gpu_a"], row["gpu_b"])] = row["link"]
+    return out
+
+
+def has_gpus(report: NodeReport | Mapping[str, Any]) -> bool:
+    """Any physical GPU seen on the node, by NVML, CUDA or nvidia-smi."""
+    r = as_report(report)
+    topo = parse_report_topo(r)
+    return bool(r.inventory) or r.cuda_device_count > 0 or bool(topo and topo.gpus)
+
+
+def _physical_gpu_count(r: NodeReport, topo: Topology | None) -> int:
+    return max(len(r.inventory), r.cuda_device_count, len(topo.gpus) if topo else 0)
+
+
+def _p2p_findings(node: str, r: NodeReport, topo: Topology | None) -> list[Finding]:
+    if r.p2p is None:
+        if has_gpus(r):
+            return [
+                Finding(
+                    node,
+                    "p2p_unavailable",
+                    f"No P2P access matrix: {r.cuda_status or 'not probed'}. Whether GPUs can "
+                    "reach each other directly is unknown; only the transports recorded per run "
+                    "tell what NCCL used.",
+                    invalidates=False,
+                )
+            ]
+        return []
+    if topo is None or len(r.p2p) != len(topo.gpus):
+        have = "no readable topology" if topo is None else f"{len(topo.gpus)} GPUs in topo -m"
+        return [
+            Finding(
+                node,
+                "p2p_unmapped",
+                f"P2P matrix has {len(r.p2p)} GPUs but there is {have}, so P2P cannot be "
+                "matched against the link types.",
+                invalidates=False,
+            )
+        ]
+    out: list[Finding] = []
+    pcie_blocked = []
+    n = len(r.p2p)
+    for i in range(n):
+        for j in range(i + 1, n):
+            if r.p2p[i][j] is not False and r.p2p[j][i] is not False:
+                continue
+            link = topo.links.get((f"GPU{i}", f"GPU{j}"), "?")
+            if _NV_RE.match(link):
+                out.append(
+                    Finding(
+                        node,
+                        "p2p_blocked_on_nvlink",
+                        f"GPU{i} and GPU{j} share {link} but CUDA reports no peer access between "
+                        "them (IOMMU/ACS, a VM, or a driver fault). NCCL will route their "
+                        "traffic through host memory, so an NVLink variant measures SHM.",
+                        invalidates=True,
+                        gpu=i,
+                    )
+                )
+            else:
+                pcie_blocked.append(f"GPU{i}-GPU{j} ({link})")
+    if pcie_blocked:
+        out.append(
+            Finding(
+                node,
+                "p2p_unavailable",
+                f"No CUDA peer access over PCIe for {', '.join(pcie_blocked)}. NCCL uses SHM "
+                "(through host memory) for these pairs whatever the variant asks; a PCIe P2P "
+                "variant on them measures the same thing as an SHM variant.",
+                invalidates=False,
+            )
+        )
+    return out
+
+
+def _node_findings(r: NodeReport, answered: list[NodeReport]) -> list[Finding]:
+    """The findings about one node; ``answered`` are all nodes whose probe ran."""
+    from workloads.telemetry import doctor_warnings
+
+    node = _node_name(r)
+    out: list[Finding] = []
+    if r.error is not None:
+        out.append(
+            Finding(
+                node,
+                "probe_failed",
+                f"Could not probe this node: {r.error}. Its GPUs and links are unchecked, "
+                "and runs placed there may fail the same way.",
+                invalidates=True,
+            )
+        )
+        return out
+    topo = parse_report_topo(r)
+    physical = _physical_gpu_count(r, topo)
+    if physical == 0:
+        if r.gpus > 0:
+            out.append(
+                Finding(
+                    node,
+                    "ray_gpus_logical",
+                    f"Ray advertises {r.gpus:g} GPU(s) here but none is physically present "
+                    f"({r.nvml_status or r.topo_status}): they are logical resources, and "
+                    "ranks placed on them run without CUDA.",
+                    invalidates=False,
+                )
+            )
+        elif any(has_gpus(o) for o in answered):
+            out.append(
+                Finding(
+                    node,
+                    "no_gpus",
+                    f"No GPUs on this node ({r.nvml_status or r.topo_status}); GPU runs "
+                    "are not placed here.",
+                    invalidates=False,
+                )
+            )
+        return out
+    if r.gpus == 0:
+        out.append(
+            Finding(
+                node,
+                "ray_gpus_missing",
+                f"{physical} GPU(s) here but Ray advertises none (start Ray with "
+                "--num-gpus): sweeps run the CPU path (gloo) on this node.",
+                invalidates=False,
+            )
+        )
+    if r.topo_text is not None and topo is None:
+        out.append(
+            Finding(
+                node,
+                "topo_unreadable",
+                f"nvidia-smi topo -m output could not be read ({r.topo_status}); runs here "
+                "get link class 'unknown'.",
+                invalidates=False,
+            )
+        )
+    elif r.topo_text is None:
+        out.append(
+            Finding(
+                node,
+                "topo_unreadable",
+                f"No nvidia-smi topo -m output ({r.topo_status}); runs here get link class "
+                "'unknown'.",
+                invalidates=False,
+            )
+        )
+    for w in doctor_warnings(r.inventory):
+        out.append(Finding(node, w.code, w.message, w.invalidates, gpu=w.gpu))
+    out.extend(_p2p_findings(node, r, topo))
+    return out
+
+
+def doctor_findings(reports: Iterable[NodeReport | Mapping[str, Any]]) -> list[Finding]:
+    """Everything ``linksweep doctor`` warns about, from discovery reports; pure.
+
+    Per node: a failed probe, GPUs that Ray does not advertise (or advertises without hardware),
+    an unreadable topology, ``telemetry.doctor_warnings`` on the NVML inventory (PCIe below max,
+    power limit below default, hot GPU, NVLink down), and CUDA P2P access against the topo link
+    (no peer access on an ``NV#`` pair invalidates). Cluster-wide (``node="*"``): no GPUs anywhere
+    (``cpu_only``), and NCCL/driver/CUDA versions that differ between GPU nodes.
+    """
+    reps = [as_report(r) for r in reports]
+    out: list[Finding] = []
+    answered = [r for r in reps if r.error is None]
+    for r in reps:
+        out.extend(dataclasses.replace(f, node_id=r.node_id) for f in _node_findings(r, answered))
+
+    if answered and not any(has_gpus(r) for r in answered):
+        out.append(
+            Finding(
+                "*",
+                "cpu_only",
+                "no GPUs found on any node: link variants cannot differ on this cluster; "
+                "the CPU path (gloo) still runs sweeps",
+                invalidates=False,
+            )
+        )
+    gpu_nodes = [r for r in answered if has_gpus(r)]
+    for label, attr in (
+        ("NCCL", "nccl_version"),
+        ("driver", "driver_version"),
+        ("CUDA", "cuda_version"),
+    ):
+        seen = {getattr(r, attr) for r in gpu_nodes if getattr(r, attr)}
+        if len(seen) > 1:
+            detail = ", ".join(f"{_node_name(r)}={getattr(r, attr)}" for r in gpu_nodes)
+            out.append(
+                Finding(
+                    "*",
+                    "versions_differ",
+                    f"{label} versions differ between nodes ({detail}). Cross-node (spread) "
+                    "runs mix them and pack runs on different nodes are not like for like; "
+                    "compare variants measured on the same node.",
+                    invalidates=False,
+                )
+            )
+    return out
