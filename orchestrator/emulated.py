@@ -721,6 +721,16 @@ def _comm(pid: int) -> str:
         return "?"
 
 
+def _start_time(pid: int) -> int | None:
+    """Start time in clock ticks since boot (/proc/<pid>/stat field 22): with the pid, it
+    names a process uniquely, so a recorded pid that was reused is never signalled."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
+
+
 def _alive(pid: int) -> bool:
     info = _ppid_and_state(pid)
     return info is not None and info[1] not in ("Z", "X")
@@ -737,13 +747,17 @@ def _is_marked(pid: int, cluster_id: str) -> bool:
 def _cluster_pids(state: dict[str, Any], namespaces: Sequence[str]) -> set[int]:
     """Every live process that belongs to this emulated cluster.
 
-    Marked by env; in one of its namespaces; recorded by `up` and still marked or in
-    its namespaces; or a descendant of any of these (setproctitle can overwrite a
-    Python process's environ, so Ray's renamed workers are caught by their parent).
+    Marked by env; in one of its namespaces; recorded by `up` with the same start time;
+    or a descendant of any of these. Ray's Python processes rename themselves with
+    setproctitle, which overwrites their environ (and so the marker): while their parent
+    lives they are found as descendants, after a crash by their recorded start time.
     """
     cluster_id = state["cluster_id"]
     me = os.getpid()
     pids = {p for p in _proc_ids() if p != me and _is_marked(p, cluster_id)}
+    for pid, start in state.get("start_times", {}).items():
+        if _start_time(int(pid)) == start:
+            pids.add(int(pid))
     for ns in namespaces:
         pids |= _netns_pids(ns)
     children: dict[int, list[int]] = {}
@@ -787,6 +801,12 @@ def _terminate(pids: set[int], log: Log) -> set[int]:
         signal_all(signal.SIGKILL)
         left = wait(time.monotonic() + 5.0)
     return left
+
+
+def _record_pids(state: dict[str, Any], label: str, pids: set[int]) -> None:
+    starts = {p: _start_time(p) for p in sorted(pids)}
+    state["pids"][label] = [p for p, t in starts.items() if t is not None]
+    state["start_times"].update({str(p): t for p, t in starts.items() if t is not None})
 
 
 def _gcs_nodes(address: str, timeout_s: float = 5.0) -> list[dict[str, Any]] | None:
@@ -909,6 +929,7 @@ def up(
         "ray_temp_dir": str(temp_dir),
         "ray_started": False,
         "pids": {},
+        "start_times": {},
         "address": None,
     }
     _write_state(path, state)
@@ -929,7 +950,7 @@ def up(
 
         log(f"starting the Ray head on {plan.address} (root namespace, no CPUs/GPUs)")
         _start_ray({"head": ray_start_argv(plan, opts, ray_bin, str(temp_dir), None)}, env, log_dir)
-        state["pids"]["head"] = sorted(p for p in _cluster_pids(state, []) if p != os.getpid())
+        _record_pids(state, "head", _cluster_pids(state, []))
         _write_state(path, state)
 
         log(f"starting {nodes} Ray nodes ({opts.cpus_per_node} CPU, {opts.gpus_per_node} GPU each)")
@@ -942,7 +963,7 @@ def up(
             log_dir,
         )
         for n in plan.nodes:
-            state["pids"][n.namespace] = sorted(_netns_pids(n.namespace))
+            _record_pids(state, n.namespace, _netns_pids(n.namespace))
         _write_state(path, state)
 
         _wait_ready(plan, ready_timeout_s)
@@ -976,10 +997,7 @@ def down(
     namespaces = [s["namespace"] for s in started if s["kind"] == "netns"]
 
     leftovers: list[str] = []
-    recorded = {p for pids in state["pids"].values() for p in pids}
     pids = _cluster_pids(state, namespaces)
-    # A recorded pid counts only if it still looks like ours: a pid can be reused.
-    pids |= {p for p in recorded if p in pids}
     still = _terminate(pids, log)
     leftovers += [f"process {p} did not exit" for p in sorted(still)]
 
