@@ -7,10 +7,12 @@ so it never touches the session's test cluster; stopping it terminates only what
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -27,17 +29,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for_dashboard(url: str, deadline_s: float) -> None:
+def wait_for_dashboard(url: str, deadline_s: float, head, log_path) -> None:
     """Poll the job API until it answers; a bounded readiness check, not a fixed sleep."""
+    import urllib.error
     import urllib.request
 
     end = time.monotonic() + deadline_s
     last = None
     while time.monotonic() < end:
+        if head.poll() is not None:
+            raise RuntimeError(f"ray start exited {head.returncode}: {log_path.read_text()[-3000:]}")
         try:
             with urllib.request.urlopen(f"{url}/api/version", timeout=2) as r:
                 if r.status == 200:
                     return
+        except urllib.error.HTTPError as exc:
+            if exc.code == 401:  # up, and asking for Ray's auth token (the job CLI sends it)
+                return
+            last = exc
         except OSError as exc:
             last = exc
         time.sleep(0.5)
@@ -47,7 +56,22 @@ def wait_for_dashboard(url: str, deadline_s: float) -> None:
 @pytest.mark.slow
 def test_ray_job_submit_lands_in_db(tmp_path, write_sweep):
     gcs_port, dash_port = free_port(), free_port()
-    env = {**os.environ, "RAY_DISABLE_USAGE_STATS": "1"}
+    # Every port explicit: other Ray instances on this machine (the session cluster) hold the
+    # defaults, e.g. the dashboard agent's 52365.
+    ports = {
+        "--dashboard-agent-listen-port": free_port(),
+        "--dashboard-agent-grpc-port": free_port(),
+        "--metrics-export-port": free_port(),
+        "--runtime-env-agent-port": free_port(),
+        "--ray-client-server-port": free_port(),
+        "--node-manager-port": free_port(),
+        "--object-manager-port": free_port(),
+    }
+    # Ray >= 2.5x enables token auth by default when ~/.ray/auth_token exists; on this loopback-only
+    # test cluster it is switched off explicitly for the head, the job CLI and the job's driver.
+    env = {**os.environ, "RAY_DISABLE_USAGE_STATS": "1", "RAY_AUTH_MODE": "disabled"}
+    ray_tmp = tempfile.mkdtemp(prefix="lsjob", dir="/tmp")
+    head_log = open(tmp_path / "head.log", "w")
     env.pop("RAY_ADDRESS", None)
     head = subprocess.Popen(
         [
@@ -55,16 +79,17 @@ def test_ray_job_submit_lands_in_db(tmp_path, write_sweep):
             "--node-ip-address=127.0.0.1", f"--port={gcs_port}",
             "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}",
             "--num-cpus=2", "--include-dashboard=true",
-            f"--temp-dir={tmp_path / 'ray'}",
+            f"--temp-dir={ray_tmp}",  # short: Ray's unix socket paths must fit 107 bytes
+            *(f"{flag}={port}" for flag, port in ports.items()),
         ],
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=head_log,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{dash_port}"
     try:
-        wait_for_dashboard(url, 120)
+        wait_for_dashboard(url, 120, head, tmp_path / "head.log")
         sweep = write_sweep(name="job")
         db = tmp_path / "job.duckdb"  # absolute: the job's working dir is temporary
         out = subprocess.run(
@@ -88,3 +113,5 @@ def test_ray_job_submit_lands_in_db(tmp_path, write_sweep):
             head.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
+        head_log.close()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
