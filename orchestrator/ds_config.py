@@ -2,11 +2,19 @@
 
 Every key below was checked against the DeepSpeed 0.19.8 source (``deepspeed/runtime/config.py``,
 ``deepspeed/runtime/constants.py``, ``deepspeed/runtime/zero/config.py``,
-``deepspeed/runtime/zero/offload_config.py``, ``deepspeed/runtime/swap_tensor/constants.py``) and
-each variant was run for real on CPU with gloo (see the report in the commit that added this
-module). Where we set a key to its DeepSpeed default anyway, it is because the comm-volume model
+``deepspeed/runtime/zero/offload_config.py``, ``deepspeed/runtime/swap_tensor/constants.py``), and
+the configs were run for real with a client ``torch.optim.AdamW`` on a tiny gpt2 on CPU with gloo:
+zero1/zero2/zero3 x offload none/cpu x fp32/bf16 at world size 1, the fp32 ones (and bf16 none)
+at world size 2 with the comms logger, and zero3 + nvme at world sizes 1 and 2. Where we set a
+key to its DeepSpeed default anyway, it is because the comm-volume model
 (``orchestrator/comm_model.py``) depends on that value and a future default change must not move
 the measurement silently.
+
+Cost to know about: the first ``deepspeed.initialize`` on a fresh CPU machine JIT-builds the
+``deepspeed_shm_comm`` op (~35 s on 2 cores), and the first NVMe run builds ``async_io`` and
+``pin_memory`` (~6.5 min on 2 cores; needs ``libaio-dev`` and ``ninja``). Both are cached in
+``~/.cache/torch_extensions`` afterwards (initialize then takes ~1 s, ~5 s with NVMe), so warm
+the cache on every node before timing anything.
 
 Units: DeepSpeed's ZeRO bucket sizes (``reduce_bucket_size``, ``allgather_bucket_size``,
 ``stage3_prefetch_bucket_size``) count ELEMENTS, not bytes (``zero/config.py``: they size
