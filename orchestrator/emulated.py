@@ -972,7 +972,7 @@ def up(
     except BaseException:
         log("emulated cluster: up failed; removing what was created")
         down(state_dir, log=log, keep_logs=True)
-        log(f"Ray logs of the failed attempt: {temp_dir}/session_*/logs and {log_dir}")
+        log(f"Ray logs of the failed attempt: {temp_dir}/<node>/session_*/logs and {log_dir}")
         raise
     return plan.address
 
