@@ -37,6 +37,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if address == "embedded":
         print("Ray: embedded single-node cluster on this machine", file=sys.stderr)
     try:
+        runner.preflight(spec)
         bundle = runner.check_cluster(spec)
     except SpecError as exc:
         _err(str(exc))
@@ -82,6 +83,29 @@ def _print_summary(store, sweep_id: str) -> None:
     )
     if rows:
         print_table(cols, rows, title="link_sensitivity (variant median / baseline median)")
+    _, mismatches = store.query(
+        """SELECT seq, link, link_class, effective_transport FROM runs
+           WHERE sweep_id = ? AND link_check = 'mismatch' ORDER BY seq""",
+        [sweep_id],
+    )
+    for seq, link, link_class, transport in mismatches:
+        print(
+            f"LINK MISMATCH run #{seq}: link {link!r} on a {link_class} pair but NCCL used "
+            f"{transport}: this run does not measure what its link name says",
+            file=sys.stderr,
+        )
+    (counts,) = store.query(
+        """SELECT count(*) FILTER (WHERE throttled), count(*) FILTER (WHERE hot),
+                  count(*) FILTER (WHERE telemetry LIKE 'absent%'), count(*)
+           FROM runs WHERE sweep_id = ?""",
+        [sweep_id],
+    )[1]
+    throttled, hot, absent, total = counts
+    print(
+        f"telemetry: {throttled} throttled and {hot} hot run(s) of {total} (kept, flagged, "
+        f"excluded from figures); {absent} run(s) without GPU telemetry",
+        file=sys.stderr,
+    )
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -103,6 +127,24 @@ def cmd_query(args: argparse.Namespace) -> int:
 
         print_table(cols, rows)
     return EXIT_OK
+
+
+def cmd_topo(args: argparse.Namespace) -> int:
+    from orchestrator.inspect_cmds import topo_command
+
+    return topo_command(args.address, args.parse, args.json)
+
+
+def cmd_transports(args: argparse.Namespace) -> int:
+    from orchestrator.inspect_cmds import transports_command
+
+    return transports_command(args.parse, args.json)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from orchestrator.inspect_cmds import doctor_command
+
+    return doctor_command(args.address)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,6 +169,21 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--db", default="results.duckdb")
     q.add_argument("--format", choices=["table", "csv", "json"], default="table")
     q.set_defaults(func=cmd_query)
+
+    t = sub.add_parser("topo", help="print each node's nvidia-smi topo -m matrix and inventory")
+    t.add_argument("--address", default=None)
+    t.add_argument("--parse", metavar="FILE", help="parse a saved `nvidia-smi topo -m` output")
+    t.add_argument("--json", action="store_true", help="with --parse: print JSON")
+    t.set_defaults(func=cmd_topo)
+
+    tr = sub.add_parser("transports", help="parse an NCCL_DEBUG=INFO log: version, transports")
+    tr.add_argument("--parse", metavar="LOGFILE", required=True)
+    tr.add_argument("--json", action="store_true")
+    tr.set_defaults(func=cmd_transports)
+
+    d = sub.add_parser("doctor", help="preflight: what would invalidate a link comparison")
+    d.add_argument("--address", default=None)
+    d.set_defaults(func=cmd_doctor)
     return p
 
 

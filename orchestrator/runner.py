@@ -76,7 +76,7 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str, nvme_dir: str | None) -
             offload=v.offload,
             bucket_mb=v.bucket_mb,
             nvme_path=nvme_dir,
-            comms_logger=True,
+            comms_logger=False,  # enabled only for the profiled pass (workloads/ds_comms.py)
         )
     return cfg
 
@@ -87,6 +87,81 @@ class RunRows:
     steps: list[dict]
     ranks: list[dict]
     comms: list[dict]
+    transports: list[dict]
+    telemetry: list[dict]
+
+
+def transport_facts(
+    run_id: str, records: list[dict], link_env: dict[str, str], link_class: str
+) -> tuple[list[dict], dict]:
+    """Rows for ``transports`` and the run's effective_transport / link_check / nccl_version."""
+    from orchestrator import nccl_log
+
+    backends = {r.get("backend") for r in records}
+    if backends == {"gloo"}:
+        return [], {
+            "effective_transport": nccl_log.GLOO_TRANSPORT,
+            "link_check": "unknown",  # gloo logs no transport choice to verify against
+            "nccl_version": None,
+        }
+    rows, families, version = [], set(), None
+    for rec in records:
+        log = nccl_log.parse_nccl_log(rec.get("nccl_log") or "")
+        version = version or log.nccl_version
+        families.update(nccl_log.transport_families(log))
+        for line in log.channels:
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "rank": rec["rank"],
+                    "channel": line.channel,
+                    "peer": line.peer,
+                    "transport": line.transport,
+                    "detail": line.detail,
+                }
+            )
+    fams = sorted(families)
+    return rows, {
+        "effective_transport": nccl_log.effective_transport(fams) if records else None,
+        "link_check": nccl_log.link_check(link_env, fams, link_class) if records else "unknown",
+        "nccl_version": version,
+    }
+
+
+def telemetry_facts(run_id: str, records: list[dict]) -> tuple[list[dict], dict]:
+    """Rows for ``telemetry`` and the run's summary flags; absent telemetry is said, not faked."""
+    from workloads.telemetry import TelemetrySample, summarize
+
+    rows, samples, violations, statuses = [], [], {}, set()
+    for rec in records:
+        tel = rec.get("telemetry") or {}
+        statuses.add(tel.get("status", "absent: not reported"))
+        for smp in tel.get("samples", []):
+            rows.append({"run_id": run_id, "rank": rec["rank"], **smp})
+            samples.append(TelemetrySample(**smp))
+        for k, v in tel.get("violation_ns", {}).items():
+            violations[f"{rec['rank']}:{k}"] = v
+    summary = summarize(samples, violations)
+    status = "; ".join(sorted(statuses)) if statuses else None
+    return rows, {
+        "telemetry": status,
+        "max_temp_c": summary.max_temp_c,
+        "mean_power_w": summary.mean_power_w,
+        "min_sm_clock_mhz": summary.min_sm_clock_mhz,
+        "throttled": summary.throttled if summary.available else None,
+        "hot": summary.hot if summary.available else None,
+    }
+
+
+def link_class_for(placement: str, nodes: list[dict], topo_links: dict) -> str:
+    """The link between the run's GPUs (slowest if they differ); NET across nodes."""
+    from orchestrator.topo import run_link_class
+
+    if not nodes:
+        return "unknown"
+    host = nodes[0].get("hostname")
+    gpu_ids = [int(g) for n in nodes for g in (n.get("gpu_ids") or [])]
+    return run_link_class(topo_links.get(host, {}), gpu_ids, placement)
 
 
 def comm_rows(run_id: str, rank: int, records: list[dict], world_size: int) -> list[dict]:
@@ -109,6 +184,30 @@ def comm_rows(run_id: str, rank: int, records: list[dict], world_size: int) -> l
     return rows
 
 
+def comm_expectation(spec: SweepSpec, v: Variant, n_params: int):
+    """The analytic bytes per optimizer step (orchestrator/comm_model.py) for this run.
+
+    Psi is in the dtype that travels: DDP reduces fp32 gradients (autocast keeps fp32 master
+    grads); DeepSpeed reduces and gathers bf16 models in bf16. ZeRO-3 gathers each parameter in
+    forward and again in backward unless its prefetch window (one bucket) covers the whole model,
+    in which case DeepSpeed keeps them gathered from forward to backward (measured; see
+    comm_model's docstring) - so 1 gather per micro-step for models under one bucket.
+    """
+    from orchestrator.ds_config import bucket_elements
+
+    bytes_per_param = 2 if spec.precision == "bf16" and v.strategy != "ddp" else 4
+    gathers = 2.0
+    if v.strategy == "zero3" and n_params <= bucket_elements(v.bucket_mb, spec.precision):
+        gathers = 1.0
+    return expected_comm(
+        v.strategy,
+        v.grad_accum,
+        n_params * bytes_per_param,
+        spec.world_size,
+        zero3_gathers_per_micro_step=gathers,
+    )
+
+
 def build_rows(
     spec: SweepSpec,
     sweep_id: str,
@@ -117,6 +216,7 @@ def build_rows(
     result,
     started_at: dt.datetime,
     finished_at: dt.datetime,
+    topo_links: dict | None = None,
 ) -> RunRows:
     """Turn one run's result (scheduler.RunResult) into table rows. Pure."""
     v = planned.variant
@@ -151,8 +251,7 @@ def build_rows(
     expectation = None
     n_params = first.get("n_params")
     if n_params and spec.world_size > 1:
-        bytes_per_param = 2 if spec.precision == "bf16" and v.strategy != "ddp" else 4
-        expectation = expected_comm(v.strategy, v.grad_accum, n_params * bytes_per_param, spec.world_size)
+        expectation = comm_expectation(spec, v, n_params)
     startup = None
     if result.actors_created_wall and first.get("first_step_wall"):
         startup = max(r["first_step_wall"] for r in records) - result.actors_created_wall
@@ -190,9 +289,14 @@ def build_rows(
         "comm_bytes_per_step": comm_bytes,
         "expected_comm_bytes_per_step": expectation.msg_bytes_per_step if expectation else None,
         "comm_note": expectation.note if expectation else None,
+        "nvme_swap_files": max((r.get("nvme_swap_files") or 0 for r in records), default=None),
         "variant": v.to_dict(),
     }
-    return RunRows(run, steps, ranks, comms)
+    link_class = link_class_for(v.placement, result.nodes, topo_links or {})
+    transports, t_facts = transport_facts(run_id, records, spec.links[v.link], link_class)
+    telemetry, tel_facts = telemetry_facts(run_id, records)
+    run.update({"link_class": link_class, **t_facts, **tel_facts})
+    return RunRows(run, steps, ranks, comms, transports, telemetry)
 
 
 def _gpu_visibility(nodes: list[dict]) -> str:
@@ -293,6 +397,47 @@ def store_run(store, rows: RunRows) -> None:
         store.insert("steps", rows.steps)
         store.insert("ranks", rows.ranks)
         store.insert("comms", rows.comms)
+        store.insert("transports", rows.transports)
+        store.insert("telemetry", rows.telemetry)
+
+
+def preflight(spec: SweepSpec) -> None:
+    """Checks that need this machine, not just the file: NVMe offload's folder and async_io op.
+
+    Raises SpecError (exit 2, nothing run). On a multi-node cluster a worker node can still lack
+    libaio; that run then fails with the same actionable message (workloads/strategies.py).
+    """
+    from orchestrator.spec import SpecError
+
+    if "nvme" not in spec.grid.offload or "zero3" not in spec.grid.strategy:
+        return
+    errors = []
+    try:
+        os.makedirs(spec.nvme_path, exist_ok=True)
+        probe = os.path.join(spec.nvme_path, ".linksweep-write-test")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as exc:
+        errors.append(
+            f"nvme_path: {spec.nvme_path!r} is not a writable folder ({exc.strerror}); "
+            "allowed: a writable path on a local NVMe disk"
+        )
+    try:
+        from deepspeed.ops.op_builder import AsyncIOBuilder
+
+        compatible = AsyncIOBuilder().is_compatible(verbose=False)
+    except Exception as exc:  # noqa: BLE001 - any import/probe failure means not buildable
+        compatible = False
+        errors.append(f"grid.offload: 'nvme' cannot be checked: {exc}")
+    if not compatible:
+        errors.append(
+            "grid.offload: 'nvme' needs DeepSpeed's async_io op, which cannot be built here: "
+            "apt-get install libaio-dev && pip install ninja; allowed offloads without it: "
+            "none, cpu"
+        )
+    if errors:
+        raise SpecError(errors)
 
 
 def check_cluster(spec: SweepSpec) -> dict[str, float]:
@@ -306,6 +451,19 @@ def check_cluster(spec: SweepSpec) -> dict[str, float]:
 
 def dumps(obj) -> str:
     return json.dumps(obj, sort_keys=True, default=str)
+
+
+def discover_topology(store, sweep_id: str) -> dict:
+    """One probe per node: nvidia-smi topo -m and NVML inventory -> nodes, gpus, gpu_links."""
+    from orchestrator.discovery import discover_nodes, links_by_node, node_rows
+
+    tables = node_rows(sweep_id, discover_nodes())
+    with store.transaction():
+        for table, rows in tables.items():
+            store.insert(table, rows)
+    statuses = sorted({r["nvml"] for r in tables["nodes"]})
+    store.update("sweeps", {"sweep_id": sweep_id}, {"topology_status": "; ".join(statuses)})
+    return links_by_node(tables["gpu_links"])
 
 
 def execute_sweep(spec: SweepSpec, store, address: str, bundle: dict[str, float], ui) -> str:
@@ -322,6 +480,7 @@ def execute_sweep(spec: SweepSpec, store, address: str, bundle: dict[str, float]
     sweep_id = new_sweep_id()
     with store.transaction():
         store.insert("sweeps", [sweep_row(spec, sweep_id, address, len(planned))])
+    topo_links = discover_topology(store, sweep_id)
     ui.sweep_started(spec, sweep_id, len(planned))
     board = scheduler.ProgressBoard.remote()
     cpus = int(bundle.get("CPU", 1))
@@ -348,7 +507,14 @@ def execute_sweep(spec: SweepSpec, store, address: str, bundle: dict[str, float]
                 if nvme_dir:
                     shutil.rmtree(nvme_dir, ignore_errors=True)
             rows = build_rows(
-                spec, sweep_id, p, run_id, result, started, dt.datetime.now(dt.timezone.utc)
+                spec,
+                sweep_id,
+                p,
+                run_id,
+                result,
+                started,
+                dt.datetime.now(dt.timezone.utc),
+                topo_links,
             )
             store_run(store, rows)
             refresh_stats(store, sweep_id, spec)

@@ -75,6 +75,7 @@ TABLES: dict[str, str] = {
         comm_bytes_per_step DOUBLE,  -- measured message bytes per optimizer step per rank
         expected_comm_bytes_per_step DOUBLE,
         comm_note VARCHAR,
+        nvme_swap_files INTEGER,     -- files DeepSpeed had written under nvme_path (offload nvme)
         predicted_comm_s_per_step DOUBLE,
         link_class VARCHAR,
         effective_transport VARCHAR,
@@ -223,7 +224,7 @@ VIEWS: dict[str, str] = {
     "run_summary": """
         SELECT r.run_id, r.sweep_id, r.seq, r.strategy, r.offload, r.grad_accum, r.bucket_mb,
                r.link, r.placement, r.world_size, r.model, r.precision, r."repeat", r.backend,
-               r.status, r.throttled, r.link_check,
+               r.status, r.throttled, r.link_class, r.effective_transport, r.link_check,
                count(s.step) AS n_steps,
                median(s.step_time_s) AS median_step_time_s,
                quantile_cont(s.step_time_s, 0.1) AS p10_step_time_s,

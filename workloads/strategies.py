@@ -9,6 +9,8 @@ profiled pass, because timing a collective means synchronising around it.
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import time
 from collections import defaultdict
 
@@ -99,6 +101,9 @@ class DDPStrategy:
         self.profiling = False
         return self.counter.records()
 
+    def swap_files(self) -> int:
+        return 0
+
     def teardown(self) -> None:
         pass
 
@@ -116,11 +121,23 @@ class ZeroStrategy:
         import deepspeed
 
         self.device = device
+        self.world_size = dist.get_world_size()
+        self.nvme_dir = cfg.get("nvme_dir")
+        if self.nvme_dir:
+            os.makedirs(self.nvme_dir, exist_ok=True)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"])
-        self.engine, _, _, _ = deepspeed.initialize(
-            model=model, optimizer=optimizer, config=cfg["ds_config"]
-        )
-        self._comm = None
+        try:
+            self.engine, _, _, _ = deepspeed.initialize(
+                model=model, optimizer=optimizer, config=cfg["ds_config"]
+            )
+        except Exception as exc:
+            if self.nvme_dir and ("async_io" in str(exc) or "libaio" in str(exc).lower()):
+                raise RuntimeError(
+                    "NVMe offload needs DeepSpeed's async_io op, which could not be built: "
+                    "apt-get install libaio-dev && pip install ninja, on every node "
+                    f"(DeepSpeed said: {exc})"
+                ) from exc
+            raise
 
     def micro_step(self, batch: torch.Tensor, boundary: bool) -> torch.Tensor:
         batch = batch.to(self.engine.device)
@@ -130,20 +147,29 @@ class ZeroStrategy:
         return loss.detach()
 
     def optimizer_step(self) -> None:
-        assert self.engine.is_gradient_accumulation_boundary() or True
+        pass  # engine.step() in micro_step already stepped at the accumulation boundary
 
     def profile_start(self) -> None:
         from workloads import ds_comms
 
-        self._comm = ds_comms.start()
+        ds_comms.start()
 
     def profile_stop(self) -> list[dict]:
         from workloads import ds_comms
 
-        return ds_comms.stop(self._comm)
+        return ds_comms.stop(self.world_size)
+
+    def swap_files(self) -> int:
+        """Files DeepSpeed wrote under this run's NVMe folder (proof the offload went there)."""
+        if not self.nvme_dir:
+            return 0
+        return sum(len(files) for _, _, files in os.walk(self.nvme_dir))
 
     def teardown(self) -> None:
-        self.engine.destroy() if hasattr(self.engine, "destroy") else None
+        if hasattr(self.engine, "destroy"):
+            self.engine.destroy()
+        if self.nvme_dir:
+            shutil.rmtree(self.nvme_dir, ignore_errors=True)
 
 
 def make_strategy(model, device, cfg, autocast_dtype):

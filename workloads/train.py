@@ -10,6 +10,7 @@ kept out of the timed steps because timing a collective synchronises around it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import threading
@@ -51,12 +52,45 @@ def peak_mem_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+class Telemetry:
+    """NVML sampling of this rank's GPU over the timed steps; absent (with the reason) otherwise."""
+
+    def __init__(self, device: torch.device, nvml_index: int | None):
+        self.sampler = None
+        self.status = "absent: CPU run (no GPU to sample)"
+        if device.type != "cuda":
+            return
+        from workloads.telemetry import NvmlSampler, nvml_available
+
+        ok, why = nvml_available()
+        if not ok:
+            self.status = f"absent: {why}"
+            return
+        self.sampler = NvmlSampler(nvml_index if nvml_index is not None else device.index)
+        self.status = "nvml"
+
+    def start(self) -> None:
+        if self.sampler is not None:
+            self.sampler.start()
+
+    def stop(self) -> dict:
+        out = {"status": self.status, "samples": [], "violation_ns": {}}
+        if self.sampler is not None:
+            res = self.sampler.stop()
+            out["samples"] = [dataclasses.asdict(s) for s in res.samples]
+            out["violation_ns"] = dict(res.violation_ns)
+            if res.error:
+                out["status"] = f"nvml (stopped early: {res.error})"
+        return out
+
+
 def run_training(
     cfg: dict,
     rank: int,
     world_size: int,
     device: torch.device,
     on_step: Callable[[int, int, bool], None] | None = None,
+    nvml_index: int | None = None,
 ) -> dict:
     """Train ``cfg['warmup_steps'] + cfg['steps']`` optimizer steps; return this rank's records."""
     fault = parse_fault(os.environ.get(FAULT_ENV))
@@ -75,8 +109,11 @@ def run_training(
     total = cfg["warmup_steps"] + cfg["steps"]
     steps: list[dict] = []
     first_step_wall = None
+    telemetry = Telemetry(device, nvml_index)
     for step in range(total):
         warmup = step < cfg["warmup_steps"]
+        if step == cfg["warmup_steps"]:
+            telemetry.start()  # sample the timed window only
         batch_list = [next(data).to(device) for _ in range(ga)]  # data prep outside the clock
         _sync(device)
         if first_step_wall is None:
@@ -103,6 +140,7 @@ def run_training(
         if on_step is not None:
             on_step(step + 1, total, warmup)
 
+    telemetry_out = telemetry.stop()
     comms: list[dict] = []
     profile_steps = cfg.get("profile_steps", 1)
     if profile_steps and world_size > 1:
@@ -114,6 +152,7 @@ def run_training(
         _sync(device)
         comms = strategy.profile_stop()  # totals over profile_steps; the driver divides
     mem = peak_mem_bytes(device)
+    swap_files = strategy.swap_files()  # counted while the run still holds its swap folder
     strategy.teardown()
     return {
         "steps": steps,
@@ -124,5 +163,7 @@ def run_training(
         "peak_mem_bytes": mem,
         "comms": comms,
         "profile_steps": profile_steps if comms else 0,
+        "telemetry": telemetry_out,
+        "nvme_swap_files": swap_files,
         "backend": dist.get_backend() if dist.is_initialized() else None,
     }

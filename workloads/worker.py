@@ -97,7 +97,8 @@ class Rank:
                 progress.update.remote(cfg["run_id"], step, total, warmup)
 
         try:
-            out = run_training(cfg, rank, world_size, device, on_step)
+            nvml_index = int(node_gpu_ids[local_rank]) if node_gpu_ids else None
+            out = run_training(cfg, rank, world_size, device, on_step, nvml_index)
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
