@@ -117,7 +117,7 @@ def cmd_query(args: argparse.Namespace) -> int:
         _err(str(exc))
         return EXIT_BAD_INPUT
     if args.format == "json":
-        print(json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=1))
+        print(json.dumps([dict(zip(cols, r, strict=True)) for r in rows], default=str, indent=1))
     elif args.format == "csv":
         w = csv.writer(sys.stdout)
         w.writerow(cols)

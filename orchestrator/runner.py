@@ -16,7 +16,14 @@ from dataclasses import dataclass
 
 from orchestrator import stats
 from orchestrator.comm_model import busbw_factor, expected_comm
-from orchestrator.planner import PlannedRun, Variant, check_capacity, plan_runs, rank_resources
+from orchestrator.planner import (
+    PlannedRun,
+    Variant,
+    check_capacity,
+    link_placements,
+    plan_runs,
+    rank_resources,
+)
 from orchestrator.spec import SweepSpec
 
 NCCL_DEBUG_DEFAULTS = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,ENV"}
@@ -217,6 +224,7 @@ def build_rows(
     started_at: dt.datetime,
     finished_at: dt.datetime,
     topo_links: dict | None = None,
+    bench: dict[tuple[str, int], float] | None = None,
 ) -> RunRows:
     """Turn one run's result (scheduler.RunResult) into table rows. Pure."""
     v = planned.variant
@@ -241,13 +249,16 @@ def build_rows(
         )
         comms.extend(comm_rows(run_id, rec["rank"], rec.get("comms", []), spec.world_size))
 
-    comm_bytes = None
+    comm_bytes = predicted = None
     if first.get("profile_steps"):
         per_rank = [
             sum(c["msg_bytes"] * c["count"] for c in rec["comms"]) / rec["profile_steps"]
             for rec in records
         ]
         comm_bytes = max(per_rank)
+        if bench:
+            per_step = [{**c, "count": c["count"] / first["profile_steps"]} for c in first["comms"]]
+            predicted = predict_comm_s(per_step, bench)
     expectation = None
     n_params = first.get("n_params")
     if n_params and spec.world_size > 1:
@@ -289,6 +300,7 @@ def build_rows(
         "comm_bytes_per_step": comm_bytes,
         "expected_comm_bytes_per_step": expectation.msg_bytes_per_step if expectation else None,
         "comm_note": expectation.note if expectation else None,
+        "predicted_comm_s_per_step": predicted,
         "nvme_swap_files": max((r.get("nvme_swap_files") or 0 for r in records), default=None),
         "variant": v.to_dict(),
     }
@@ -330,7 +342,13 @@ def refresh_stats(store, sweep_id: str, spec: SweepSpec) -> None:
             med = stats.median(g["ok"])
             lo, hi = stats.bootstrap_median_ci(g["ok"], seed=spec.seed)
         variant_rows.append(
-            dict(zip(("strategy", "offload", "grad_accum", "bucket_mb", "link", "placement"), key))
+            dict(
+                zip(
+                    ("strategy", "offload", "grad_accum", "bucket_mb", "link", "placement"),
+                    key,
+                    strict=True,
+                )
+            )
             | {
                 "sweep_id": sweep_id,
                 "n_runs": g["n"],
@@ -399,6 +417,94 @@ def store_run(store, rows: RunRows) -> None:
         store.insert("comms", rows.comms)
         store.insert("transports", rows.transports)
         store.insert("telemetry", rows.telemetry)
+
+
+def linkbench_config(spec: SweepSpec, run_id: str, gpu: bool) -> dict:
+    max_mb = spec.linkbench_max_mb or (256 if gpu else 16)
+    return {
+        "run_id": run_id,
+        "kind": "linkbench",
+        "max_bytes": max_mb * 2**20,
+        "pg_timeout_s": min(600.0, spec.run_timeout_s),
+    }
+
+
+def linkbench_rows(sweep_id: str, link: str, placement: str, world_size: int, result) -> list[dict]:
+    """One row per (collective, size, timed iteration); a failed benchmark is one failed row."""
+    base = {"sweep_id": sweep_id, "link": link, "placement": placement, "world_size": world_size}
+    empty = {
+        "backend": None,
+        "op": None,
+        "msg_bytes": None,
+        "iteration": None,
+        "time_s": None,
+        "algbw_gbps": None,
+        "busbw_gbps": None,
+    }
+    if result.error is not None or not result.rank_records:
+        return [{**base, **empty, "status": "failed", "error": result.error}]
+    rows = []
+    for rec in result.rank_records[0]["linkbench"]:  # every rank returns the same records
+        if rec.get("skipped_reason"):
+            rows.append(
+                {
+                    **base,
+                    **empty,
+                    "backend": rec["backend"],
+                    "op": rec["op"],
+                    "msg_bytes": rec["msg_bytes"],
+                    "status": "skipped",
+                    "error": rec["skipped_reason"],
+                }
+            )
+            continue
+        factor = busbw_factor(rec["op"], world_size)
+        for i, t in enumerate(rec["times_s"]):
+            algbw = rec["msg_bytes"] / t / 1e9 if t > 0 else None
+            rows.append(
+                {
+                    **base,
+                    "backend": rec["backend"],
+                    "op": rec["op"],
+                    "msg_bytes": rec["msg_bytes"],
+                    "iteration": i,
+                    "time_s": t,
+                    "algbw_gbps": algbw,
+                    "busbw_gbps": algbw * factor if algbw is not None else None,
+                    "status": "ok",
+                    "error": None,
+                }
+            )
+    return rows
+
+
+def bench_table(rows: list[dict]) -> dict[tuple[str, int], float]:
+    """(op, msg_bytes) -> median algbw (GB/s) over iterations, from link_bench rows."""
+    by_key: dict[tuple[str, int], list[float]] = {}
+    for r in rows:
+        if r["status"] == "ok" and r["algbw_gbps"]:
+            by_key.setdefault((r["op"], r["msg_bytes"]), []).append(r["algbw_gbps"])
+    return {k: stats.median(v) for k, v in by_key.items()}
+
+
+def predict_comm_s(comms_per_step: list[dict], bench: dict[tuple[str, int], float]) -> float | None:
+    """Seconds a step's collectives take at the link's measured bandwidth.
+
+    Each (op, msg_bytes, count per step) is priced at the microbenchmark's algbw for that op at
+    the nearest measured size (log scale; beyond the largest size, the largest size's
+    bandwidth). time = msg_bytes / algbw, i.e. wire bytes / busbw in nccl-tests' terms.
+    """
+    import math
+
+    total = 0.0
+    for c in comms_per_step:
+        sizes = sorted(size for op, size in bench if op == c["op"])
+        if not sizes:
+            return None
+        target = max(1, c["msg_bytes"])
+        size = min(sizes, key=lambda s: abs(math.log2(s) - math.log2(target)))
+        total += c["count"] * c["msg_bytes"] / (bench[(c["op"], size)] * 1e9)
+    return total
 
 
 def preflight(spec: SweepSpec) -> None:
@@ -485,7 +591,25 @@ def execute_sweep(spec: SweepSpec, store, address: str, bundle: dict[str, float]
     board = scheduler.ProgressBoard.remote()
     cpus = int(bundle.get("CPU", 1))
     status = "ok"
+    benches: dict[tuple[str, str], dict] = {}
     try:
+        if spec.grid.linkbench:
+            for link, placement in link_placements(spec):
+                run_id = f"{sweep_id}-lb-{link}-{placement}"
+                ui.linkbench_started(link, placement)
+                result = scheduler.execute_run(
+                    linkbench_config(spec, run_id, gpu="GPU" in bundle),
+                    spec.world_size,
+                    placement,
+                    run_env(spec, link, run_id, cpus),
+                    bundle,
+                    spec.run_timeout_s,
+                )
+                rows = linkbench_rows(sweep_id, link, placement, spec.world_size, result)
+                with store.transaction():
+                    store.insert("link_bench", rows)
+                benches[(link, placement)] = bench_table(rows)
+                ui.linkbench_finished(link, placement, result.error)
         for p in planned:
             run_id = run_id_for(sweep_id, p.seq)
             nvme_dir = nvme_dir_for(spec, p.variant, run_id)
@@ -515,6 +639,7 @@ def execute_sweep(spec: SweepSpec, store, address: str, bundle: dict[str, float]
                 started,
                 dt.datetime.now(dt.timezone.utc),
                 topo_links,
+                benches.get((p.variant.link, p.variant.placement)),
             )
             store_run(store, rows)
             refresh_stats(store, sweep_id, spec)

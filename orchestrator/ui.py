@@ -41,6 +41,18 @@ class SweepUI:
         else:
             self.console.print(f"run {self.current} ...")
 
+    def linkbench_started(self, link: str, placement: str) -> None:
+        self.current = f"link microbenchmark link={link} {placement}"
+        if self.progress is not None:
+            self.progress.update(self.task, description=self.current)
+        else:
+            self.console.print(f"{self.current} ...")
+
+    def linkbench_finished(self, link: str, placement: str, error: str | None) -> None:
+        first = (error or "").strip().splitlines()[:1]
+        msg = "ok" if error is None else f"[red]FAILED[/]: {first[0] if first else ''}"
+        self.console.print(f"link microbenchmark link={link} {placement}: {msg}")
+
     def tick(self, state: dict) -> None:
         if not state or self.progress is None:
             return

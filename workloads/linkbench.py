@@ -281,6 +281,7 @@ def run_linkbench(
                     n_iters,
                     n,
                     time_s=time_s,
+                    times_s=times.cpu().tolist(),  # per iteration, max over ranks
                     algbw_gbps=algbw,
                     busbw_gbps=algbw * BUSBW_FACTOR[op](n) if algbw is not None else None,
                 )

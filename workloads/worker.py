@@ -97,8 +97,21 @@ class Rank:
                 progress.update.remote(cfg["run_id"], step, total, warmup)
 
         try:
-            nvml_index = int(node_gpu_ids[local_rank]) if node_gpu_ids else None
-            out = run_training(cfg, rank, world_size, device, on_step, nvml_index)
+            if cfg.get("kind") == "linkbench":
+                from workloads.linkbench import run_linkbench
+
+                cpu = device.type == "cpu"
+                out = {
+                    "linkbench": run_linkbench(
+                        device,
+                        max_bytes=cfg["max_bytes"],
+                        warmup_iters=1 if cpu else 2,
+                        iters=3 if cpu else 10,
+                    )
+                }
+            else:
+                nvml_index = int(node_gpu_ids[local_rank]) if node_gpu_ids else None
+                out = run_training(cfg, rank, world_size, device, on_step, nvml_index)
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
