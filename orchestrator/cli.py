@@ -19,6 +19,14 @@ def _err(msg: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    return _run(args, train=True)
+
+
+def cmd_linkbench(args: argparse.Namespace) -> int:
+    return _run(args, train=False)
+
+
+def _run(args: argparse.Namespace, train: bool) -> int:
     from orchestrator.spec import SpecError, load_spec
     from orchestrator.store import StoreError, check_writable
 
@@ -35,7 +43,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     address = scheduler.connect(args.address)
     if address == "embedded":
-        print("Ray: embedded single-node cluster on this machine", file=sys.stderr)
+        print(
+            "Ray: embedded single-node cluster on this machine (no --address, no RAY_ADDRESS); "
+            "every link variant shares this machine's loopback",
+            file=sys.stderr,
+        )
     try:
         runner.preflight(spec)
         bundle = runner.check_cluster(spec)
@@ -50,8 +62,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     ui = SweepUI()
     try:
         with store:
-            sweep_id = runner.execute_sweep(spec, store, address, bundle, ui)
-            _print_summary(store, sweep_id)
+            sweep_id = runner.execute_sweep(spec, store, address, bundle, ui, train=train)
+            if train:
+                _print_summary(store, sweep_id)
+            else:
+                _print_bandwidth(store, sweep_id)
             failed = store.query(
                 "SELECT count(*) FROM runs WHERE sweep_id = ? AND status <> 'ok'", [sweep_id]
             )[1][0][0]
@@ -108,6 +123,19 @@ def _print_summary(store, sweep_id: str) -> None:
     )
 
 
+def _print_bandwidth(store, sweep_id: str) -> None:
+    from orchestrator.ui import print_table
+
+    cols, rows = store.query(
+        """SELECT link, placement, collective, msg_bytes, iterations, time_s, algbw_gbps,
+                  busbw_gbps
+           FROM link_bandwidth WHERE sweep_id = ?
+           ORDER BY link, placement, collective, msg_bytes""",
+        [sweep_id],
+    )
+    print_table(cols, rows, title=f"link_bandwidth (sweep {sweep_id})")
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     from orchestrator.store import StoreError, read_query
 
@@ -147,6 +175,32 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return doctor_command(args.address)
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from orchestrator.report import report_command
+
+    return report_command(args.db, args.sweep, args.out)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from orchestrator.report import export_command
+
+    return export_command(args.db, args.format, args.outdir)
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    if not args.emulated:
+        _err(
+            "cluster: only --emulated clusters are managed by linksweep; for real fleets see "
+            "clusters/README.md (ray up, KubeRay)"
+        )
+        return EXIT_BAD_INPUT
+    from orchestrator.emulated import cluster_command
+
+    return cluster_command(
+        args.action, args.nodes, args.link, args.state_dir, args.cpus_per_node, args.gpus_per_node
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="linksweep",
@@ -163,6 +217,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="Ray cluster address; default RAY_ADDRESS, else an embedded Ray on this machine",
     )
     r.set_defaults(func=cmd_run)
+
+    lb = sub.add_parser(
+        "linkbench", help="run only the link microbenchmark of a sweep file (each link x placement)"
+    )
+    lb.add_argument("sweep")
+    lb.add_argument("--db", default="results.duckdb")
+    lb.add_argument("--address", default=None)
+    lb.set_defaults(func=cmd_linkbench)
 
     q = sub.add_parser("query", help="run read-only SQL against the results database")
     q.add_argument("sql")
@@ -184,6 +246,34 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doctor", help="preflight: what would invalidate a link comparison")
     d.add_argument("--address", default=None)
     d.set_defaults(func=cmd_doctor)
+
+    rp = sub.add_parser("report", help="write a self-contained report.html and PNG figures")
+    rp.add_argument("--db", default="results.duckdb")
+    rp.add_argument("--sweep", default=None, help="sweep id (default: the latest)")
+    rp.add_argument("--out", default="report", help="output folder (default ./report)")
+    rp.set_defaults(func=cmd_report)
+
+    ex = sub.add_parser("export", help="write every table and view as parquet or csv")
+    ex.add_argument("outdir")
+    ex.add_argument("--format", choices=["parquet", "csv"], default="parquet")
+    ex.add_argument("--db", default="results.duckdb")
+    ex.set_defaults(func=cmd_export)
+
+    c = sub.add_parser("cluster", help="bring an emulated multi-node cluster up or down")
+    c.add_argument("action", choices=["up", "down", "status", "check"])
+    c.add_argument("--emulated", action="store_true", help="network namespaces + tc on this box")
+    c.add_argument("--nodes", type=int, default=2)
+    c.add_argument(
+        "--link",
+        action="append",
+        default=[],
+        metavar="NAME=RATE[,DELAY]",
+        help="a shaped link, e.g. slow=100mbit,1ms (repeatable; default: fast and slow=100mbit)",
+    )
+    c.add_argument("--state-dir", default="/tmp/linksweep-emulated")
+    c.add_argument("--cpus-per-node", type=int, default=1)
+    c.add_argument("--gpus-per-node", type=int, default=0)
+    c.set_defaults(func=cmd_cluster)
     return p
 
 

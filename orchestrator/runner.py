@@ -572,7 +572,9 @@ def discover_topology(store, sweep_id: str) -> dict:
     return links_by_node(tables["gpu_links"])
 
 
-def execute_sweep(spec: SweepSpec, store, address: str, bundle: dict[str, float], ui) -> str:
+def execute_sweep(
+    spec: SweepSpec, store, address: str, bundle: dict[str, float], ui, train: bool = True
+) -> str:
     """Run every planned run in order, storing each as it ends. Returns the sweep id.
 
     ``ui`` receives progress callbacks (see orchestrator/ui.py). KeyboardInterrupt marks the sweep
@@ -582,7 +584,7 @@ def execute_sweep(spec: SweepSpec, store, address: str, bundle: dict[str, float]
 
     from orchestrator import scheduler
 
-    planned = plan_runs(spec)
+    planned = plan_runs(spec) if train else []
     sweep_id = new_sweep_id()
     with store.transaction():
         store.insert("sweeps", [sweep_row(spec, sweep_id, address, len(planned))])
@@ -593,7 +595,7 @@ def execute_sweep(spec: SweepSpec, store, address: str, bundle: dict[str, float]
     status = "ok"
     benches: dict[tuple[str, str], dict] = {}
     try:
-        if spec.grid.linkbench:
+        if spec.grid.linkbench or not train:
             for link, placement in link_placements(spec):
                 run_id = f"{sweep_id}-lb-{link}-{placement}"
                 ui.linkbench_started(link, placement)
