@@ -35,6 +35,7 @@ from orchestrator.emulated import (
     qdisc_commands,
     ray_start_argv,
 )
+from orchestrator.store import read_query
 
 REPO = Path(__file__).resolve().parents[1]
 SLOW_RATE = "100mbit"  # 16 MiB all_reduce takes ~1.3 s: long enough to time, short enough
@@ -338,6 +339,36 @@ def test_emulated_cluster_shapes_links_and_cleans_up(root_netns, state_dir):
         proc = _py(DRIVER.format(address=address), 240)
         assert proc.returncode == 0, proc.stderr[-3000:]
         out = json.loads(proc.stdout.strip().splitlines()[-1])
+
+        # A real linksweep sweep on the emulated cluster: link microbenchmark + DDP, spread.
+        sweep = state_dir.parent / f"{state_dir.name}-sweep.yaml"
+        db = state_dir.parent / f"{state_dir.name}-sweep.duckdb"
+        sweep.write_text(SWEEP)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "orchestrator",
+                "run",
+                str(sweep),
+                "--db",
+                str(db),
+                "--address",
+                address,
+            ],
+            cwd=REPO,
+            env=dict(os.environ, RAY_DISABLE_USAGE_STATS="1"),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+        _, runs = read_query(str(db), "SELECT link, status, nodes FROM runs ORDER BY seq")
+        _, bench = read_query(
+            str(db),
+            "SELECT link, busbw_gbps FROM link_bandwidth WHERE collective = 'all_reduce' "
+            "QUALIFY row_number() OVER (PARTITION BY link ORDER BY msg_bytes DESC) = 1",
+        )
     finally:
         down = _py(f"from orchestrator.emulated import down; down({str(state_dir)!r})", 120)
     assert down.returncode == 0, down.stderr
@@ -360,8 +391,34 @@ def test_emulated_cluster_shapes_links_and_cleans_up(root_netns, state_dir):
         for sent in r["link_tx_bytes_per_rank"]:
             assert sent >= 0.9 * r["msg_bytes"] * r["iters"]
 
+    # Each run's ranks sat on different emulated nodes, and gloo used the link it was told to:
+    # the stored microbenchmark's slow all_reduce runs at the tc rate, fast several times higher.
+    assert [(link, status) for link, status, _ in runs] == [("fast", "ok"), ("slow", "ok")]
+    for _, _, nodes in runs:
+        assert len({n["node_id"] for n in json.loads(nodes)}) == 2
+    busbw = dict(bench)
+    print(f"linksweep link_bandwidth all_reduce busbw: {busbw}")
+    assert busbw["slow"] == pytest.approx(rate_gbps, rel=0.30)
+    assert busbw["fast"] >= 3 * busbw["slow"]
+
     _assert_clean(before, pids)
     assert not state_dir.exists()
+
+
+SWEEP = """
+name: emulated-it
+seq_len: 32
+micro_batch_size: 1
+steps: 2
+warmup_steps: 1
+repeats: 1
+world_size: 2
+linkbench_max_mb: 4
+links:
+  fast: {GLOO_SOCKET_IFNAME: ls-fast}
+  slow: {GLOO_SOCKET_IFNAME: ls-slow}
+grid: {strategy: [ddp], placement: [spread], linkbench: true}
+"""
 
 
 @pytest.mark.root
