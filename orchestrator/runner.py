@@ -166,6 +166,8 @@ def link_class_for(placement: str, nodes: list[dict], topo_links: dict) -> str:
 
     if not nodes:
         return "unknown"
+    if placement == "spread":
+        return "NET"  # ranks on different nodes talk over the network, GPUs or not
     host = nodes[0].get("hostname")
     gpu_ids = [int(g) for n in nodes for g in (n.get("gpu_ids") or [])]
     return run_link_class(topo_links.get(host, {}), gpu_ids, placement)

@@ -64,7 +64,9 @@ class Grid(BaseModel):
     linkbench: bool = False
     """Run the link microbenchmark once per link x placement before the training runs."""
 
-    @field_validator("strategy", "grad_accum", "link", "placement", "offload", "bucket_mb", mode="before")
+    @field_validator(
+        "strategy", "grad_accum", "link", "placement", "offload", "bucket_mb", mode="before"
+    )
     @classmethod
     def _scalar_to_list(cls, value: Any) -> Any:
         return None if value is None else _as_list(value)
@@ -142,7 +144,9 @@ class SweepSpec(BaseModel):
                 if not isinstance(key, str) or not ENV_NAME_RE.match(key):
                     raise ValueError(f"link {name!r}: {key!r} is not an environment variable name")
                 if isinstance(val, (dict, list)) or val is None:
-                    raise ValueError(f"link {name!r}: {key} must be a string or number, got {val!r}")
+                    raise ValueError(
+                        f"link {name!r}: {key} must be a string or number, got {val!r}"
+                    )
                 clean[key] = str(val).lower() if isinstance(val, bool) else str(val)
             out[name] = clean
         return out
@@ -166,7 +170,9 @@ class SweepSpec(BaseModel):
             if link not in self.links:
                 errors.append(f"grid.link: unknown link {link!r}; links defined: {names}")
         if self.baseline_link is not None and self.baseline_link not in self.links:
-            errors.append(f"baseline_link: unknown link {self.baseline_link!r}; links defined: {names}")
+            errors.append(
+                f"baseline_link: unknown link {self.baseline_link!r}; links defined: {names}"
+            )
         zero = [s for s in self.grid.strategy if s != "ddp"]
         offloads = [o for o in self.grid.offload if o != "none"]
         if offloads and not zero:
@@ -225,7 +231,9 @@ def _format_error(err: dict) -> list[str]:
 def parse_spec(data: Any, path: str | None = None) -> SweepSpec:
     """Validate an already-loaded YAML document."""
     if not isinstance(data, dict):
-        raise SpecError([f"the file must be a YAML mapping of keys, got {type(data).__name__}"], path)
+        raise SpecError(
+            [f"the file must be a YAML mapping of keys, got {type(data).__name__}"], path
+        )
     try:
         return SweepSpec.model_validate(data)
     except ValidationError as exc:

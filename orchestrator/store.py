@@ -444,7 +444,9 @@ def check_writable(path: str) -> None:
     finally:
         con.close()
     if version is None and tables:
-        raise StoreError(f"--db {path} is a DuckDB database but not a linksweep one (no meta table)")
+        raise StoreError(
+            f"--db {path} is a DuckDB database but not a linksweep one (no meta table)"
+        )
     if version is not None and version > SCHEMA_VERSION:
         raise StoreError(
             f"--db {path} has schema version {version}, newer than this linksweep's "

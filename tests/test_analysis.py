@@ -55,11 +55,24 @@ def test_interleaved_order(analysis_db):
 
 def test_variant_summary_rows_and_columns(analysis_db):
     cols, rows = q(analysis_db, "SELECT * FROM variant_summary")
-    for c in (
-        "sweep_id strategy offload grad_accum bucket_mb link placement n_runs n_excluded "
-        "median_step_time_s ci_low_s ci_high_s samples_per_s tokens_per_s comm_bytes_per_step "
-        "peak_mem_bytes"
-    ).split():
+    for c in [
+        "sweep_id",
+        "strategy",
+        "offload",
+        "grad_accum",
+        "bucket_mb",
+        "link",
+        "placement",
+        "n_runs",
+        "n_excluded",
+        "median_step_time_s",
+        "ci_low_s",
+        "ci_high_s",
+        "samples_per_s",
+        "tokens_per_s",
+        "comm_bytes_per_step",
+        "peak_mem_bytes",
+    ]:
         assert c in cols
     assert len(rows) == 4
     for r in rows:
@@ -71,9 +84,15 @@ def test_variant_summary_rows_and_columns(analysis_db):
 
 
 def test_link_sensitivity_rows(analysis_db):
-    cols, rows = q(analysis_db, "SELECT strategy, link, baseline_link, slowdown, ci_low, ci_high "
-                   "FROM link_sensitivity ORDER BY strategy")
-    assert [(r[0], r[1], r[2]) for r in rows] == [("ddp", "other", "base"), ("zero3", "other", "base")]
+    cols, rows = q(
+        analysis_db,
+        "SELECT strategy, link, baseline_link, slowdown, ci_low, ci_high "
+        "FROM link_sensitivity ORDER BY strategy",
+    )
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("ddp", "other", "base"),
+        ("zero3", "other", "base"),
+    ]
     for _, _, _, slowdown, lo, hi in rows:
         assert 0 < lo <= slowdown <= hi
 
@@ -85,14 +104,17 @@ def test_link_bandwidth_rows(analysis_db):
         "FROM link_bandwidth GROUP BY ALL ORDER BY ALL",
     )
     assert {(r[0], r[1]) for r in rows} == {
-        (link, op) for link in ("base", "other") for op in ("all_gather", "all_reduce", "reduce_scatter")
+        (link, op)
+        for link in ("base", "other")
+        for op in ("all_gather", "all_reduce", "reduce_scatter")
     }
     for _, _, n_sizes, lo, hi, bw in rows:
         assert (lo, hi, n_sizes) == (1024, 2**20, 11) and bw > 0
 
 
 def readme_queries() -> list[str]:
-    text = open(os.path.join(REPO, "README.md")).read()
+    with open(os.path.join(REPO, "README.md")) as f:
+        text = f.read()
     section = text.split("## Questions you can answer with SQL", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```sql\n(.*?)```", section, flags=re.S)
 

@@ -38,7 +38,9 @@ def wait_for_dashboard(url: str, deadline_s: float, head, log_path) -> None:
     last = None
     while time.monotonic() < end:
         if head.poll() is not None:
-            raise RuntimeError(f"ray start exited {head.returncode}: {log_path.read_text()[-3000:]}")
+            raise RuntimeError(
+                f"ray start exited {head.returncode}: {log_path.read_text()[-3000:]}"
+            )
         try:
             with urllib.request.urlopen(f"{url}/api/version", timeout=2) as r:
                 if r.status == 200:
@@ -71,14 +73,20 @@ def test_ray_job_submit_lands_in_db(tmp_path, write_sweep):
     # test cluster it is switched off explicitly for the head, the job CLI and the job's driver.
     env = {**os.environ, "RAY_DISABLE_USAGE_STATS": "1", "RAY_AUTH_MODE": "disabled"}
     ray_tmp = tempfile.mkdtemp(prefix="lsjob", dir="/tmp")
-    head_log = open(tmp_path / "head.log", "w")
+    head_log = open(tmp_path / "head.log", "w")  # noqa: SIM115 - closed in the finally below
     env.pop("RAY_ADDRESS", None)
     head = subprocess.Popen(
         [
-            f"{BIN}/ray", "start", "--head", "--block",
-            "--node-ip-address=127.0.0.1", f"--port={gcs_port}",
-            "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}",
-            "--num-cpus=2", "--include-dashboard=true",
+            f"{BIN}/ray",
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--port={gcs_port}",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dash_port}",
+            "--num-cpus=2",
+            "--include-dashboard=true",
             f"--temp-dir={ray_tmp}",  # short: Ray's unix socket paths must fit 107 bytes
             *(f"{flag}={port}" for flag, port in ports.items()),
         ],
@@ -94,8 +102,21 @@ def test_ray_job_submit_lands_in_db(tmp_path, write_sweep):
         db = tmp_path / "job.duckdb"  # absolute: the job's working dir is temporary
         out = subprocess.run(
             [
-                f"{BIN}/ray", "job", "submit", "--address", url, "--working-dir", REPO,
-                "--", sys.executable, "-m", "orchestrator", "run", sweep, "--db", str(db),
+                f"{BIN}/ray",
+                "job",
+                "submit",
+                "--address",
+                url,
+                "--working-dir",
+                REPO,
+                "--",
+                sys.executable,
+                "-m",
+                "orchestrator",
+                "run",
+                sweep,
+                "--db",
+                str(db),
             ],
             env=env,
             capture_output=True,

@@ -26,7 +26,9 @@ def test_cartesian_product_in_file_order():
 
 
 def test_offload_applies_to_zero_only():
-    variants = expand_grid(spec(strategy=["ddp", "zero2", "zero3"], offload=["none", "cpu", "nvme"]))
+    variants = expand_grid(
+        spec(strategy=["ddp", "zero2", "zero3"], offload=["none", "cpu", "nvme"])
+    )
     ddp = [v for v in variants if v.strategy == "ddp"]
     assert {v.offload for v in ddp} == {"none"} and len(ddp) == 2  # one per link, no duplicates
     assert {v.offload for v in variants if v.strategy == "zero2"} == {"none", "cpu"}

@@ -90,7 +90,10 @@ def test_query_while_locked_gives_clear_message(tmp_path, capsys):
     db = str(tmp_path / "r.duckdb")
     Store(db).close()
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LOCK, db], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLD_LOCK, db],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "locked"  # the writer holds the file now

@@ -35,7 +35,11 @@ def ddp_sweep(ray_cluster, tmp_path_factory):
                 "repeats": 1,
                 "world_size": 2,
                 "links": {"default": {}},
-                "grid": {"strategy": ["ddp"], "grad_accum": [1, 2], "placement": ["pack", "spread"]},
+                "grid": {
+                    "strategy": ["ddp"],
+                    "grad_accum": [1, 2],
+                    "placement": ["pack", "spread"],
+                },
             }
         )
     )
@@ -110,8 +114,10 @@ def test_failed_run_is_stored_and_sweep_goes_on(ray_cluster, write_sweep, tmp_pa
     (sweep_status,) = q(db, "SELECT status FROM sweeps")[0]
     assert sweep_status == "failed"
     # the failed run is counted, excluded from figures, never deleted
-    (n_runs, n_excl, med) = q(db, "SELECT n_runs, n_excluded, median_step_time_s FROM "
-                               "variant_summary WHERE link = 'broken'")[0]
+    (n_runs, n_excl, med) = q(
+        db,
+        "SELECT n_runs, n_excluded, median_step_time_s FROM variant_summary WHERE link = 'broken'",
+    )[0]
     assert (n_runs, n_excl, med) == (1, 1, None)
 
 
@@ -132,3 +138,46 @@ def test_impossible_placement_rejected_before_anything(ray_cluster, write_sweep,
     assert main(["run", path, "--db", str(db)]) == 2
     assert "'spread'" in capsys.readouterr().err
     assert not db.exists()
+
+
+def test_cpu_run_records_topology_transport_and_absent_telemetry(ddp_sweep):
+    _, db = ddp_sweep
+    (n_nodes,) = q(db, "SELECT count(*) FROM nodes")[0]
+    assert n_nodes == 2  # one probe per node of the session's 2-node cluster
+    assert q(db, "SELECT count(*) FROM gpus")[0] == (0,)
+    assert q(db, "SELECT count(*) FROM gpu_links")[0] == (0,)
+    assert all(r[0].startswith("absent: ") for r in q(db, "SELECT nvml FROM nodes"))
+    rows = q(
+        db, "SELECT placement, effective_transport, link_check, link_class, telemetry FROM runs"
+    )
+    for placement, transport, check, link_class, telemetry in rows:
+        assert transport == "gloo/tcp" and check == "unknown"
+        assert link_class == ("NET" if placement == "spread" else "unknown")
+        assert telemetry.startswith("absent: ")  # recorded as absent, never faked
+    assert q(db, "SELECT count(*) FROM telemetry")[0] == (0,)
+    assert q(db, "SELECT count(*) FROM transports")[0] == (0,)
+
+
+@pytest.mark.slow
+def test_cli_embedded_ray(write_sweep, tmp_path):
+    """`linksweep run` with no address and no RAY_ADDRESS starts its own embedded Ray."""
+    import os
+    import subprocess
+    import sys
+
+    path = write_sweep(steps=2)
+    db = tmp_path / "r.duckdb"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "run", path, "--db", str(db)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "embedded single-node cluster" in out.stderr
+    assert "variant_summary" in out.stdout  # the summary table
+    assert q(db, "SELECT r.status, s.ray_address FROM runs r JOIN sweeps s USING (sweep_id)") == [
+        ("ok", "embedded")
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 
@@ -61,7 +62,7 @@ def test_loss_finite_and_decreasing_on_average(zero_sweep):
                 f"SELECT loss FROM step_times WHERE run_id = '{run_id}' ORDER BY step",
             )
         ]
-        assert len(losses) == 8 and all(l == l and abs(l) < 1e3 for l in losses)
+        assert len(losses) == 8 and all(math.isfinite(x) for x in losses)
         first, last = statistics.mean(losses[:4]), statistics.mean(losses[4:])
         assert last < first, (strategy, offload, losses)
 
@@ -143,7 +144,9 @@ def _nvme_buildable() -> tuple[bool, str]:
 def test_zero3_nvme_offload_swaps_and_cleans_up(ray_cluster, write_sweep, tmp_path):
     ok, why = _nvme_buildable()
     if not ok:
-        pytest.skip(f"NVMe offload needs DeepSpeed's async_io op: {why} (apt-get install libaio-dev)")
+        pytest.skip(
+            f"NVMe offload needs DeepSpeed's async_io op: {why} (apt-get install libaio-dev)"
+        )
     nvme = tmp_path / "nvme"
     path = write_sweep(
         nvme_path=str(nvme),
@@ -161,7 +164,9 @@ def test_zero3_nvme_offload_swaps_and_cleans_up(ray_cluster, write_sweep, tmp_pa
 def test_nvme_with_unwritable_path_rejected(ray_cluster, write_sweep, tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    path = write_sweep(nvme_path=str(blocker / "sub"), grid={"strategy": ["zero3"], "offload": ["nvme"]})
+    path = write_sweep(
+        nvme_path=str(blocker / "sub"), grid={"strategy": ["zero3"], "offload": ["nvme"]}
+    )
     db = tmp_path / "r.duckdb"
     assert main(["run", path, "--db", str(db)]) == 2
     assert "nvme_path" in capsys.readouterr().err

@@ -117,7 +117,9 @@ def make_blocks(lines: list[str], tokenizer, seq_len: int) -> torch.Tensor:
         ids.append(tokenizer.eos_token_id)
     n = len(ids) // seq_len
     if n < 1:
-        raise ValueError(f"dataset has {len(ids)} tokens, fewer than one block of seq_len={seq_len}")
+        raise ValueError(
+            f"dataset has {len(ids)} tokens, fewer than one block of seq_len={seq_len}"
+        )
     return torch.tensor(ids[: n * seq_len], dtype=torch.long).view(n, seq_len)
 
 

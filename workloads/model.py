@@ -40,4 +40,6 @@ def build_model(name: str, seed: int) -> torch.nn.Module:
 
 def n_params(model: torch.nn.Module) -> int:
     """Trainable parameters, counted once (gpt2 ties the LM head to the token embedding)."""
-    return sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values())
+    return sum(
+        p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values()
+    )
