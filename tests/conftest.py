@@ -33,6 +33,25 @@ def ray_cluster():
     cluster.shutdown()
 
 
+@pytest.fixture(scope="session")
+def run_sweep(ray_cluster):
+    """Run a sweep given as a dict with `linksweep run` (in-process, on the session cluster).
+
+    Returns (exit code, database path); the file and database go to ``directory``.
+    """
+    import yaml
+
+    from orchestrator.cli import main
+
+    def _run(directory, spec: dict):
+        path = directory / "sweep.yaml"
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        db = directory / "r.duckdb"
+        return main(["run", str(path), "--db", str(db)]), db
+
+    return _run
+
+
 @pytest.fixture
 def write_sweep(tmp_path):
     """Write a small sweep file; keyword arguments override top-level keys."""

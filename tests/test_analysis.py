@@ -18,29 +18,21 @@ def q(db, sql):
 
 
 @pytest.fixture(scope="module")
-def analysis_db(ray_cluster, tmp_path_factory):
-    import yaml
-
-    d = tmp_path_factory.mktemp("analysis")
-    path = d / "s.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "name": "analysis-it",
-                "seq_len": 32,
-                "micro_batch_size": 1,
-                "steps": 2,
-                "warmup_steps": 1,
-                "repeats": 3,
-                "world_size": 2,
-                "linkbench_max_mb": 1,
-                "links": {"base": {}, "other": {"NCCL_P2P_DISABLE": "1"}},
-                "grid": {"strategy": ["ddp", "zero3"], "linkbench": True},
-            }
-        )
-    )
-    db = d / "r.duckdb"
-    assert main(["run", str(path), "--db", str(db)]) == 0
+def analysis_db(run_sweep, tmp_path_factory):
+    spec = {
+        "name": "analysis-it",
+        "seq_len": 32,
+        "micro_batch_size": 1,
+        "steps": 2,
+        "warmup_steps": 1,
+        "repeats": 3,
+        "world_size": 2,
+        "linkbench_max_mb": 1,
+        "links": {"base": {}, "other": {"NCCL_P2P_DISABLE": "1"}},
+        "grid": {"strategy": ["ddp", "zero3"], "linkbench": True},
+    }
+    rc, db = run_sweep(tmp_path_factory.mktemp("analysis"), spec)
+    assert rc == 0
     return db
 
 

@@ -16,36 +16,26 @@ def q(db, sql):
 
 
 @pytest.fixture(scope="module")
-def ddp_sweep(ray_cluster, tmp_path_factory):
+def ddp_sweep(run_sweep, tmp_path_factory):
     """ga 1 and 2 x pack and spread: 4 runs, stored in one database."""
-    import yaml
-
-    d = tmp_path_factory.mktemp("ddp")
-    path = d / "s.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "name": "ddp-it",
-                "model": "gpt2-tiny",
-                "dataset": "builtin",
-                "seq_len": 32,
-                "micro_batch_size": 2,
-                "steps": 4,
-                "warmup_steps": 1,
-                "repeats": 1,
-                "world_size": 2,
-                "links": {"default": {}},
-                "grid": {
-                    "strategy": ["ddp"],
-                    "grad_accum": [1, 2],
-                    "placement": ["pack", "spread"],
-                },
-            }
-        )
-    )
-    db = d / "r.duckdb"
-    rc = main(["run", str(path), "--db", str(db)])
-    return rc, db
+    spec = {
+        "name": "ddp-it",
+        "model": "gpt2-tiny",
+        "dataset": "builtin",
+        "seq_len": 32,
+        "micro_batch_size": 2,
+        "steps": 4,
+        "warmup_steps": 1,
+        "repeats": 1,
+        "world_size": 2,
+        "links": {"default": {}},
+        "grid": {
+            "strategy": ["ddp"],
+            "grad_accum": [1, 2],
+            "placement": ["pack", "spread"],
+        },
+    }
+    return run_sweep(tmp_path_factory.mktemp("ddp"), spec)
 
 
 def test_sweep_exit_code_and_rows(ddp_sweep):

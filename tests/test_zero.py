@@ -17,28 +17,19 @@ def q(db, sql):
 
 
 @pytest.fixture(scope="module")
-def zero_sweep(ray_cluster, tmp_path_factory):
+def zero_sweep(run_sweep, tmp_path_factory):
     """zero1/2/3 x offload none/cpu, enough steps for the loss to fall."""
-    import yaml
-
-    d = tmp_path_factory.mktemp("zero")
-    path = d / "s.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "name": "zero-it",
-                "seq_len": 32,
-                "micro_batch_size": 2,
-                "steps": 8,
-                "warmup_steps": 1,
-                "repeats": 1,
-                "world_size": 2,
-                "grid": {"strategy": ["zero1", "zero2", "zero3"], "offload": ["none", "cpu"]},
-            }
-        )
-    )
-    db = d / "r.duckdb"
-    return main(["run", str(path), "--db", str(db)]), db
+    spec = {
+        "name": "zero-it",
+        "seq_len": 32,
+        "micro_batch_size": 2,
+        "steps": 8,
+        "warmup_steps": 1,
+        "repeats": 1,
+        "world_size": 2,
+        "grid": {"strategy": ["zero1", "zero2", "zero3"], "offload": ["none", "cpu"]},
+    }
+    return run_sweep(tmp_path_factory.mktemp("zero"), spec)
 
 
 def test_every_stage_and_cpu_offload_trains(zero_sweep):
@@ -74,27 +65,19 @@ def test_peak_memory_per_rank_recorded(zero_sweep):
 
 
 @pytest.fixture(scope="module")
-def comm_sweep(ray_cluster, tmp_path_factory):
-    import yaml
-
-    d = tmp_path_factory.mktemp("comm")
-    path = d / "s.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "name": "comm-it",
-                "seq_len": 32,
-                "micro_batch_size": 1,
-                "steps": 2,
-                "warmup_steps": 1,
-                "repeats": 1,
-                "world_size": 2,
-                "grid": {"strategy": ["ddp", "zero3"], "grad_accum": [1, 4]},
-            }
-        )
-    )
-    db = d / "r.duckdb"
-    assert main(["run", str(path), "--db", str(db)]) == 0
+def comm_sweep(run_sweep, tmp_path_factory):
+    spec = {
+        "name": "comm-it",
+        "seq_len": 32,
+        "micro_batch_size": 1,
+        "steps": 2,
+        "warmup_steps": 1,
+        "repeats": 1,
+        "world_size": 2,
+        "grid": {"strategy": ["ddp", "zero3"], "grad_accum": [1, 4]},
+    }
+    rc, db = run_sweep(tmp_path_factory.mktemp("comm"), spec)
+    assert rc == 0
     return db
 
 
