@@ -1,0 +1,344 @@
+"""What does linksweep's machinery cost a step? The same gpt2-tiny DDP run, under ``linksweep run``
+and under a bare ``torchrun``, alternated on one machine.
+
+    python bench/bench_overhead.py [--trials 3] [--steps 20] [--warmup 3] [--with-nice0]
+                                   [--json OUT] [--keep]
+
+Both sides train the same variant with the same code: ``linksweep run`` starts Ray actors that call
+``workloads.train.run_training``; ``torchrun --standalone --nproc_per_node 2 -m
+workloads.standalone`` calls it from plain processes with the same cfg dict
+(``orchestrator.runner.run_config``). Both get OMP_NUM_THREADS=1 per rank (linksweep sets it from
+the rank's one-CPU bundle, ``runner.run_env``; here it is set explicitly for torchrun), so the
+only difference left is what runs around the ranks: Ray's raylet, GCS and actor plumbing, the
+progress actor, the driver polling, versus torchrun's agent.
+
+Figure (both sides, the protocol of ``orchestrator/stats.py``): per timed step the max over the 2
+ranks, then the median over the timed steps. linksweep's comes from ``run_summary``
+.median_step_time_s; torchrun's from the standalone JSON's per-rank steps (``stats.run_figure``).
+Trials alternate A, B, A, B... so drift and neighbours on a shared machine hit both sides; the
+table shows every trial, then the median of each side and the ratio linksweep / torchrun of those
+medians (target: within 5%, i.e. 0.95..1.05), the median of the per-trial ratios, and the
+ratio of each side's fastest run (neighbours only add time, so on a busy machine the fastest run
+is the least disturbed one). When the per-trial ratios spread wider than 5%, the machine is too
+busy to decide the target: run more trials, or run it on a quiet machine.
+
+Start-up seconds, from "start the ranks" to "the last rank begins its first (warmup) step":
+- linksweep: ``runs.startup_s`` = last rank's first_step_wall minus the moment the driver asked
+  Ray for the actors (placement group already reserved). Ray's own start (``ray.init``, the
+  topology probe) comes before that; the whole command's wall time is shown as ``ls_wall_s``.
+- torchrun: last rank's first_step_wall minus the moment this script launched torchrun
+  (launcher, interpreters, imports, rendezvous, model and data build). Its wall time is
+  ``tr_wall_s``.
+
+Niceness: Ray starts worker processes, so linksweep's ranks, at nice 15 (Ray's
+``worker_niceness`` default); torchrun's ranks run at the caller's nice (0). On an idle machine
+that costs nothing; when other processes want the same cores (a shared CI box, a busy head node,
+dataloader workers) the ranks get less CPU than a bare torchrun would. ``--with-nice0`` adds a
+third arm, ``linksweep_nice0``: ``linksweep run`` with ``RAY_worker_niceness=0`` in its env
+(the embedded Ray then starts its workers at nice 0), to tell Ray's plumbing from the priority.
+
+Isolation: each ``linksweep run`` gets a private ``RAY_TMPDIR``. Without one, ``ray.init()`` on
+a machine where someone ran ``ray start`` reads /tmp/ray/ray_current_cluster and tries to join
+that cluster instead of starting an embedded one (linksweep then fails with "When connecting to
+an existing cluster, num_cpus and num_gpus must not be provided", or worse, measures someone
+else's cluster).
+
+On a CPU machine the step times are gloo on loopback; only the ratio means something there.
+Ctrl-C stops the loop and still prints (and writes) what finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run as a script from anywhere: import orchestrator, workloads
+
+from orchestrator import stats  # noqa: E402
+from orchestrator.store import read_query  # noqa: E402
+
+TRIALS = 3
+"""Pairs of runs; 3 gives a median that one disturbed trial cannot move."""
+STEPS = 20
+"""Timed steps per run: enough for a stable median at ~0.1-0.3 s per step on 2 CPU cores."""
+WARMUP = 3
+"""First steps allocate buffers and build DDP buckets; excluded from the figure."""
+TARGET = 0.05
+"""The acceptance target: linksweep's median step within 5% of bare torchrun's."""
+RUN_TIMEOUT_S = 900
+"""Hang guard per command; a CPU run of this size takes well under a minute."""
+
+
+def sweep_doc(steps: int, warmup: int) -> dict:
+    """The benchmarked workload: gpt2-tiny DDP, 2 ranks, one variant, one run."""
+    return {
+        "name": "bench-overhead",
+        "model": "gpt2-tiny",
+        "dataset": "builtin",
+        "precision": "fp32",
+        "seq_len": 128,
+        "micro_batch_size": 2,
+        "steps": steps,
+        "warmup_steps": warmup,
+        "repeats": 1,
+        "world_size": 2,
+        "links": {"default": {}},
+        "grid": {"strategy": ["ddp"], "grad_accum": [1], "placement": ["pack"]},
+    }
+
+
+def _exe(name: str, module_fallback: list[str]) -> list[str]:
+    """The console script next to this interpreter (the venv's), else ``python -m``."""
+    exe = Path(sys.executable).with_name(name)
+    return [str(exe)] if exe.exists() else [sys.executable, *module_fallback]
+
+
+def private_ray_tmpdir() -> str:
+    """A short private Ray temp dir (Ray's unix socket paths must stay under 107 bytes)."""
+    return tempfile.mkdtemp(prefix="lsb-", dir="/tmp")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "RAY_DISABLE_USAGE_STATS": "1"}
+    )
+    env.pop("RAY_ADDRESS", None)  # the comparison is on this machine: embedded Ray
+    env.pop("RAY_worker_niceness", None)  # Ray's default unless an arm asks otherwise
+    env.update(extra)
+    return env
+
+
+def _check(proc: subprocess.CompletedProcess, what: str) -> None:
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+
+
+def run_linksweep(sweep: Path, work: Path, trial: int, **env: str) -> dict:
+    """(a) ``linksweep run`` into a fresh database; the run's figure and start-up from the store."""
+    db = work / f"ls-{trial}-{len(list(work.glob('ls-*.duckdb')))}.duckdb"
+    t0 = time.time()
+    proc = subprocess.run(
+        [*_exe("linksweep", ["-m", "orchestrator"]), "run", str(sweep), "--db", str(db)],
+        cwd=REPO,
+        env=_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    wall = time.time() - t0
+    _check(proc, "linksweep run")
+    cols, rows = read_query(
+        str(db),
+        "SELECT status, n_steps, median_step_time_s, startup_s FROM run_summary ORDER BY seq",
+    )
+    if len(rows) != 1 or rows[0][0] != "ok":
+        raise RuntimeError(f"linksweep run: expected one ok run, got {rows}")
+    _, n_steps, med, startup = rows[0]
+    return {"median_step_time_s": med, "startup_s": startup, "wall_s": wall, "n_steps": n_steps}
+
+
+def run_torchrun(sweep: Path, work: Path, trial: int) -> dict:
+    """(b) bare torchrun of the same variant; the figure from the per-rank step times."""
+    out = work / f"tr-{trial}.json"
+    cmd = [
+        *_exe("torchrun", ["-m", "torch.distributed.run"]),
+        "--standalone",  # c10d rendezvous on a free port
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "workloads.standalone",
+        "--sweep",
+        str(sweep),
+        "--strategy",
+        "ddp",
+        "--grad-accum",
+        "1",
+        "--out",
+        str(out),
+    ]
+    t0 = time.time()
+    proc = subprocess.run(
+        cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
+    wall = time.time() - t0
+    _check(proc, "torchrun workloads.standalone")
+    doc = json.loads(out.read_text())
+    timed = {
+        r["rank"]: [s["step_time_s"] for s in r["steps"] if not s["warmup"]] for r in doc["ranks"]
+    }
+    first = max(r["first_step_wall"] for r in doc["ranks"])
+    return {
+        "median_step_time_s": stats.run_figure(timed),
+        "startup_s": first - t0,
+        "wall_s": wall,
+        "n_steps": len(timed[0]),
+        "omp_num_threads": sorted({r["omp_num_threads"] for r in doc["ranks"]}),
+    }
+
+
+LINKSWEEP_ARMS = ("linksweep", "linksweep_nice0")
+"""The arms compared against ``torchrun``; ``linksweep_nice0`` only with --with-nice0."""
+
+
+def summarize(trials: list[dict]) -> dict:
+    """Per linksweep arm: medians, ratio of medians vs torchrun, median per-trial ratio. Pure."""
+    out: dict = {}
+    for arm in LINKSWEEP_ARMS:
+        pairs = [t for t in trials if t.get(arm) and t.get("torchrun")]
+        if not pairs:
+            continue
+        ls = [t[arm]["median_step_time_s"] for t in pairs]
+        tr = [t["torchrun"]["median_step_time_s"] for t in pairs]
+        ratio = stats.median(ls) / stats.median(tr)
+        per_trial = [a / b for a, b in zip(ls, tr, strict=True)]
+        out[arm] = {
+            "n_pairs": len(pairs),
+            "median_step_time_s": stats.median(ls),
+            "torchrun_median_step_time_s": stats.median(tr),
+            "ratio": ratio,
+            "median_trial_ratio": stats.median(per_trial),
+            "trial_ratio_range": [min(per_trial), max(per_trial)],
+            "within_target": abs(ratio - 1.0) <= TARGET,
+            # The target is decidable only when the trials agree to within it.
+            "decidable": max(per_trial) - min(per_trial) <= 2 * TARGET,
+            # Neighbours only ever add time, so the fastest run of each side is its least
+            # disturbed one: a second opinion when the machine is busy.
+            "ratio_of_min": min(ls) / min(tr),
+            "startup_s": stats.median([t[arm]["startup_s"] for t in pairs]),
+            "torchrun_startup_s": stats.median([t["torchrun"]["startup_s"] for t in pairs]),
+            "wall_s": stats.median([t[arm]["wall_s"] for t in pairs]),
+            "torchrun_wall_s": stats.median([t["torchrun"]["wall_s"] for t in pairs]),
+        }
+    return out
+
+
+def report(trials: list[dict], summary: dict, arms: list[str]) -> None:
+    from orchestrator.ui import print_table
+
+    cols = ["trial", "arm", "step_s", "ratio_vs_torchrun", "startup_s", "wall_s"]
+    rows = []
+    for t in trials:
+        tr = t.get("torchrun")
+        for arm in arms:
+            r = t.get(arm)
+            if not r:
+                continue
+            ratio = r["median_step_time_s"] / tr["median_step_time_s"] if tr else None
+            rows.append(
+                (t["trial"], arm, r["median_step_time_s"], ratio, r["startup_s"], r["wall_s"])
+            )
+    print_table(cols, rows, title="per run (step: median over timed steps of max over ranks)")
+    if not summary:
+        print("no complete linksweep/torchrun pair: nothing to compare")
+        return
+    for arm, s in summary.items():
+        print(
+            f"{arm}: median step {s['median_step_time_s']:.4f} s vs torchrun "
+            f"{s['torchrun_median_step_time_s']:.4f} s over {s['n_pairs']} pair(s); "
+            f"ratio {s['ratio']:.3f} (median per-trial ratio {s['median_trial_ratio']:.3f}, "
+            f"fastest/fastest {s['ratio_of_min']:.3f}); "
+            f"within {TARGET:.0%}: {'yes' if s['within_target'] else 'NO'}"
+            + (
+                ""
+                if s["decidable"]
+                else f" (UNDECIDED: per-trial ratios span {s['trial_ratio_range'][0]:.3f}.."
+                f"{s['trial_ratio_range'][1]:.3f}, wider than the target; machine too busy)"
+            )
+            + "\n"
+            f"  start-up to first step (median): {arm} {s['startup_s']:.2f} s (actors requested "
+            f"-> first step), torchrun {s['torchrun_startup_s']:.2f} s (launch -> first step); "
+            f"whole command: {s['wall_s']:.1f} s vs {s['torchrun_wall_s']:.1f} s"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--trials", type=int, default=TRIALS, help="A/B pairs (default %(default)s)")
+    p.add_argument("--steps", type=int, default=STEPS, help="timed steps per run")
+    p.add_argument("--warmup", type=int, default=WARMUP, help="warmup steps per run")
+    p.add_argument(
+        "--with-nice0",
+        action="store_true",
+        help="add a linksweep arm with RAY_worker_niceness=0 (ranks at nice 0, like torchrun)",
+    )
+    p.add_argument("--json", help="write trials, summary and context here")
+    p.add_argument("--keep", action="store_true", help="keep the temp folder (dbs, JSON)")
+    args = p.parse_args(argv)
+    if args.trials < 1 or args.steps < 1 or args.warmup < 0:
+        p.error("--trials and --steps must be >= 1, --warmup >= 0")
+
+    from orchestrator.provenance import git_info, versions
+
+    sha, dirty = git_info()
+    context = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "git_sha": sha,
+        "git_dirty": dirty,
+        "versions": versions(),
+        "sweep": sweep_doc(args.steps, args.warmup),
+    }
+    print(f"bench_overhead: {context['date']} cpus={context['cpus']} {context['versions']}")
+    work = Path(tempfile.mkdtemp(prefix="linksweep-bench-overhead-"))
+    ray_tmp = private_ray_tmpdir()
+    os.environ["RAY_TMPDIR"] = ray_tmp  # inherited by every linksweep run (see "Isolation")
+    sweep = work / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump(context["sweep"], sort_keys=False))
+    arms = {
+        "linksweep": lambda i: run_linksweep(sweep, work, i),
+        "torchrun": lambda i: run_torchrun(sweep, work, i),
+    }
+    if args.with_nice0:
+        arms["linksweep_nice0"] = lambda i: run_linksweep(sweep, work, i, RAY_worker_niceness="0")
+    context["arms"] = list(arms)
+    trials: list[dict] = []
+    interrupted = False
+    try:
+        for i in range(1, args.trials + 1):  # arms interleaved: A, B, (C), A, B, (C)...
+            trial: dict = {"trial": i}
+            trials.append(trial)
+            for arm, fn in arms.items():
+                try:
+                    trial[arm] = r = fn(i)
+                except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+                    # A failed run is data: recorded, reported, and the other runs go on.
+                    trial.setdefault("errors", {})[arm] = str(exc)
+                    print(f"trial {i} {arm:15s}: FAILED: {exc}", file=sys.stderr, flush=True)
+                    continue
+                print(
+                    f"trial {i} {arm:15s}: step {r['median_step_time_s']:.4f} s, "
+                    f"start-up {r['startup_s']:.2f} s, wall {r['wall_s']:.1f} s",
+                    flush=True,
+                )
+    except KeyboardInterrupt:
+        interrupted = True
+        print("interrupted: reporting the finished trials", file=sys.stderr)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    summary = summarize(trials)
+    report(trials, summary, list(arms))
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {"context": context, "trials": trials, "summary": summary}, indent=1, default=str
+            )
+        )
+    return 130 if interrupted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
