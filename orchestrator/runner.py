@@ -45,6 +45,9 @@ def run_env(spec: SweepSpec, link: str, run_id: str, cpus_per_rank: int) -> dict
     env["NCCL_DEBUG_FILE"] = f"/tmp/linksweep-nccl-{run_id}-%h-%p.log"
     env["OMP_NUM_THREADS"] = str(max(1, cpus_per_rank))
     env["TOKENIZERS_PARALLELISM"] = "false"
+    # Ray starts workers at nice 15; ranks compete with everything else on a shared machine at
+    # the priority a bare torchrun would have (bench/bench_overhead.py compares the two).
+    env["RAY_worker_niceness"] = "0"
     env.update(spec.links[link])
     return env
 

@@ -74,6 +74,7 @@ def connect(address: str | None) -> str:
         ray.init(address=address, logging_level="ERROR", log_to_driver=False, **kwargs)
         return address
     ray.init(
+        address="local",  # a new cluster, never one some `ray start` left in /tmp/ray
         num_cpus=os.cpu_count() or 1,
         include_dashboard=False,
         logging_level="ERROR",
