@@ -8,7 +8,6 @@ error text) and the sweep goes on. Row building and statistics are pure function
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import secrets
 import socket
@@ -560,10 +559,6 @@ def check_cluster(spec: SweepSpec) -> dict[str, float]:
     return rank_resources(nodes)
 
 
-def dumps(obj) -> str:
-    return json.dumps(obj, sort_keys=True, default=str)
-
-
 def discover_topology(store, sweep_id: str) -> dict:
     """One probe per node: nvidia-smi topo -m and NVML inventory -> nodes, gpus, gpu_links."""
     from orchestrator.discovery import discover_nodes, links_by_node, node_rows
@@ -664,17 +659,3 @@ def execute_sweep(
         )
         ui.sweep_finished(sweep_id, status)
     return sweep_id
-
-
-__all__ = [
-    "build_rows",
-    "check_cluster",
-    "new_sweep_id",
-    "plan_runs",
-    "refresh_stats",
-    "run_config",
-    "run_env",
-    "run_id_for",
-    "store_run",
-    "sweep_row",
-]

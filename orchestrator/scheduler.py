@@ -95,21 +95,6 @@ def cluster_nodes() -> list[NodeCapacity]:
     ]
 
 
-def node_table() -> list[dict]:
-    """Alive nodes as rows for the ``nodes`` table."""
-    return [
-        {
-            "node_id": n["NodeID"],
-            "node": n.get("NodeManagerHostname"),
-            "ip": n.get("NodeManagerAddress"),
-            "cpus": float(n["Resources"].get("CPU", 0)),
-            "gpus": float(n["Resources"].get("GPU", 0)),
-        }
-        for n in ray.nodes()
-        if n.get("Alive")
-    ]
-
-
 @dataclass
 class RunResult:
     """What one run produced: per-rank records, or a failure. Filled even on failure."""

@@ -176,7 +176,3 @@ def make_strategy(model, device, cfg, autocast_dtype):
     if cfg["strategy"] == "ddp":
         return DDPStrategy(model, device, cfg, autocast_dtype)
     return ZeroStrategy(model, device, cfg, autocast_dtype)
-
-
-def collectives_available() -> bool:
-    return dist.is_available() and dist.is_initialized()
