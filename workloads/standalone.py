@@ -140,18 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from workloads.train import run_training
+    from workloads.train import rank_device, run_training
 
-    # The same thread count a linksweep rank uses (runner.run_env sets OMP_NUM_THREADS to the
-    # rank's CPU share; torchrun sets 1 for nproc_per_node > 1 unless the caller set it).
-    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-    if torch.cuda.is_available():
-        backend = "nccl"
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        backend = "gloo"
-        device = torch.device("cpu")
+    # The same device and thread count a linksweep rank uses (runner.run_env sets OMP_NUM_THREADS
+    # to the rank's CPU share; torchrun sets 1 for nproc_per_node > 1 unless the caller set it).
+    backend, device = rank_device(local_rank)
 
     run_id = "standalone-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     cfg = run_config(spec, variant, run_id, nvme_dir_for(spec, variant, run_id))

@@ -45,6 +45,16 @@ def _maybe_fault(fault, rank: int, step: int) -> None:
         raise RuntimeError(f"injected fault on rank {rank} at step {step} ({FAULT_ENV})")
 
 
+def rank_device(local_rank: int) -> tuple[str, torch.device]:
+    """(backend, device) for a rank: NCCL on its GPU by local rank when CUDA is visible, else gloo
+    on CPU. Thread count = the rank's CPU share (OMP_NUM_THREADS, set by the launcher)."""
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        return "nccl", torch.device("cuda", local_rank)
+    return "gloo", torch.device("cpu")
+
+
 def peak_mem_bytes(device: torch.device) -> int:
     """GPU allocator peak on GPU; the process's peak RSS on CPU (Linux reports KiB)."""
     if device.type == "cuda":

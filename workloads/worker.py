@@ -69,19 +69,11 @@ class Rank:
                 "MASTER_PORT": str(master_port),
             }
         )
-        import torch
         import torch.distributed as dist
 
-        from workloads.train import run_training
+        from workloads.train import rank_device, run_training
 
-        torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-        if torch.cuda.is_available():
-            backend = "nccl"
-            torch.cuda.set_device(local_rank)
-            device = torch.device("cuda", local_rank)
-        else:
-            backend = "gloo"
-            device = torch.device("cpu")
+        backend, device = rank_device(local_rank)
         timeout = datetime.timedelta(seconds=float(cfg.get("pg_timeout_s", 600)))
         dist.init_process_group(
             backend,
