@@ -50,7 +50,6 @@ Ctrl-C stops the loop and still prints (and writes) what finished.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import shutil
@@ -279,17 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.trials < 1 or args.steps < 1 or args.warmup < 0:
         p.error("--trials and --steps must be >= 1, --warmup >= 0")
 
-    from orchestrator.provenance import git_info, versions
+    from orchestrator.provenance import context as provenance
 
-    sha, dirty = git_info()
-    context = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "cpus": os.cpu_count(),
-        "git_sha": sha,
-        "git_dirty": dirty,
-        "versions": versions(),
-        "sweep": sweep_doc(args.steps, args.warmup),
-    }
+    context = {**provenance(), "sweep": sweep_doc(args.steps, args.warmup)}
     print(f"bench_overhead: {context['date']} cpus={context['cpus']} {context['versions']}")
     work = Path(tempfile.mkdtemp(prefix="linksweep-bench-overhead-"))
     ray_tmp = private_ray_tmpdir()

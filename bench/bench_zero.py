@@ -31,7 +31,6 @@ to join that cluster).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import shutil
@@ -177,18 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1 or args.steps < 1 or args.warmup < 0:
         p.error("--repeats and --steps must be >= 1, --warmup >= 0")
 
-    from orchestrator.provenance import git_info, versions
+    from orchestrator.provenance import context as provenance
 
-    sha, dirty = git_info()
     doc = sweep_doc(args.repeats, args.steps, args.warmup)
-    context = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "cpus": os.cpu_count(),
-        "git_sha": sha,
-        "git_dirty": dirty,
-        "versions": versions(),
-        "sweep": doc,
-    }
+    context = {**provenance(), "sweep": doc}
     print(f"bench_zero: {context['date']} cpus={context['cpus']} {context['versions']}")
     work = Path(tempfile.mkdtemp(prefix="linksweep-bench-zero-"))
     sweep, db = work / "sweep.yaml", work / "zero.duckdb"

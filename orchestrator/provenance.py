@@ -48,3 +48,18 @@ def versions() -> dict[str, str | None]:
     except Exception:  # noqa: BLE001 - provenance must never fail a sweep
         pass
     return out
+
+
+def context() -> dict:
+    """Where and when a measurement was taken: date, CPU count, git sha and dirty flag, versions."""
+    import datetime as dt
+    import os
+
+    sha, dirty = git_info()
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "git_sha": sha,
+        "git_dirty": dirty,
+        "versions": versions(),
+    }
