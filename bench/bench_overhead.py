@@ -37,11 +37,8 @@ dataloader workers) the ranks get less CPU than a bare torchrun would. ``--with-
 third arm, ``linksweep_nice0``: ``linksweep run`` with ``RAY_worker_niceness=0`` in its env
 (the embedded Ray then starts its workers at nice 0), to tell Ray's plumbing from the priority.
 
-Isolation: each ``linksweep run`` gets a private ``RAY_TMPDIR``. Without one, ``ray.init()`` on
-a machine where someone ran ``ray start`` reads /tmp/ray/ray_current_cluster and tries to join
-that cluster instead of starting an embedded one (linksweep then fails with "When connecting to
-an existing cluster, num_cpus and num_gpus must not be provided", or worse, measures someone
-else's cluster).
+Isolation: ``linksweep run`` without an address always starts its own embedded Ray
+(``ray.init(address="local")``), even where someone ran ``ray start`` on this machine.
 
 On a CPU machine the step times are gloo on loopback; only the ratio means something there.
 Ctrl-C stops the loop and still prints (and writes) what finished.
@@ -101,11 +98,6 @@ def _exe(name: str, module_fallback: list[str]) -> list[str]:
     """The console script next to this interpreter (the venv's), else ``python -m``."""
     exe = Path(sys.executable).with_name(name)
     return [str(exe)] if exe.exists() else [sys.executable, *module_fallback]
-
-
-def private_ray_tmpdir() -> str:
-    """A short private Ray temp dir (Ray's unix socket paths must stay under 107 bytes)."""
-    return tempfile.mkdtemp(prefix="lsb-", dir="/tmp")
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -283,8 +275,6 @@ def main(argv: list[str] | None = None) -> int:
     context = {**provenance(), "sweep": sweep_doc(args.steps, args.warmup)}
     print(f"bench_overhead: {context['date']} cpus={context['cpus']} {context['versions']}")
     work = Path(tempfile.mkdtemp(prefix="linksweep-bench-overhead-"))
-    ray_tmp = private_ray_tmpdir()
-    os.environ["RAY_TMPDIR"] = ray_tmp  # inherited by every linksweep run (see "Isolation")
     sweep = work / "sweep.yaml"
     sweep.write_text(yaml.safe_dump(context["sweep"], sort_keys=False))
     arms = {
@@ -317,7 +307,6 @@ def main(argv: list[str] | None = None) -> int:
         interrupted = True
         print("interrupted: reporting the finished trials", file=sys.stderr)
     finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     summary = summarize(trials)

@@ -23,9 +23,8 @@ thread per rank, so the ratios say what ZeRO's extra work costs when communicati
 free; absolute times mean something on a GPU only. Ctrl-C: linksweep keeps finished runs, and
 this script prints what the database holds.
 
-The run gets a private ``RAY_TMPDIR`` so that ``ray.init()`` starts an embedded Ray even where
-someone ran ``ray start`` on this machine (else it reads /tmp/ray/ray_current_cluster and tries
-to join that cluster).
+``linksweep run`` starts its own embedded Ray (``ray.init(address="local")``), even where someone
+ran ``ray start`` on this machine.
 """
 
 from __future__ import annotations
@@ -184,12 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="linksweep-bench-zero-"))
     sweep, db = work / "sweep.yaml", work / "zero.duckdb"
     sweep.write_text(yaml.safe_dump(doc, sort_keys=False))
-    ray_tmp = tempfile.mkdtemp(prefix="lsb-", dir="/tmp")  # short: Ray's socket paths < 107 B
     env = dict(
         os.environ,
         TOKENIZERS_PARALLELISM="false",
         RAY_DISABLE_USAGE_STATS="1",
-        RAY_TMPDIR=ray_tmp,
     )
     env.pop("RAY_ADDRESS", None)  # this machine: embedded Ray
     interrupted = False
@@ -224,7 +221,6 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
     finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
         if args.keep:
             print(f"kept: {work}", file=sys.stderr)
         else:
