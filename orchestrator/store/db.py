@@ -1,0 +1,286 @@
+"""DuckDB connections: the only module that imports duckdb.
+
+The Ray driver is the only writer (DuckDB allows one read-write process, or many read-only
+ones): it stores each run in one transaction, so a crash or Ctrl-C leaves every finished run
+intact. Everyone else reads through :class:`Reader` (``read_only=True``) with the named queries
+of ``orchestrator/store/queries.py``; ``read_query`` runs a user's own SQL (``linksweep query``).
+
+Opening an older database upgrades it in a transaction (``schema.MIGRATIONS``); a newer or
+foreign one is refused with a clear message and left unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import duckdb
+
+from orchestrator.store.queries import Query
+from orchestrator.store.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, VIEWS
+
+class StoreError(RuntimeError):
+    """The database cannot be used as asked (locked, foreign, newer schema)."""
+
+
+def _is_lock_error(exc: Exception) -> bool:
+    text = str(exc)
+    return "lock" in text.lower() and ("Could not set lock" in text or "Conflicting lock" in text)
+
+
+def _connect(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
+    try:
+        return duckdb.connect(path, read_only=read_only)
+    except duckdb.IOException as exc:
+        if _is_lock_error(exc):
+            raise StoreError(
+                f"{path} is locked by another process (a sweep is writing to it); "
+                "query it when the sweep has finished, or query a copy"
+            ) from None
+        raise StoreError(f"cannot open {path}: {exc}") from None
+
+
+def _table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _schema_version(con: duckdb.DuckDBPyConnection) -> int | None:
+    if not _table_exists(con, "meta"):
+        return None
+    row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row else None
+
+
+def _create_schema(con: duckdb.DuckDBPyConnection) -> None:
+    for name, cols in TABLES.items():
+        con.execute(f"CREATE TABLE IF NOT EXISTS {name} ({cols})")
+    for name, sql in VIEWS.items():
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+
+
+def _prepare(con: duckdb.DuckDBPyConnection, path: str) -> None:
+    """Create a fresh schema, upgrade an older one, or refuse."""
+    version = _schema_version(con)
+    if version is None:
+        user_tables = con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main'"
+        ).fetchone()[0]
+        if user_tables:
+            raise StoreError(
+                f"{path} is a DuckDB database but not a linksweep one (no meta table); "
+                "refusing to write into it: pass another --db"
+            )
+        con.execute("BEGIN")
+        _create_schema(con)
+        con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+        con.execute("COMMIT")
+        return
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} has schema version {version}, newer than this linksweep's "
+            f"{SCHEMA_VERSION}; upgrade linksweep to use it (nothing was changed)"
+        )
+    if version < SCHEMA_VERSION:
+        con.execute("BEGIN")
+        try:
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                for stmt in MIGRATIONS.get(v, []):
+                    con.execute(stmt)
+            _create_schema(con)
+            con.execute(
+                "UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)]
+            )
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+    else:
+        _create_schema(con)  # views are cheap to refresh and may have been improved
+
+
+def _jsonify(value: Any) -> Any:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, default=str)
+    return value
+
+
+class Store:
+    """Read-write handle used by the driver. Use as a context manager."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.con = _connect(path, read_only=False)
+        try:
+            _prepare(self.con, path)
+        except Exception:
+            self.con.close()
+            raise
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self):
+        self.con.execute("BEGIN")
+        try:
+            yield self
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self.con.execute("COMMIT")
+
+    def insert(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert dict rows; keys must be columns of ``table`` (missing ones stay NULL)."""
+        if not rows:
+            return
+        cols = list(rows[0])
+        for r in rows:
+            if list(r) != cols:
+                raise ValueError(f"{table}: rows must share the same keys")
+        names = ", ".join(f'"{c}"' for c in cols)
+        marks = ", ".join("?" for _ in cols)
+        self.con.executemany(
+            f"INSERT INTO {table} ({names}) VALUES ({marks})",
+            [[_jsonify(r[c]) for c in cols] for r in rows],
+        )
+
+    def update(self, table: str, key: dict[str, Any], values: dict[str, Any]) -> None:
+        sets = ", ".join(f'"{c}" = ?' for c in values)
+        where = " AND ".join(f'"{c}" = ?' for c in key)
+        self.con.execute(
+            f"UPDATE {table} SET {sets} WHERE {where}",
+            [_jsonify(v) for v in values.values()] + list(key.values()),
+        )
+
+    def query(self, sql: str, params: Iterable[Any] = ()) -> tuple[list[str], list[tuple]]:
+        cur = self.con.execute(sql, list(params))
+        cols = [d[0] for d in cur.description] if cur.description else []
+        return cols, cur.fetchall()
+
+    def rows(self, query: Query, **params: Any) -> list[dict[str, Any]]:
+        return _rows(self.con, query, params)
+
+    def replace_rows(self, table: str, where: dict[str, Any], rows: Sequence[dict]) -> None:
+        """Delete the rows matching ``where`` and insert ``rows``, in one transaction."""
+        cond = " AND ".join(f'"{c}" = ?' for c in where)
+        with self.transaction():
+            self.con.execute(f"DELETE FROM {table} WHERE {cond}", list(where.values()))
+            self.insert(table, rows)
+
+
+def _rows(con: duckdb.DuckDBPyConnection, query: Query, params: dict) -> list[dict[str, Any]]:
+    """Run a named query with exactly its parameters; rows as dicts keyed by column."""
+    if set(params) != query.params:
+        raise TypeError(f"query {query.name} takes {sorted(query.params)}, got {sorted(params)}")
+    cur = con.execute(query.sql, params) if params else con.execute(query.sql)
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+
+class Reader:
+    """Read-only handle for the report, the CLI and benchmarks. Use as a context manager.
+
+    Refuses (StoreError) a missing file, a locked one, or one that is not a linksweep database.
+    """
+
+    def __init__(self, path: str):
+        if not os.path.exists(path):
+            raise StoreError(
+                f"--db {path} does not exist; run a sweep first (linksweep run SWEEP.yaml --db {path})"
+            )
+        self.path = path
+        self.con = _connect(path, read_only=True)
+        if _schema_version(self.con) is None:
+            self.con.close()
+            raise StoreError(f"{path} is not a linksweep database (no meta table)")
+
+    def rows(self, query: Query, **params: Any) -> list[dict[str, Any]]:
+        try:
+            return _rows(self.con, query, params)
+        except duckdb.Error as exc:
+            raise StoreError(f"query {query.name} failed on {self.path}: {exc}") from None
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_writable(path: str) -> None:
+    """Before any work: refuse a locked, foreign or newer database without changing it."""
+    if not os.path.exists(path):
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.access(parent, os.W_OK):
+            raise StoreError(f"--db {path}: folder {parent} is not writable")
+        return
+    con = _connect(path, read_only=True)
+    try:
+        version = _schema_version(con)
+        tables = con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main'"
+        ).fetchone()[0]
+    finally:
+        con.close()
+    if version is None and tables:
+        raise StoreError(
+            f"--db {path} is a DuckDB database but not a linksweep one (no meta table)"
+        )
+    if version is not None and version > SCHEMA_VERSION:
+        raise StoreError(
+            f"--db {path} has schema version {version}, newer than this linksweep's "
+            f"{SCHEMA_VERSION}; upgrade linksweep to use it"
+        )
+
+
+def read_query(path: str, sql: str) -> tuple[list[str], list[tuple]]:
+    """Run one SQL statement read-only. Raises StoreError with a clear message on any failure."""
+    if not os.path.exists(path):
+        raise StoreError(f"{path} does not exist; run a sweep first (linksweep run SWEEP.yaml)")
+    con = _connect(path, read_only=True)
+    try:
+        version = _schema_version(con)
+        if version is None:
+            raise StoreError(f"{path} is not a linksweep database (no meta table)")
+        try:
+            cur = con.execute(sql)
+        except duckdb.Error as exc:
+            raise StoreError(f"query failed: {exc}") from None
+        cols = [d[0] for d in cur.description] if cur.description else []
+        return cols, cur.fetchall()
+    finally:
+        con.close()
+
+
+def export_all(path: str, out_dir: str, fmt: str) -> list[str]:
+    """Write every table and view to ``out_dir`` as parquet or csv; return the files written."""
+    os.makedirs(out_dir, exist_ok=True)
+    con = _connect(path, read_only=True)
+    written = []
+    try:
+        names = [*TABLES, *VIEWS]
+        for name in names:
+            if name == "meta":
+                continue
+            dest = os.path.join(out_dir, f"{name}.{fmt}")
+            opts = "FORMAT parquet" if fmt == "parquet" else "FORMAT csv, HEADER true"
+            con.execute(f"COPY (SELECT * FROM {name}) TO '{dest}' ({opts})")
+            written.append(dest)
+    finally:
+        con.close()
+    return written

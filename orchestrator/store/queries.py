@@ -1,0 +1,147 @@
+"""Every SELECT the driver, the CLI, the report and the benchmarks need, named, with bound
+parameters (``$name``, DuckDB's named parameters). Pure data; run them with
+``Store.rows(Q.NAME, name=value)`` or ``Reader.rows(...)``.
+
+A query's name says what it returns; its parameters are the ``$`` names in its text. Nothing
+here is pasted together from values.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# The rule for which runs count in figures, as SQL (orchestrator/stats.py ``included`` is the
+# same rule in Python): finished ok and not throttled. Failed and throttled runs stay stored,
+# counted as excluded.
+def included_run_sql(alias: str = "") -> str:
+    a = f"{alias}." if alias else ""
+    return f"{a}status = 'ok' AND NOT coalesce({a}throttled, false)"
+
+
+@dataclass(frozen=True)
+class Query:
+    name: str
+    sql: str
+
+    @property
+    def params(self) -> frozenset[str]:
+        return frozenset(re.findall(r"\$([a-z_]+)", self.sql))
+
+
+def _q(name: str, sql: str) -> Query:
+    return Query(name, " ".join(sql.split()))
+
+
+# --- sweeps ---------------------------------------------------------------------------------
+SWEEP = _q("sweep", "SELECT * FROM sweeps WHERE sweep_id = $sweep_id")
+LATEST_SWEEPS = _q(
+    "latest_sweeps", "SELECT * FROM sweeps ORDER BY started_at DESC NULLS LAST LIMIT $limit"
+)
+FAILED_RUN_COUNT = _q(
+    "failed_run_count", "SELECT count(*) AS n FROM runs WHERE sweep_id = $sweep_id AND status <> 'ok'"
+)
+
+# --- statistics (orchestrator/stats.py reads these, computes, stores variant/sensitivity) ---
+VARIANT_GROUP_RUNS = _q(
+    "variant_group_runs",
+    """SELECT strategy, offload, grad_accum, bucket_mb, link, placement, status,
+              coalesce(throttled, false) AS throttled, median_step_time_s, samples_per_s,
+              tokens_per_s, comm_bytes_per_step, expected_comm_bytes_per_step,
+              predicted_comm_s_per_step, peak_mem_bytes
+       FROM runs
+       WHERE sweep_id = $sweep_id AND strategy = $strategy AND offload = $offload
+         AND grad_accum = $grad_accum AND bucket_mb = $bucket_mb AND placement = $placement
+       ORDER BY seq""",
+)
+LINK_ALGBW = _q(
+    "link_algbw",
+    """SELECT collective AS op, msg_bytes, algbw_gbps FROM link_bandwidth
+       WHERE sweep_id = $sweep_id AND link = $link AND placement = $placement
+         AND algbw_gbps > 0""",
+)
+
+# --- `linksweep run` summary ----------------------------------------------------------------
+VARIANT_SUMMARY_TABLE = _q(
+    "variant_summary_table",
+    """SELECT strategy, offload, grad_accum AS ga, link, placement, n_runs, n_excluded AS excl,
+              median_step_time_s AS step_s, ci_low_s, ci_high_s, samples_per_s,
+              tokens_per_s, comm_bytes_per_step AS comm_B_per_step
+       FROM variant_summary WHERE sweep_id = $sweep_id
+       ORDER BY strategy, offload, grad_accum, link, placement""",
+)
+SENSITIVITY_TABLE = _q(
+    "sensitivity_table",
+    """SELECT strategy, offload, grad_accum AS ga, placement, link, baseline_link,
+              slowdown, ci_low, ci_high
+       FROM link_sensitivity WHERE sweep_id = $sweep_id
+       ORDER BY strategy, offload, grad_accum, placement, link""",
+)
+LINK_MISMATCHES = _q(
+    "link_mismatches",
+    """SELECT seq, link, link_class, effective_transport FROM runs
+       WHERE sweep_id = $sweep_id AND link_check = 'mismatch' ORDER BY seq""",
+)
+TELEMETRY_COUNTS = _q(
+    "telemetry_counts",
+    """SELECT count(*) FILTER (WHERE throttled) AS throttled, count(*) FILTER (WHERE hot) AS hot,
+              count(*) FILTER (WHERE telemetry LIKE 'absent%') AS absent, count(*) AS total
+       FROM runs WHERE sweep_id = $sweep_id""",
+)
+BANDWIDTH_TABLE = _q(
+    "bandwidth_table",
+    """SELECT link, placement, collective, msg_bytes, iterations, time_s, algbw_gbps,
+              busbw_gbps
+       FROM link_bandwidth WHERE sweep_id = $sweep_id
+       ORDER BY link, placement, collective, msg_bytes""",
+)
+
+# --- the report (orchestrator/report/data.py) ----------------------------------------------
+REPORT_RUNS = _q(
+    "report_runs",
+    """SELECT * REPLACE (coalesce(n_steps, 0) AS n_steps) FROM runs
+       WHERE sweep_id = $sweep_id ORDER BY seq""",
+)
+REPORT_VARIANTS = _q("report_variants", "SELECT * FROM variant_summary WHERE sweep_id = $sweep_id")
+REPORT_SENSITIVITY = _q(
+    "report_sensitivity", "SELECT * FROM link_sensitivity WHERE sweep_id = $sweep_id"
+)
+REPORT_STEP_TIMES = _q(
+    "report_step_times",
+    f"""SELECT r.strategy, r.offload, r.grad_accum, r.bucket_mb, r.link, r.placement,
+               r.run_id, st.step, st.step_time_s
+        FROM step_times st JOIN runs r ON r.run_id = st.run_id
+        WHERE r.sweep_id = $sweep_id AND {included_run_sql("r")}""",
+)
+REPORT_BANDWIDTH = _q("report_bandwidth", "SELECT * FROM link_bandwidth WHERE sweep_id = $sweep_id")
+REPORT_BENCH_FAILURES = _q(
+    "report_bench_failures",
+    """SELECT link, placement, op, status, count(*) AS n_rows, min(error) AS error
+       FROM link_bench WHERE sweep_id = $sweep_id AND status <> 'ok'
+       GROUP BY ALL ORDER BY link, placement, op""",
+)
+REPORT_NODES = _q("report_nodes", "SELECT * FROM nodes WHERE sweep_id = $sweep_id ORDER BY node")
+REPORT_GPUS = _q(
+    "report_gpus", "SELECT * FROM gpus WHERE sweep_id = $sweep_id ORDER BY node, gpu_index"
+)
+REPORT_GPU_LINKS = _q(
+    "report_gpu_links", "SELECT * FROM gpu_links WHERE sweep_id = $sweep_id ORDER BY node"
+)
+
+# --- benchmarks (bench/) --------------------------------------------------------------------
+RUN_FIGURES = _q(
+    "run_figures",
+    """SELECT seq, strategy, grad_accum, status, n_steps, median_step_time_s, startup_s
+       FROM run_summary WHERE sweep_id = $sweep_id ORDER BY seq""",
+)
+VARIANT_FIGURES = _q(
+    "variant_figures",
+    """SELECT strategy, grad_accum, n_runs, n_excluded, median_step_time_s, ci_low_s,
+              ci_high_s, peak_mem_bytes
+       FROM variant_summary WHERE sweep_id = $sweep_id ORDER BY strategy, grad_accum""",
+)
+FAILED_RUNS = _q(
+    "failed_runs",
+    """SELECT seq, strategy, grad_accum, error FROM runs
+       WHERE sweep_id = $sweep_id AND status <> 'ok' ORDER BY seq""",
+)
