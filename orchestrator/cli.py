@@ -11,11 +11,7 @@ import csv
 import json
 import sys
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-
-def _err(msg: str) -> None:
-    print(f"linksweep: {msg}", file=sys.stderr)
+from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, err
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -34,11 +30,12 @@ def _run(args: argparse.Namespace, train: bool) -> int:
         spec = load_spec(args.sweep)
         check_writable(args.db)
     except (SpecError, StoreError) as exc:
-        _err(str(exc))
+        err(str(exc))
         return EXIT_BAD_INPUT
 
-    from orchestrator import runner, scheduler
-    from orchestrator.store import Store
+    from orchestrator import preflight, scheduler
+    from orchestrator.store import Q, Store
+    from orchestrator.sweep import execute_sweep
     from orchestrator.ui import SweepUI
 
     address = scheduler.connect(args.address)
@@ -49,91 +46,66 @@ def _run(args: argparse.Namespace, train: bool) -> int:
             file=sys.stderr,
         )
     try:
-        runner.preflight(spec)
-        bundle = runner.check_cluster(spec)
+        preflight.preflight(spec)
+        bundle = preflight.check_cluster(spec)
     except SpecError as exc:
-        _err(str(exc))
+        err(str(exc))
         return EXIT_BAD_INPUT
     try:
         store = Store(args.db)
     except StoreError as exc:
-        _err(str(exc))
+        err(str(exc))
         return EXIT_BAD_INPUT
     ui = SweepUI()
     try:
         with store:
-            sweep_id = runner.execute_sweep(spec, store, address, bundle, ui, train=train)
+            sweep_id = execute_sweep(spec, store, address, bundle, ui, train=train)
             if train:
                 _print_summary(store, sweep_id)
             else:
-                _print_bandwidth(store, sweep_id)
-            failed = store.query(
-                "SELECT count(*) FROM runs WHERE sweep_id = ? AND status <> 'ok'", [sweep_id]
-            )[1][0][0]
+                _print_table(
+                    store, Q.BANDWIDTH_TABLE, sweep_id, f"link_bandwidth (sweep {sweep_id})"
+                )
+            failed = store.rows(Q.FAILED_RUN_COUNT, sweep_id=sweep_id)[0]["n"]
     except KeyboardInterrupt:
-        _err("interrupted; finished runs are stored")
+        err("interrupted; finished runs are stored")
         return EXIT_INTERRUPTED
     print(f"results: {args.db} (sweep {sweep_id})", file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def _print_summary(store, sweep_id: str) -> None:
+def _print_table(store, query, sweep_id: str, title: str, if_empty: bool = True) -> None:
     from orchestrator.ui import print_table
 
-    cols, rows = store.query(
-        """SELECT strategy, offload, grad_accum AS ga, link, placement, n_runs, n_excluded AS excl,
-                  median_step_time_s AS step_s, ci_low_s, ci_high_s, samples_per_s,
-                  tokens_per_s, comm_bytes_per_step AS comm_B_per_step
-           FROM variant_summary WHERE sweep_id = ?
-           ORDER BY strategy, offload, grad_accum, link, placement""",
-        [sweep_id],
+    cols, rows = store.table(query, sweep_id=sweep_id)
+    if rows or if_empty:
+        print_table(cols, rows, title=title)
+
+
+def _print_summary(store, sweep_id: str) -> None:
+    from orchestrator.store import Q
+
+    _print_table(store, Q.VARIANT_SUMMARY_TABLE, sweep_id, f"variant_summary (sweep {sweep_id})")
+    _print_table(
+        store,
+        Q.SENSITIVITY_TABLE,
+        sweep_id,
+        "link_sensitivity (variant median / baseline median)",
+        if_empty=False,
     )
-    print_table(cols, rows, title=f"variant_summary (sweep {sweep_id})")
-    cols, rows = store.query(
-        """SELECT strategy, offload, grad_accum AS ga, placement, link, baseline_link,
-                  slowdown, ci_low, ci_high
-           FROM link_sensitivity WHERE sweep_id = ?
-           ORDER BY strategy, offload, grad_accum, placement, link""",
-        [sweep_id],
-    )
-    if rows:
-        print_table(cols, rows, title="link_sensitivity (variant median / baseline median)")
-    _, mismatches = store.query(
-        """SELECT seq, link, link_class, effective_transport FROM runs
-           WHERE sweep_id = ? AND link_check = 'mismatch' ORDER BY seq""",
-        [sweep_id],
-    )
-    for seq, link, link_class, transport in mismatches:
+    for r in store.rows(Q.LINK_MISMATCHES, sweep_id=sweep_id):
         print(
-            f"LINK MISMATCH run #{seq}: link {link!r} on a {link_class} pair but NCCL used "
-            f"{transport}: this run does not measure what its link name says",
+            f"LINK MISMATCH run #{r['seq']}: link {r['link']!r} on a {r['link_class']} pair but "
+            f"NCCL used {r['effective_transport']}: this run does not measure what its link "
+            "name says",
             file=sys.stderr,
         )
-    (counts,) = store.query(
-        """SELECT count(*) FILTER (WHERE throttled), count(*) FILTER (WHERE hot),
-                  count(*) FILTER (WHERE telemetry LIKE 'absent%'), count(*)
-           FROM runs WHERE sweep_id = ?""",
-        [sweep_id],
-    )[1]
-    throttled, hot, absent, total = counts
+    (c,) = store.rows(Q.TELEMETRY_COUNTS, sweep_id=sweep_id)
     print(
-        f"telemetry: {throttled} throttled and {hot} hot run(s) of {total} (kept, flagged, "
-        f"excluded from figures); {absent} run(s) without GPU telemetry",
+        f"telemetry: {c['throttled']} throttled and {c['hot']} hot run(s) of {c['total']} (kept, "
+        f"flagged, excluded from figures); {c['absent']} run(s) without GPU telemetry",
         file=sys.stderr,
     )
-
-
-def _print_bandwidth(store, sweep_id: str) -> None:
-    from orchestrator.ui import print_table
-
-    cols, rows = store.query(
-        """SELECT link, placement, collective, msg_bytes, iterations, time_s, algbw_gbps,
-                  busbw_gbps
-           FROM link_bandwidth WHERE sweep_id = ?
-           ORDER BY link, placement, collective, msg_bytes""",
-        [sweep_id],
-    )
-    print_table(cols, rows, title=f"link_bandwidth (sweep {sweep_id})")
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -142,7 +114,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     try:
         cols, rows = read_query(args.db, args.sql)
     except StoreError as exc:
-        _err(str(exc))
+        err(str(exc))
         return EXIT_BAD_INPUT
     if args.format == "json":
         print(json.dumps([dict(zip(cols, r, strict=True)) for r in rows], default=str, indent=1))
@@ -189,7 +161,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_cluster(args: argparse.Namespace) -> int:
     if not args.emulated:
-        _err(
+        err(
             "cluster: only --emulated clusters are managed by linksweep; for real fleets see "
             "clusters/README.md (ray up, KubeRay)"
         )

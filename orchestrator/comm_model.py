@@ -84,14 +84,15 @@ reason. With ``world_size == 1`` no bytes cross a link: the expectation is empty
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from workloads.contract import CANONICAL_OPS, canonical_op
 
 __all__ = [
     "CANONICAL_OPS",
     "CommExpectation",
-    "CommRecord",
     "algbw_gbps",
     "busbw_factor",
     "busbw_gbps",
@@ -99,45 +100,9 @@ __all__ = [
     "expected_comm",
     "expected_msg_bytes_per_step",
     "expected_wire_bytes_per_step",
-    "nccl_msg_bytes",
-    "parse_comms_summary",
-    "summarize_records",
 ]
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
-
-CANONICAL_OPS = (
-    "all_reduce",
-    "reduce_scatter",
-    "all_gather",
-    "all_to_all",
-    "broadcast",
-    "reduce",
-)
-
-_ALIASES: dict[str, str] = {
-    # torch / DeepSpeed spellings of the same collective
-    "allreduce": "all_reduce",
-    "all_reduce_coalesced": "all_reduce",
-    "inference_all_reduce": "all_reduce",
-    "allgather": "all_gather",
-    "all_gather_into_tensor": "all_gather",
-    "all_gather_base": "all_gather",
-    "_all_gather_base": "all_gather",
-    "allgather_coalesced": "all_gather",
-    "all_gather_coalesced": "all_gather",
-    "all_gather_single": "all_gather",
-    "allgather_fn": "all_gather",
-    "reducescatter": "reduce_scatter",
-    "reduce_scatter_tensor": "reduce_scatter",
-    "reduce_scatter_base": "reduce_scatter",
-    "_reduce_scatter_base": "reduce_scatter",
-    "reduce_scatter_coalesced": "reduce_scatter",
-    "reduce_scatter_single": "reduce_scatter",
-    "reduce_scatter_fn": "reduce_scatter",
-    "alltoall": "all_to_all",
-    "all_to_all_single": "all_to_all",
-}
 
 _FACTOR = {
     # nccl-tests doc/PERFORMANCE.md
@@ -148,22 +113,6 @@ _FACTOR = {
     "broadcast": lambda n: 1.0,
     "reduce": lambda n: 1.0,
 }
-
-
-def canonical_op(op: str) -> str:
-    """Canonical collective name for a torch / DeepSpeed / NCCL spelling.
-
-    DeepSpeed comms-logger names in debug mode look like ``"all_reduce | [Caller Func: f]"``:
-    the part before ``|`` is used.
-    """
-    name = op.split("|", 1)[0].strip().lower()
-    if name in _FACTOR:
-        return name
-    if name in _ALIASES:
-        return _ALIASES[name]
-    raise ValueError(
-        f"unknown collective {op!r}; known: {sorted(CANONICAL_OPS)} and aliases {sorted(_ALIASES)}"
-    )
 
 
 def _check_n(n: int) -> None:
@@ -190,18 +139,6 @@ def algbw_gbps(msg_bytes: float, time_s: float) -> float:
 def busbw_gbps(op: str, n: int, msg_bytes: float, time_s: float) -> float:
     """Bus bandwidth in GB/s: algbw x busbw_factor(op, n)."""
     return algbw_gbps(msg_bytes, time_s) * busbw_factor(op, n)
-
-
-def nccl_msg_bytes(op: str, logged_bytes: int, world_size: int) -> int:
-    """Convert a DeepSpeed comms-logger message size to the nccl-tests convention.
-
-    DeepSpeed logs the local input shard for the all_gather family (``tensor`` argument), so the
-    gathered buffer is ``logged x world_size``; every other op already logs the full buffer.
-    """
-    _check_n(world_size)
-    if canonical_op(op) == "all_gather":
-        return int(logged_bytes) * world_size
-    return int(logged_bytes)
 
 
 @dataclass(frozen=True)
@@ -309,82 +246,69 @@ def expected_wire_bytes_per_step(
     ).wire_bytes_per_step
 
 
-@dataclass(frozen=True)
-class CommRecord:
-    """One (op, message size) line of DeepSpeed's comms summary.
-
-    op: the logged name as DeepSpeed wrote it (``all_reduce``, ``all_gather_into_tensor``,
-        ``reduce_scatter_tensor``, ``broadcast``, ``log_summary_barrier``, ...; with the
-        logger's ``debug`` option it carries ``| [Caller Func: f]``).
-    msg_bytes: the size DeepSpeed logged (for all_gather: the local shard; see nccl_msg_bytes).
-    count: how many such calls.
-    total_time_s: summed latency of those calls (DeepSpeed synchronises around each op).
-    """
-
-    op: str
-    msg_bytes: int
-    count: int
-    total_time_s: float
-
-
-def parse_comms_summary(d: Mapping[str, Any]) -> list[CommRecord]:
-    """Parse ``deepspeed.comm.log_summary(return_dict=True)`` into records.
-
-    DeepSpeed 0.19.8 returns ``{"summary": {op_name: {msg_size_bytes: {"count",
-    "total_latency_ms", "avg_latency_ms", "tput_avg_gbps", "busbw_avg_gbps", "msg_size_bytes",
-    "msg_size_str"}}}, "straggler_analysis": ... | None, "metadata": {"world_size", "rank",
-    "timestamp"}}`` (``CommsLogger.log_all`` in ``deepspeed/utils/comms_logging.py``). Message
-    sizes are int keys in the live dict and strings after a JSON round trip; both are accepted.
-    Latencies are in milliseconds. Records come back sorted by (op, msg_bytes).
-    """
-    if "summary" not in d:
-        raise ValueError(f"not a DeepSpeed comms summary: keys {sorted(d)}; expected 'summary'")
-    summary = d["summary"]
-    if summary is None:
-        return []
-    records = []
-    for op, by_size in summary.items():
-        for size_key, entry in by_size.items():
-            msg_bytes = int(entry.get("msg_size_bytes", size_key))
-            if msg_bytes != int(size_key):
-                raise ValueError(
-                    f"comms summary entry {op!r}/{size_key!r} has msg_size_bytes={msg_bytes}"
-                )
-            records.append(
-                CommRecord(
-                    op=str(op),
-                    msg_bytes=msg_bytes,
-                    count=int(entry["count"]),
-                    total_time_s=float(entry["total_latency_ms"]) / 1e3,
-                )
-            )
-    records.sort(key=lambda r: (r.op, r.msg_bytes))
-    return records
-
-
-def summarize_records(
-    records: Iterable[CommRecord],
+def run_expectation(
+    strategy: str,
+    grad_accum: int,
+    bucket_mb: int,
+    precision: str,
     world_size: int,
-    optimizer_steps: int = 1,
-    ignore_below_bytes: int = 64,
-) -> dict[str, int]:
-    """Measured message bytes per optimizer step by canonical op, nccl-tests convention.
+    n_params: int,
+) -> CommExpectation | None:
+    """The analytic bytes per optimizer step for one run; None with one rank (nothing crosses).
 
-    Comparable with ``CommExpectation.per_op``. Drops barriers and unknown ops (anything
-    ``canonical_op`` rejects, e.g. ``log_summary_barrier``) and messages below
-    ``ignore_below_bytes`` (scalar gradient-norm all_reduces). ``optimizer_steps`` is how many
-    steps the profiled pass covered; totals are divided by it (floor).
+    Psi is in the dtype that travels: DDP reduces fp32 gradients (autocast keeps fp32 master
+    grads); DeepSpeed reduces and gathers bf16 models in bf16. ZeRO-3 gathers each parameter in
+    forward and again in backward unless its prefetch window (one bucket) covers the whole model,
+    in which case DeepSpeed keeps them gathered from forward to backward (measured; see this
+    module's docstring), so 1 gather per micro-step for models under one bucket.
     """
-    _check_n(world_size)
-    if optimizer_steps < 1:
-        raise ValueError(f"optimizer_steps must be >= 1, got {optimizer_steps!r}")
-    totals: dict[str, int] = {}
-    for r in records:
-        if r.msg_bytes < ignore_below_bytes:
-            continue
-        try:
-            op = canonical_op(r.op)
-        except ValueError:
-            continue
-        totals[op] = totals.get(op, 0) + r.count * nccl_msg_bytes(op, r.msg_bytes, world_size)
-    return {op: math.floor(b / optimizer_steps) for op, b in sorted(totals.items())}
+    from orchestrator.ds_config import bucket_elements
+
+    if world_size < 2:
+        return None
+    bytes_per_param = 2 if precision == "bf16" and strategy != "ddp" else 4
+    gathers = 2.0
+    if strategy == "zero3" and n_params <= bucket_elements(bucket_mb, precision):
+        gathers = 1.0
+    return expected_comm(
+        strategy,
+        grad_accum,
+        n_params * bytes_per_param,
+        world_size,
+        zero3_gathers_per_micro_step=gathers,
+    )
+
+
+def bandwidths_gbps(
+    op: str, world_size: int, msg_bytes: float, time_s: float
+) -> tuple[float | None, float | None]:
+    """(algbw, busbw) in GB/s, or (None, None) when nothing was timed (time_s <= 0)."""
+    if time_s <= 0:
+        return None, None
+    algbw = algbw_gbps(msg_bytes, time_s)
+    return algbw, algbw * busbw_factor(op, world_size)
+
+
+Prices = dict[tuple[str, int], float]
+"""(op, msg_bytes) -> a link's measured algbw in GB/s (the ``link_bandwidth`` view's median)."""
+
+
+def predict_comm_s(
+    comms_per_step: Iterable[tuple[str, int, float]], prices: Prices
+) -> float | None:
+    """Seconds one step's collectives take at a link's measured bandwidth.
+
+    ``comms_per_step``: (op, msg_bytes, count per step). Each is priced at the microbenchmark's
+    algbw for that op at the nearest measured size (log scale; beyond the largest size, the
+    largest size's bandwidth). time = msg_bytes / algbw, i.e. wire bytes / busbw in nccl-tests'
+    terms. None when an op was not measured on the link.
+    """
+    total = 0.0
+    for op, msg_bytes, count in comms_per_step:
+        sizes = sorted(size for o, size in prices if o == op)
+        if not sizes:
+            return None
+        target = max(1, msg_bytes)
+        size = min(sizes, key=lambda s: abs(math.log2(s) - math.log2(target)))
+        total += count * msg_bytes / (prices[(op, size)] * 1e9)
+    return total

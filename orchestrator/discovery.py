@@ -26,20 +26,14 @@ Everything after the probe is pure and tested without Ray: ``node_rows`` (rows f
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
-import os
 import re
-import socket
-import subprocess
-import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import topo as topo_mod
 from orchestrator.topo import Topology, TopoParseError, parse_topo
+from workloads.contract import NodeReport
 
 __all__ = [
     "Finding",
@@ -51,7 +45,6 @@ __all__ = [
     "links_by_node",
     "node_rows",
     "parse_report_topo",
-    "probe_node",
 ]
 
 CUDA_PROBE_TIMEOUT_S = 90.0  # import torch + cuInit on a cold node with 8 GPUs stays well under
@@ -73,56 +66,6 @@ GPU_COLUMNS = (
 )
 
 _NV_RE = re.compile(r"^NV\d+$")
-
-
-@dataclass(frozen=True)
-class NodeReport:
-    """What one node's probe found. Built by ``probe_node`` (as a dict) plus the driver's
-    view of the node from ``ray.nodes()``; every field has a default so that a failed probe, or a
-    hand-written dict in a test, is still a report."""
-
-    node_id: str
-    """Ray node id (hex)."""
-    hostname: str | None = None
-    """``socket.gethostname()`` on the node; from ``ray.nodes()`` if the probe failed."""
-    ip: str | None = None
-    """Ray's node manager address."""
-    cpus: float = 0.0
-    """Logical CPUs Ray advertises on the node (``ray.nodes()`` Resources)."""
-    gpus: float = 0.0
-    """Logical GPUs Ray advertises on the node; may differ from the physical count."""
-    topo_text: str | None = None
-    """``nvidia-smi topo -m`` output, verbatim; None when there is none."""
-    topo_status: str = "not probed"
-    """``"ok"``, why nvidia-smi gave no text, or ``"topo parse error: line N: ..."``."""
-    nvml_ok: bool = False
-    """NVML initialised and listed GPUs on the node."""
-    nvml_status: str = ""
-    """``nvml_available``'s text: ``"2 GPU(s), driver 550.54"`` or why NVML is absent."""
-    inventory: list[dict] = field(default_factory=list)
-    """``nvml_inventory()``: one dict per GPU (index, name, PCIe, power limits, temp_c...)."""
-    driver_version: str | None = None
-    """``nvmlSystemGetDriverVersion``, e.g. ``"550.54.15"``."""
-    cuda_version: str | None = None
-    """Highest CUDA version the driver supports (``nvmlSystemGetCudaDriverVersion``): ``"12.4"``."""
-    cuda_available: bool = False
-    """``torch.cuda.is_available()`` in the probe's child process."""
-    cuda_device_count: int = 0
-    p2p: list[list[bool | None]] | None = None
-    """``p2p[i][j]``: ``torch.cuda.can_device_access_peer(i, j)``, PCI bus order; None on the
-    diagonal. None when CUDA is not available."""
-    cuda_status: str = ""
-    """``"ok"`` or why there is no P2P matrix (CUDA unavailable, torch missing, probe timed out)."""
-    nccl_version: str | None = None
-    """``torch.cuda.nccl.version()`` as ``"2.21.5"``; None without CUDA."""
-    torch_version: str | None = None
-    torch_cuda: str | None = None
-    """CUDA toolkit torch was built with (``torch.version.cuda``); None for CPU builds."""
-    error: str | None = None
-    """Why the probe itself failed (task error, node died, no answer in time); None if it ran."""
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 _REPORT_FIELDS = {f.name for f in dataclasses.fields(NodeReport)}
@@ -159,118 +102,6 @@ class Finding:
     """Ray node id of ``node`` (hostnames need not be unique); empty for cluster findings."""
 
 
-# ---------------------------------------------------------------------------------------------
-# The probe: runs on each node as a Ray task. Never raises.
-# ---------------------------------------------------------------------------------------------
-
-# Runs in a child process with CUDA_VISIBLE_DEVICES removed and CUDA_DEVICE_ORDER=PCI_BUS_ID;
-# prints one JSON object. Self-contained so it needs nothing but torch on the node.
-_CUDA_PROBE = r"""
-import json
-out = {"cuda_available": False, "cuda_device_count": 0, "p2p": None, "nccl_version": None,
-       "torch_version": None, "torch_cuda": None, "cuda_status": "ok"}
-try:
-    import torch
-except Exception as exc:
-    out["cuda_status"] = f"cannot import torch: {type(exc).__name__}: {exc}"
-    print(json.dumps(out)); raise SystemExit(0)
-out["torch_version"] = torch.__version__
-out["torch_cuda"] = torch.version.cuda
-if not torch.cuda.is_available():
-    out["cuda_status"] = f"CUDA not available to torch {torch.__version__}"
-    print(json.dumps(out)); raise SystemExit(0)
-n = torch.cuda.device_count()
-out["cuda_available"] = True
-out["cuda_device_count"] = n
-try:
-    out["p2p"] = [[None if i == j else bool(torch.cuda.can_device_access_peer(i, j))
-                   for j in range(n)] for i in range(n)]
-except Exception as exc:
-    out["cuda_status"] = f"can_device_access_peer failed: {type(exc).__name__}: {exc}"
-try:
-    v = torch.cuda.nccl.version()
-    out["nccl_version"] = ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
-except Exception:
-    pass
-print(json.dumps(out))
-"""
-
-
-def _cuda_probe(timeout_s: float = CUDA_PROBE_TIMEOUT_S) -> dict:
-    env = dict(os.environ)
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _CUDA_PROBE],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=env,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"cuda_status": f"CUDA probe failed: {type(exc).__name__}: {exc}"}
-    lines = proc.stdout.strip().splitlines()
-    try:
-        return json.loads(lines[-1])
-    except (IndexError, ValueError):
-        tail = (proc.stderr or proc.stdout).strip().splitlines()
-        return {"cuda_status": f"CUDA probe exited {proc.returncode}: {tail[-1] if tail else ''}"}
-
-
-def _nvml_versions() -> tuple[str | None, str | None]:
-    """Driver version and the CUDA version it supports (``12040`` -> ``"12.4"``)."""
-    import pynvml
-
-    pynvml.nvmlInit()
-    try:
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        driver = driver.decode() if isinstance(driver, bytes) else str(driver)
-        try:
-            code = int(pynvml.nvmlSystemGetCudaDriverVersion())
-            cuda = f"{code // 1000}.{(code % 1000) // 10}"
-        except pynvml.NVMLError:
-            cuda = None
-        return driver, cuda
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def probe_node() -> dict:
-    """Everything discovery wants to know about the node this runs on, as a plain dict.
-
-    Runs as a Ray task on the node (see ``discover_nodes``); never raises: each part that fails
-    leaves its fields at their defaults and says why in its ``*_status`` field.
-    """
-    from workloads.telemetry import nvml_available, nvml_inventory
-
-    out: dict[str, Any] = {"hostname": socket.gethostname()}
-    try:
-        import ray
-
-        out["node_id"] = ray.get_runtime_context().get_node_id()
-    except Exception:  # noqa: BLE001 - the driver knows the node id anyway
-        pass
-
-    text, why = topo_mod.read_topo_text(timeout_s=TOPO_TIMEOUT_S)
-    out["topo_text"], out["topo_status"] = text, why
-
-    ok, status = nvml_available()
-    out["nvml_ok"], out["nvml_status"] = ok, status
-    if ok:
-        try:
-            out["inventory"] = nvml_inventory()
-        except Exception as exc:  # noqa: BLE001 - NVML answered once; report, don't fail
-            out["nvml_ok"] = False
-            out["nvml_status"] = f"nvml_inventory failed: {type(exc).__name__}: {exc}"
-        with contextlib.suppress(Exception):  # versions are context, not essential
-            out["driver_version"], out["cuda_version"] = _nvml_versions()
-
-    out.update(_cuda_probe())
-    return out
-
-
 def _check_topo(report: NodeReport) -> NodeReport:
     """Mark a report whose topo text does not parse (``topo_status``), keeping the text."""
     if report.topo_text is None:
@@ -285,61 +116,34 @@ def _check_topo(report: NodeReport) -> NodeReport:
 def discover_nodes(timeout_s: float = 120.0) -> list[NodeReport]:
     """Probe every alive Ray node once, in parallel; one report per node, sorted by hostname.
 
-    Assumes ``ray.init()`` was called. A probe that raises, lands on a dead node or has not
-    answered after ``timeout_s`` becomes a report with ``error`` set (and is cancelled).
+    Assumes a Ray connection (``scheduler.connect``). A probe that raises, lands on a dead node
+    or has not answered after ``timeout_s`` becomes a report with ``error`` set.
     """
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    remote_probe = ray.remote(num_cpus=0, max_retries=0)(probe_node)
-    refs = [
-        remote_probe.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False)
-        ).remote()
-        for n in nodes
-    ]
-    done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
-    done_set = set(done)
+    from orchestrator import scheduler
+    from workloads.probe import probe_node
 
     reports = []
-    for n, ref in zip(nodes, refs, strict=True):
-        base = {
-            "node_id": n["NodeID"],
-            "hostname": n.get("NodeManagerHostname"),
-            "ip": n.get("NodeManagerAddress"),
-            "cpus": float(n.get("Resources", {}).get("CPU", 0)),
-            "gpus": float(n.get("Resources", {}).get("GPU", 0)),
-        }
-        if ref in done_set:
-            try:
-                found = ray.get(ref)
-                # The driver's ids win: they are what ray.nodes() and placement groups use.
-                merged = {**found, **{k: v for k, v in base.items() if k != "hostname"}}
-                merged["hostname"] = found.get("hostname") or base["hostname"]
-                reports.append(_check_topo(as_report(merged)))
-            except Exception as exc:  # noqa: BLE001 - a failed probe is a report, not a crash
-                reports.append(as_report({**base, "error": _first_line(exc)}))
-        else:
-            with contextlib.suppress(Exception):  # already finished or gone: nothing to stop
-                ray.cancel(ref, force=True)
-            reports.append(
-                as_report(
-                    {
-                        **base,
-                        "error": f"no answer from the discovery probe within {timeout_s:.0f} s "
-                        "(node busy, hung driver, or runtime_env still installing)",
-                    }
-                )
-            )
+    for answer in scheduler.run_on_every_node(probe_node, timeout_s):
+        n = answer.node
+        base = {k: n[k] for k in ("node_id", "hostname", "ip", "cpus", "gpus")}
+        if answer.error is not None:
+            error = answer.error
+            if error.startswith("no answer"):
+                error = f"{error.replace('no answer', 'no answer from the discovery probe')}"
+            reports.append(as_report({**base, "error": error}))
+            continue
+        found: NodeReport = answer.result
+        # The driver's ids win: they are what Ray's node table and placement groups use.
+        merged = dataclasses.replace(
+            found,
+            node_id=base["node_id"],
+            ip=base["ip"],
+            cpus=base["cpus"],
+            gpus=base["gpus"],
+            hostname=found.hostname or base["hostname"],
+        )
+        reports.append(_check_topo(merged))
     return sorted(reports, key=lambda r: (r.hostname or "", r.ip or "", r.node_id))
-
-
-def _first_line(exc: BaseException) -> str:
-    cause = getattr(exc, "cause", None)
-    shown = cause if cause is not None else exc
-    lines = str(shown).strip().splitlines()
-    return f"{type(shown).__name__}: {lines[0] if lines else ''}"
 
 
 # ---------------------------------------------------------------------------------------------

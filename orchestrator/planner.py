@@ -1,15 +1,26 @@
-"""From a validated spec to the ordered list of runs, and whether the cluster can hold them.
+"""From a validated spec to the ordered list of runs, what each rank is given, and whether the
+cluster can hold them.
 
 Pure: works on the spec and on plain descriptions of the cluster's nodes (:class:`NodeCapacity`),
-so it is tested without Ray.
+so it is tested without Ray. Builds the ``workloads.contract`` configs the ranks receive. May
+import: spec, ds_config, the workloads contract.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
+import os
+import secrets
 from dataclasses import asdict, dataclass
 
-from orchestrator.spec import SpecError, SweepSpec
+from orchestrator.ds_config import deepspeed_config
+from orchestrator.spec import SpecError, SweepSpec, offload_applies
+from workloads.contract import LinkbenchConfig, RunConfig
+
+NCCL_DEBUG_DEFAULTS = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,ENV"}
+LEARNING_RATE = 1e-3  # any sane value: we time steps, we do not train to convergence
+PROFILE_STEPS = 1  # optimizer steps of the profiled pass that counts collectives
 
 
 @dataclass(frozen=True)
@@ -58,8 +69,8 @@ def expand_grid(spec: SweepSpec) -> list[Variant]:
         g.strategy, g.offload, g.grad_accum, g.bucket_mb, spec.grid_links, g.placement
     ):
         if strategy == "ddp":
-            offload = "none"
-        elif offload == "nvme" and strategy != "zero3":
+            offload = "none"  # one DDP variant per grid point, whatever the offload list says
+        elif not offload_applies(strategy, offload):
             continue
         v = Variant(strategy, ga, link, placement, offload, bucket)
         if v not in seen:
@@ -129,3 +140,83 @@ def check_capacity(spec: SweepSpec, nodes: list[NodeCapacity]) -> None:
         )
     if errors:
         raise SpecError(errors)
+
+
+# --------------------------------------------------------------------------------------------
+# Ids, environment and the configs ranks receive.
+
+
+def new_sweep_id(now: dt.datetime | None = None) -> str:
+    now = now or dt.datetime.now(dt.timezone.utc)
+    return now.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+
+
+def run_id_for(sweep_id: str, seq: int) -> str:
+    return f"{sweep_id}-r{seq:04d}"
+
+
+def linkbench_id_for(sweep_id: str, link: str, placement: str) -> str:
+    return f"{sweep_id}-lb-{link}-{placement}"
+
+
+def run_env(spec: SweepSpec, link: str, run_id: str, cpus_per_rank: int) -> dict[str, str]:
+    """Env for every rank of a run: the link's variables, plus NCCL logging unless the link sets
+    its own (the user's value wins), plus thread counts matching the rank's CPU share."""
+    env = dict(NCCL_DEBUG_DEFAULTS)
+    env["NCCL_DEBUG_FILE"] = f"/tmp/linksweep-nccl-{run_id}-%h-%p.log"
+    env["OMP_NUM_THREADS"] = str(max(1, cpus_per_rank))
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    # Ray starts workers at nice 15; ranks compete with everything else on a shared machine at
+    # the priority a bare torchrun would have (bench/bench_overhead.py compares the two).
+    env["RAY_worker_niceness"] = "0"
+    env.update(spec.links[link])
+    return env
+
+
+def nvme_dir_for(spec: SweepSpec, v: Variant, run_id: str) -> str | None:
+    return os.path.join(spec.nvme_path, run_id) if v.offload == "nvme" else None
+
+
+def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
+    """What every rank of one run receives: everything it needs, nothing it must look up."""
+    nvme_dir = nvme_dir_for(spec, v, run_id)
+    ds_config = None
+    if v.strategy != "ddp":
+        ds_config = deepspeed_config(
+            strategy=v.strategy,
+            grad_accum=v.grad_accum,
+            micro_batch_size=spec.micro_batch_size,
+            world_size=spec.world_size,
+            precision=spec.precision,
+            offload=v.offload,
+            bucket_mb=v.bucket_mb,
+            nvme_path=nvme_dir,
+            comms_logger=False,  # enabled only for the profiled pass (workloads/ds_comms.py)
+        )
+    return RunConfig(
+        run_id=run_id,
+        strategy=v.strategy,
+        grad_accum=v.grad_accum,
+        bucket_mb=v.bucket_mb,
+        offload=v.offload,
+        model=spec.model,
+        dataset=spec.dataset,
+        precision=spec.precision,
+        seq_len=spec.seq_len,
+        micro_batch_size=spec.micro_batch_size,
+        steps=spec.steps,
+        warmup_steps=spec.warmup_steps,
+        seed=spec.seed,
+        lr=LEARNING_RATE,
+        profile_steps=PROFILE_STEPS,
+        pg_timeout_s=min(600.0, spec.run_timeout_s),
+        nvme_dir=nvme_dir,
+        ds_config=ds_config,
+    )
+
+
+def linkbench_config(spec: SweepSpec, run_id: str, gpu: bool) -> LinkbenchConfig:
+    max_mb = spec.linkbench_max_mb or (256 if gpu else 16)
+    return LinkbenchConfig(
+        run_id=run_id, max_bytes=max_mb * 2**20, pg_timeout_s=min(600.0, spec.run_timeout_s)
+    )

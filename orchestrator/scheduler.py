@@ -24,11 +24,11 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from orchestrator.planner import NodeCapacity
+from workloads.contract import LinkbenchConfig, NodeInfo, RankRecord, RunConfig
 
 PLACEMENT_STRATEGY = {"pack": "STRICT_PACK", "spread": "STRICT_SPREAD"}
 PLACEMENT_TIMEOUT_S = 120.0  # a group still unplaced by then will not be placed
 ACTOR_READY_TIMEOUT_S = 300.0  # covers runtime_env set-up on a cold node
-GPU_VISIBILITY = "node-shared: same-node ranks see the run's GPUs on that node, pick by local rank"
 
 
 class RunFailure(Exception):
@@ -49,12 +49,22 @@ class ProgressBoard:
         return self.state
 
 
-def poll(board) -> dict:
-    """The latest progress report, without waiting long for it."""
-    try:
-        return ray.get(board.get.remote(), timeout=2)
-    except Exception:  # noqa: BLE001 - progress display must never fail a run
-        return {}
+class ProgressHandle:
+    """The driver's end of a :class:`ProgressBoard`: ``actor`` goes to the ranks."""
+
+    def __init__(self) -> None:
+        self.actor = ProgressBoard.remote()
+
+    def poll(self) -> dict:
+        """The latest progress report, without waiting long for it."""
+        try:
+            return ray.get(self.actor.get.remote(), timeout=2)
+        except Exception:  # noqa: BLE001 - progress display must never fail a run
+            return {}
+
+
+def progress_board() -> ProgressHandle:
+    return ProgressHandle()
 
 
 def connect(address: str | None) -> str:
@@ -195,29 +205,56 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(shown).__name__}: {text[0] if text else ''}".strip()
 
 
+@dataclass(frozen=True)
+class RankPlacement:
+    """Where one rank of a run ran (stored as ``runs.nodes``)."""
+
+    rank: int
+    node_id: str
+    hostname: str
+    ip: str
+    gpu_ids: tuple[str, ...]
+    pid: int
+    local_rank: int
+    visible_gpus: tuple[str, ...] | None
+    """Every GPU id of the run's ranks on this rank's node (what the rank may see)."""
+
+
 @dataclass
 class RunResult:
     """What one run produced: per-rank records, or a failure. Filled even on failure."""
 
-    rank_records: list[dict] = field(default_factory=list)
-    nodes: list[dict] = field(default_factory=list)
+    rank_records: list[RankRecord] = field(default_factory=list)
+    placements: list[RankPlacement] = field(default_factory=list)
     error: str | None = None
-    actors_created_wall: float | None = None
+    actors_created_wall_s: float | None = None
 
 
-def _local_ranks(infos: list[dict]) -> tuple[list[int], list[list[str] | None]]:
-    """Local rank per rank, and the GPU ids of the run's ranks on each rank's node."""
+def place_ranks(infos: list[NodeInfo]) -> list[RankPlacement]:
+    """Local rank of each rank, and the GPU ids of the run's ranks on each rank's node. Pure."""
     by_node: dict[str, list[int]] = {}
     for i, info in enumerate(infos):
-        by_node.setdefault(info["node_id"], []).append(i)
+        by_node.setdefault(info.node_id, []).append(i)
     local = [0] * len(infos)
-    gpus: list[list[str] | None] = [None] * len(infos)
+    gpus: list[tuple[str, ...] | None] = [None] * len(infos)
     for ranks in by_node.values():
-        node_gpus = [g for r in ranks for g in infos[r]["gpu_ids"]]
+        node_gpus = tuple(g for r in ranks for g in infos[r].gpu_ids)
         for lr, r in enumerate(ranks):
             local[r] = lr
             gpus[r] = node_gpus or None
-    return local, gpus
+    return [
+        RankPlacement(
+            rank=i,
+            node_id=info.node_id,
+            hostname=info.hostname,
+            ip=info.ip,
+            gpu_ids=info.gpu_ids,
+            pid=info.pid,
+            local_rank=local[i],
+            visible_gpus=gpus[i],
+        )
+        for i, info in enumerate(infos)
+    ]
 
 
 def _error_text(exc: BaseException) -> str:
@@ -230,7 +267,7 @@ def _error_text(exc: BaseException) -> str:
 
 
 def execute_run(
-    run_cfg: dict,
+    run_cfg: RunConfig | LinkbenchConfig,
     world_size: int,
     placement: str,
     env: dict[str, str],
@@ -240,7 +277,7 @@ def execute_run(
     on_tick: Callable[[], None] | None = None,
 ) -> RunResult:
     """Place, start, run and clean up one run. Never raises for run-level failures."""
-    from workloads.worker import Rank
+    from workloads.rank import Rank
 
     result = RunResult()
     pg = placement_group([dict(bundle)] * world_size, strategy=PLACEMENT_STRATEGY[placement])
@@ -254,7 +291,7 @@ def execute_run(
             )
         gpu = bundle.get("GPU", 0)
         rank_actor = ray.remote(Rank)
-        result.actors_created_wall = time.time()
+        result.actors_created_wall_s = time.time()
         for i in range(world_size):
             actors.append(
                 rank_actor.options(
@@ -269,18 +306,21 @@ def execute_run(
                 ).remote()
             )
         infos = ray.get([a.node_info.remote() for a in actors], timeout=ACTOR_READY_TIMEOUT_S)
-        local, node_gpus = _local_ranks(infos)
-        result.nodes = [
-            {"rank": i, **info, "local_rank": local[i], "visible_gpus": node_gpus[i]}
-            for i, info in enumerate(infos)
-        ]
-        master_addr = infos[0]["ip"]
+        result.placements = place_ranks(infos)
+        master_addr = infos[0].ip
         master_port = ray.get(actors[0].free_port.remote(), timeout=60)
         refs = [
             a.run.remote(
-                run_cfg, i, world_size, local[i], master_addr, master_port, node_gpus[i], board
+                run_cfg,
+                p.rank,
+                world_size,
+                p.local_rank,
+                master_addr,
+                master_port,
+                list(p.visible_gpus) if p.visible_gpus else None,
+                board.actor if board is not None else None,
             )
-            for i, a in enumerate(actors)
+            for a, p in zip(actors, result.placements, strict=True)
         ]
         result.rank_records = _wait_all(refs, timeout_s, on_tick)
     except RunFailure as exc:
@@ -294,7 +334,7 @@ def execute_run(
     return result
 
 
-def _wait_all(refs: list, timeout_s: float, on_tick: Callable[[], None] | None) -> list[dict]:
+def _wait_all(refs: list, timeout_s: float, on_tick: Callable[[], None] | None) -> list[RankRecord]:
     """Collect every rank's result; the first failure or the deadline ends the run."""
     deadline = time.monotonic() + timeout_s
     pending = list(refs)
@@ -312,7 +352,7 @@ def _wait_all(refs: list, timeout_s: float, on_tick: Callable[[], None] | None) 
             results[ref] = ray.get(ref)  # raises the rank's exception: the run fails now
         if on_tick is not None:
             on_tick()
-    return sorted((results[r] for r in refs), key=lambda r: r["rank"])
+    return sorted((results[r] for r in refs), key=lambda r: r.rank)
 
 
 def gcs_nodes(address: str, timeout_s: float = 5.0) -> list[dict] | None:

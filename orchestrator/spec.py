@@ -29,6 +29,24 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+# The variant rule, the one place it is written: which strategies each offload applies to.
+OFFLOAD_STRATEGIES: dict[str, tuple[str, ...]] = {
+    "none": ("ddp", "zero1", "zero2", "zero3"),
+    "cpu": ("zero1", "zero2", "zero3"),
+    "nvme": ("zero3",),  # DeepSpeed swaps to NVMe only with ZeRO stage 3
+}
+OFFLOAD_RULE = {
+    "none": "applies to every strategy",
+    "cpu": "applies to ZeRO only (zero1, zero2, zero3)",
+    "nvme": "needs zero3 (DeepSpeed swaps to NVMe only with ZeRO stage 3)",
+}
+
+
+def offload_applies(strategy: str, offload: str) -> bool:
+    """Can ``strategy`` run with ``offload``? (DDP: none only; nvme: zero3 only.)"""
+    return strategy in OFFLOAD_STRATEGIES[offload]
+
+
 class SpecError(ValueError):
     """A sweep file that cannot run. ``errors`` holds one readable line per problem."""
 
@@ -173,18 +191,12 @@ class SweepSpec(BaseModel):
             errors.append(
                 f"baseline_link: unknown link {self.baseline_link!r}; links defined: {names}"
             )
-        zero = [s for s in self.grid.strategy if s != "ddp"]
-        offloads = [o for o in self.grid.offload if o != "none"]
-        if offloads and not zero:
-            errors.append(
-                f"grid.offload: {offloads} applies to ZeRO only (zero1, zero2, zero3); "
-                f"grid.strategy is {self.grid.strategy}"
-            )
-        if "nvme" in self.grid.offload and zero and "zero3" not in zero:
-            errors.append(
-                "grid.offload: 'nvme' needs zero3 (DeepSpeed swaps to NVMe only with ZeRO stage 3); "
-                f"grid.strategy is {self.grid.strategy}"
-            )
+        for offload in self.grid.offload:
+            if not any(offload_applies(s, offload) for s in self.grid.strategy):
+                errors.append(
+                    f"grid.offload: {offload!r} {OFFLOAD_RULE[offload]}; "
+                    f"grid.strategy is {self.grid.strategy}"
+                )
         if "spread" in self.grid.placement and self.world_size < 2:
             errors.append("grid.placement: 'spread' needs world_size >= 2")
         if errors:

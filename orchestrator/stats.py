@@ -32,10 +32,20 @@ import numpy as np
 __all__ = [
     "bootstrap_median_ci",
     "bootstrap_ratio_ci",
+    "included",
     "median",
     "percentile",
     "run_figure",
 ]
+
+
+def included(run: Mapping) -> bool:
+    """Does a run count in figures? Finished ok and not throttled. Failed and throttled runs
+    stay stored and are counted as excluded (``n_excluded``), never silently dropped.
+
+    The same rule as SQL: ``orchestrator.store.queries.included_run_sql``.
+    """
+    return run.get("status") == "ok" and not run.get("throttled")
 
 
 def _as_array(xs: Sequence[float], name: str = "xs") -> np.ndarray:
@@ -153,3 +163,114 @@ def run_figure(step_times_by_rank: Mapping[int, Sequence[float]]) -> float:
     # table has shape (n_ranks, n_steps): the step's figure is its slowest rank.
     per_step = table.max(axis=0)
     return float(np.median(per_step))
+
+
+# --------------------------------------------------------------------------------------------
+# Figures as stored: run -> variant -> slowdown. Computed here only; the views just select them.
+
+RUN_FIGURE_COLUMNS = (
+    "n_steps",
+    "median_step_time_s",
+    "p10_step_time_s",
+    "p90_step_time_s",
+    "samples_per_s",
+    "tokens_per_s",
+)
+VARIANT_KEY = ("strategy", "offload", "grad_accum", "bucket_mb", "link", "placement")
+GROUP_KEY = ("strategy", "offload", "grad_accum", "bucket_mb", "placement")  # all but the link
+MEDIAN_COLUMNS = (
+    "samples_per_s",
+    "tokens_per_s",
+    "comm_bytes_per_step",
+    "expected_comm_bytes_per_step",
+    "predicted_comm_s_per_step",
+)
+
+
+def run_figures(timed_steps_by_rank: Mapping[int, Sequence]) -> dict[str, float | int | None]:
+    """A run's stored figures from each rank's timed steps (objects with ``step_time_s``,
+    ``samples``, ``tokens``; warmup already excluded), as ``runs`` columns.
+
+    Per step, the slowest rank sets the pace (max over ranks) and samples/tokens add up over
+    ranks; the run's figure is the median over steps (``run_figure``), p10/p90 interpolate like
+    DuckDB's ``quantile_cont``, throughput is total samples over total step time.
+    No steps (a failed run): n_steps 0 and every figure None.
+    """
+    if not timed_steps_by_rank or not any(timed_steps_by_rank.values()):
+        return {"n_steps": 0} | {c: None for c in RUN_FIGURE_COLUMNS[1:]}
+    times = {r: [s.step_time_s for s in steps] for r, steps in timed_steps_by_rank.items()}
+    figure = run_figure(times)  # checks every rank timed the same steps
+    per_step = np.max(np.array(list(times.values()), dtype=np.float64), axis=0)
+    total_s = float(per_step.sum())
+    samples = sum(s.samples for steps in timed_steps_by_rank.values() for s in steps)
+    tokens = sum(s.tokens for steps in timed_steps_by_rank.values() for s in steps)
+    return {
+        "n_steps": len(per_step),
+        "median_step_time_s": figure,
+        "p10_step_time_s": percentile(per_step, 10),
+        "p90_step_time_s": percentile(per_step, 90),
+        "samples_per_s": samples / total_s if total_s > 0 else None,
+        "tokens_per_s": tokens / total_s if total_s > 0 else None,
+    }
+
+
+def _median_or_none(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return median(present) if present else None
+
+
+def variant_and_sensitivity_rows(
+    sweep_id: str, runs: Sequence[Mapping], baseline_link: str, seed: int
+) -> tuple[list[dict], list[dict]]:
+    """``variant_stats`` and ``sensitivity_stats`` rows for the runs of one variant group (one
+    ``GROUP_KEY``, every link), from stored run rows (``VARIANT_KEY`` columns, status,
+    throttled, the run figures).
+
+    Variant figure: median of its included runs' figures, with a bootstrap interval; other
+    columns: medians over included runs (peak memory: max). Slowdown: ratio of a link's median
+    to the baseline link's, with a bootstrap interval of the ratio. Excluded runs are counted.
+    """
+    by_variant: dict[tuple, list[Mapping]] = {}
+    for r in runs:
+        by_variant.setdefault(tuple(r[k] for k in VARIANT_KEY), []).append(r)
+    variant_rows, figures = [], {}
+    for key, members in by_variant.items():
+        ok = [r for r in members if included(r) and r["median_step_time_s"] is not None]
+        xs = [r["median_step_time_s"] for r in ok]
+        figures[key] = xs
+        med = lo = hi = None
+        if xs:
+            med = median(xs)
+            lo, hi = bootstrap_median_ci(xs, seed=seed)
+        peaks = [r["peak_mem_bytes"] for r in ok if r["peak_mem_bytes"] is not None]
+        variant_rows.append(
+            dict(zip(VARIANT_KEY, key, strict=True))
+            | {
+                "sweep_id": sweep_id,
+                "n_runs": len(members),
+                "n_excluded": len(members) - len(ok),
+                "median_step_time_s": med,
+                "ci_low_s": lo,
+                "ci_high_s": hi,
+            }
+            | {c: _median_or_none([r[c] for r in ok]) for c in MEDIAN_COLUMNS}
+            | {"peak_mem_bytes": max(peaks) if peaks else None}
+        )
+    link_at = VARIANT_KEY.index("link")
+    sens_rows = []
+    for key, xs in figures.items():
+        base = figures.get(key[:link_at] + (baseline_link,) + key[link_at + 1 :])
+        if key[link_at] == baseline_link or not base or not xs:
+            continue
+        ratio, lo, hi = bootstrap_ratio_ci(xs, base, seed=seed)
+        sens_rows.append(
+            {k: v for k, v in zip(VARIANT_KEY, key, strict=True)}
+            | {
+                "sweep_id": sweep_id,
+                "baseline_link": baseline_link,
+                "slowdown": ratio,
+                "ci_low": lo,
+                "ci_high": hi,
+            }
+        )
+    return variant_rows, sens_rows

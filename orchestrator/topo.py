@@ -37,8 +37,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
-import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -48,7 +46,6 @@ __all__ = [
     "TopoParseError",
     "link_sort_key",
     "parse_topo",
-    "read_topo_text",
     "run_link_class",
     "slowest_link",
     "to_json_dict",
@@ -314,20 +311,3 @@ def run_link_class(
     if any(p not in topo_links for p in pairs):
         return "unknown"
     return slowest_link(topo_links[p] for p in pairs)
-
-
-def read_topo_text(timeout_s: float = 10.0) -> tuple[str | None, str]:
-    """Run ``nvidia-smi topo -m`` here: ``(text, "ok")`` or ``(None, why not)``; never raises."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None, "nvidia-smi not found on PATH (no NVIDIA driver on this node)"
-    try:
-        proc = subprocess.run(
-            [exe, "topo", "-m"], capture_output=True, text=True, timeout=timeout_s, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"nvidia-smi topo -m failed: {type(exc).__name__}: {exc}"
-    if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip().splitlines()
-        return None, f"nvidia-smi topo -m exited {proc.returncode}: {detail[-1] if detail else ''}"
-    return proc.stdout, "ok"

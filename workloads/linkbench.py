@@ -3,25 +3,22 @@
 Call ``run_linkbench`` on every rank of an already-initialised ``torch.distributed`` process group
 (gloo on CPU, NCCL on GPU). For each op and each message size (powers of two from ``min_bytes``
 to ``max_bytes``) it runs ``warmup_iters`` untimed iterations, then ``iters`` timed ones, and
-returns one record per (op, size) on every rank (the same values on all ranks):
-
-    {"op", "impl", "msg_bytes", "iters", "time_s", "algbw_gbps", "busbw_gbps",
-     "world_size", "backend", "skipped_reason"}
+returns one ``contract.LinkbenchRecord`` per (op, size) on every rank (the same values on all
+ranks): op, backend, msg_bytes, per-iteration ``times_s`` (max over ranks), impl, skipped_reason.
 
 Sizes follow nccl-tests (doc/PERFORMANCE.md): ``msg_bytes`` is "the size in bytes of the total
 array", i.e. the full all_reduce buffer, the gathered OUTPUT of all_gather (``sendcount *
 sizeof(dtype) * n``) and the unscattered INPUT of reduce_scatter (``recvcount * sizeof(dtype) *
-n``). algbw = msg_bytes / time_s; busbw = algbw x factor, the factor being 2(n-1)/n for
-all_reduce and (n-1)/n for all_gather and reduce_scatter (``orchestrator.comm_model``).
-1 GB/s = 1e9 B/s. Tensors are float32, zero-filled (a sum of zeros stays finite however many
+n``). The driver turns times into algbw = msg_bytes / time_s and busbw (``orchestrator/
+comm_model.py``, the one place bandwidths are computed). Tensors are float32, zero-filled (a sum of zeros stays finite however many
 iterations run; collective speed does not depend on the values).
 
 Timing, in the spirit of stas00's all_reduce_bench.py: every timed iteration starts after a
 barrier, the device is synchronised before each clock read (on CUDA the collective is
 asynchronous, so without the sync we would time the launch), and each iteration is timed on its
 own. The per-iteration times are then all_reduced with MAX across ranks, because a collective is
-done when its slowest rank is done, and ``time_s`` is the median over iterations of that max
-(the same reduction as ``orchestrator.stats.run_figure``).
+done when its slowest rank is done; the driver's ``link_bandwidth`` view takes the median over
+iterations.
 
 The barrier is a 1-element all_reduce on ``device`` plus a sync, not ``dist.barrier()``: with
 NCCL, ``barrier()`` without a bound device id guesses the GPU from the global rank, which is
@@ -44,13 +41,14 @@ every size runs ``iters`` times.
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from workloads.contract import LinkbenchRecord
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
@@ -61,13 +59,6 @@ CPU_ITER_BYTES_BUDGET = 256 * 2**20
 
 MIN_TIMED_ITERS = 3
 """Fewest timed iterations per size: a median of fewer is just a sample."""
-
-BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
-    # nccl-tests doc/PERFORMANCE.md; kept here so workers do not import the orchestrator
-    "all_reduce": lambda n: 2.0 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-}
 
 
 def message_sizes(min_bytes: int, max_bytes: int) -> list[int]:
@@ -177,25 +168,6 @@ def _buffers(
     return shard * n * BYTES_PER_ELEMENT, part, full  # reduce_scatter: output, input
 
 
-def _record(
-    op: str, impl: str | None, msg_bytes: int | None, n_iters: int, n: int, **kw: Any
-) -> dict[str, Any]:
-    rec: dict[str, Any] = {
-        "op": op,
-        "impl": impl,
-        "msg_bytes": msg_bytes,
-        "iters": n_iters,
-        "time_s": None,
-        "algbw_gbps": None,
-        "busbw_gbps": None,
-        "world_size": n,
-        "backend": str(dist.get_backend()),
-        "skipped_reason": None,
-    }
-    rec.update(kw)
-    return rec
-
-
 def run_linkbench(
     device: torch.device,
     max_bytes: int,
@@ -204,7 +176,7 @@ def run_linkbench(
     iters: int = 5,
     ops: Sequence[str] = OPS,
     iter_bytes_budget: int | None | str = "auto",
-) -> list[dict[str, Any]]:
+) -> list[LinkbenchRecord]:
     """Time ``ops`` for power-of-two message sizes on the current process group.
 
     device: where the buffers live (``cuda:k`` for NCCL, ``cpu`` for gloo).
@@ -215,7 +187,9 @@ def run_linkbench(
     iter_bytes_budget: cap on iters x msg_bytes per size; "auto" = CPU_ITER_BYTES_BUDGET on CPU,
         no cap on CUDA; None = no cap.
 
-    Must be called by every rank with the same arguments. Returns the same records on all ranks.
+    Must be called by every rank with the same arguments. Returns the same records on all ranks:
+    per-iteration times (max over ranks); bandwidths are the driver's arithmetic
+    (``orchestrator/comm_model.py``).
     """
     if not dist.is_initialized():
         raise RuntimeError("run_linkbench needs an initialised torch.distributed process group")
@@ -229,7 +203,8 @@ def run_linkbench(
     n = dist.get_world_size()
     sizes = message_sizes(min_bytes, max_bytes)
     token = torch.zeros(1, dtype=torch.float32, device=device)
-    records: list[dict[str, Any]] = []
+    backend = str(dist.get_backend())
+    records: list[LinkbenchRecord] = []
 
     for op in ops:
         if op == "all_reduce":
@@ -241,18 +216,17 @@ def run_linkbench(
         else:
             impl_name, fn, reason = _pick_impl(op, device, n)  # type: ignore[assignment]
             if fn is None:
-                records.append(_record(op, None, None, 0, n, skipped_reason=reason))
+                records.append(LinkbenchRecord(op, backend, None, skipped_reason=reason))
                 continue
         for size in sizes:
             msg_bytes, a, b = _buffers(op, size, n, device)
             if msg_bytes == 0:
                 records.append(
-                    _record(
+                    LinkbenchRecord(
                         op,
-                        impl_name,
+                        backend,
                         size,
-                        0,
-                        n,
+                        impl=impl_name,
                         skipped_reason=f"{size} B is less than one float32 per rank",
                     )
                 )
@@ -271,20 +245,8 @@ def run_linkbench(
             # A collective ends when its slowest rank ends: MAX over ranks, per iteration.
             times = torch.tensor(local, dtype=torch.float64, device=device)
             dist.all_reduce(times, op=dist.ReduceOp.MAX)
-            time_s = statistics.median(times.cpu().tolist())
-            algbw = msg_bytes / time_s / 1e9 if time_s > 0 else None
             records.append(
-                _record(
-                    op,
-                    impl_name,
-                    msg_bytes,
-                    n_iters,
-                    n,
-                    time_s=time_s,
-                    times_s=times.cpu().tolist(),  # per iteration, max over ranks
-                    algbw_gbps=algbw,
-                    busbw_gbps=algbw * BUSBW_FACTOR[op](n) if algbw is not None else None,
-                )
+                LinkbenchRecord(op, backend, msg_bytes, tuple(times.cpu().tolist()), impl=impl_name)
             )
             del a, b
     return records

@@ -3,7 +3,8 @@
 A strategy owns the wrapped model and optimizer. The loop calls ``micro_step`` grad_accum times
 (``boundary`` true on the last) and then ``optimizer_step``: one optimizer step = one timed step.
 Communication is accounted per collective (op, message bytes, count, time) during a separate
-profiled pass, because timing a collective means synchronising around it.
+profiled pass, because timing a collective means synchronising around it. Runs in rank
+processes; imports only workloads modules.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections import defaultdict
 
 import torch
 import torch.distributed as dist
+
+from workloads.contract import CommRecord, RunConfig
 
 
 def _sync(device: torch.device) -> None:
@@ -34,11 +37,11 @@ class CommCounter:
         entry[0] += 1
         entry[1] += time_s
 
-    def records(self) -> list[dict]:
-        return [
-            {"op": op, "msg_bytes": b, "count": int(c), "total_time_s": t}
+    def records(self) -> tuple[CommRecord, ...]:
+        return tuple(
+            CommRecord(op=op, msg_bytes=b, count=int(c), total_time_s=t)
             for (op, b), (c, t) in sorted(self.counts.items())
-        ]
+        )
 
 
 class DDPStrategy:
@@ -51,11 +54,11 @@ class DDPStrategy:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         self.device = device
-        self.grad_accum = cfg["grad_accum"]
+        self.grad_accum = cfg.grad_accum
         self.autocast_dtype = autocast_dtype
         ids = [device.index] if device.type == "cuda" else None
-        self.model = DDP(model.to(device), device_ids=ids, bucket_cap_mb=cfg["bucket_mb"])
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg["lr"])
+        self.model = DDP(model.to(device), device_ids=ids, bucket_cap_mb=cfg.bucket_mb)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr)
         self.profiling = False
         self.counter = CommCounter()
         self._allreduce_hook = default_hooks.allreduce_hook
@@ -97,7 +100,7 @@ class DDPStrategy:
         self.counter = CommCounter()
         self.profiling = True
 
-    def profile_stop(self) -> list[dict]:
+    def profile_stop(self) -> tuple[CommRecord, ...]:
         self.profiling = False
         return self.counter.records()
 
@@ -122,13 +125,13 @@ class ZeroStrategy:
 
         self.device = device
         self.world_size = dist.get_world_size()
-        self.nvme_dir = cfg.get("nvme_dir")
+        self.nvme_dir = cfg.nvme_dir
         if self.nvme_dir:
             os.makedirs(self.nvme_dir, exist_ok=True)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"])
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
         try:
             self.engine, _, _, _ = deepspeed.initialize(
-                model=model, optimizer=optimizer, config=cfg["ds_config"]
+                model=model, optimizer=optimizer, config=cfg.ds_config
             )
         except Exception as exc:
             if self.nvme_dir and ("async_io" in str(exc) or "libaio" in str(exc).lower()):
@@ -154,7 +157,7 @@ class ZeroStrategy:
 
         ds_comms.start()
 
-    def profile_stop(self) -> list[dict]:
+    def profile_stop(self) -> tuple[CommRecord, ...]:
         from workloads import ds_comms
 
         return ds_comms.stop(self.world_size)
@@ -172,7 +175,7 @@ class ZeroStrategy:
             shutil.rmtree(self.nvme_dir, ignore_errors=True)
 
 
-def make_strategy(model, device, cfg, autocast_dtype):
-    if cfg["strategy"] == "ddp":
+def make_strategy(model, device, cfg: RunConfig, autocast_dtype):
+    if cfg.strategy == "ddp":
         return DDPStrategy(model, device, cfg, autocast_dtype)
     return ZeroStrategy(model, device, cfg, autocast_dtype)

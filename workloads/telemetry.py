@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from workloads.contract import TelemetrySample
+
 __all__ = [
     "BENIGN_MASK",
     "CLOCK_EVENT_NAMES",
@@ -95,19 +97,6 @@ _PERF_POLICIES = {
 def reason_names(reasons: int) -> list[str]:
     """Names of the clock-event bits set in ``reasons``, lowest bit first."""
     return [name for bit, name in sorted(CLOCK_EVENT_NAMES.items()) if reasons & bit]
-
-
-@dataclass(frozen=True)
-class TelemetrySample:
-    """One NVML reading of one GPU. A field is None when NVML does not support it there."""
-
-    t_s: float
-    """Seconds since the sampler started (monotonic clock)."""
-    temp_c: float | None
-    power_w: float | None
-    sm_clock_mhz: float | None
-    reasons: int
-    """Clock-event reason bitmask (0 when unreadable)."""
 
 
 @dataclass(frozen=True)

@@ -3,14 +3,13 @@
 Runs on every rank inside an initialised torch.distributed process group. One timed step is one
 optimizer step (grad_accum micro-steps + the update); on GPU the device is synchronised before
 each clock read. Per-rank step times are returned as they are; reducing them to one figure
-(max over ranks per step, median over steps) is the orchestrator's job (orchestrator/stats.py).
+(max over ranks per step, median over steps) is the driver's job (orchestrator/stats.py).
 After the timed steps, a short profiled pass counts every collective (op, bytes, time); it is
 kept out of the timed steps because timing a collective synchronises around it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import resource
 import threading
@@ -18,8 +17,13 @@ import time
 from collections.abc import Callable
 
 import torch
-import torch.distributed as dist
 
+from workloads.contract import (
+    RunConfig,
+    StepRecord,
+    TelemetryRecord,
+    TrainingRecord,
+)
 from workloads.data import batches, load_text, load_tokenizer, make_blocks
 from workloads.model import build_model, n_params
 from workloads.strategies import _sync, make_strategy
@@ -83,19 +87,16 @@ class Telemetry:
         if self.sampler is not None:
             self.sampler.start()
 
-    def stop(self) -> dict:
-        out = {"status": self.status, "samples": [], "violation_ns": {}}
-        if self.sampler is not None:
-            res = self.sampler.stop()
-            out["samples"] = [dataclasses.asdict(s) for s in res.samples]
-            out["violation_ns"] = dict(res.violation_ns)
-            if res.error:
-                out["status"] = f"nvml (stopped early: {res.error})"
-        return out
+    def stop(self) -> TelemetryRecord:
+        if self.sampler is None:
+            return TelemetryRecord(status=self.status)
+        res = self.sampler.stop()
+        status = f"nvml (stopped early: {res.error})" if res.error else self.status
+        return TelemetryRecord(status, tuple(res.samples), dict(res.violation_ns))
 
 
 def run_training(
-    cfg: dict,
+    cfg: RunConfig,
     rank: int,
     world_size: int,
     device: torch.device,
@@ -104,25 +105,25 @@ def run_training(
 ) -> dict:
     """Train ``cfg['warmup_steps'] + cfg['steps']`` optimizer steps; return this rank's records."""
     fault = parse_fault(os.environ.get(FAULT_ENV))
-    text = load_text(cfg["dataset"])
+    text = load_text(cfg.dataset)
     tokenizer, tokenizer_name = load_tokenizer()
-    blocks = make_blocks(text.lines, tokenizer, cfg["seq_len"])
-    data = batches(blocks, cfg["micro_batch_size"], rank, world_size, cfg["seed"])
+    blocks = make_blocks(text.lines, tokenizer, cfg.seq_len)
+    data = batches(blocks, cfg.micro_batch_size, rank, world_size, cfg.seed)
 
-    model = build_model(cfg["model"], cfg["seed"])
+    model = build_model(cfg.model, cfg.seed)
     params = n_params(model)
-    autocast_dtype = torch.bfloat16 if cfg["precision"] == "bf16" else None
+    autocast_dtype = torch.bfloat16 if cfg.precision == "bf16" else None
     strategy = make_strategy(model, device, cfg, autocast_dtype)
 
-    ga = cfg["grad_accum"]
-    samples = cfg["micro_batch_size"] * ga
-    total = cfg["warmup_steps"] + cfg["steps"]
-    steps: list[dict] = []
+    ga = cfg.grad_accum
+    samples = cfg.micro_batch_size * ga
+    total = cfg.warmup_steps + cfg.steps
+    steps: list[StepRecord] = []
     first_step_wall = None
     telemetry = Telemetry(device, nvml_index)
     for step in range(total):
-        warmup = step < cfg["warmup_steps"]
-        if step == cfg["warmup_steps"]:
+        warmup = step < cfg.warmup_steps
+        if step == cfg.warmup_steps:
             telemetry.start()  # sample the timed window only
         batch_list = [next(data).to(device) for _ in range(ga)]  # data prep outside the clock
         _sync(device)
@@ -138,21 +139,21 @@ def run_training(
         step_time_s = time.perf_counter() - t0
         loss = torch.stack(losses).float().mean().item()
         steps.append(
-            {
-                "step": step,
-                "warmup": warmup,
-                "step_time_s": step_time_s,
-                "samples": samples,
-                "tokens": samples * cfg["seq_len"],
-                "loss": loss,
-            }
+            StepRecord(
+                step=step,
+                warmup=warmup,
+                step_time_s=step_time_s,
+                samples=samples,
+                tokens=samples * cfg.seq_len,
+                loss=loss,
+            )
         )
         if on_step is not None:
             on_step(step + 1, total, warmup)
 
     telemetry_out = telemetry.stop()
-    comms: list[dict] = []
-    profile_steps = cfg.get("profile_steps", 1)
+    comms: tuple = ()
+    profile_steps = cfg.profile_steps
     if profile_steps and world_size > 1:
         strategy.profile_start()
         for _ in range(profile_steps):
@@ -164,16 +165,15 @@ def run_training(
     mem = peak_mem_bytes(device)
     swap_files = strategy.swap_files()  # counted while the run still holds its swap folder
     strategy.teardown()
-    return {
-        "steps": steps,
-        "n_params": params,
-        "data_source": text.description,
-        "tokenizer": tokenizer_name,
-        "first_step_wall": first_step_wall,
-        "peak_mem_bytes": mem,
-        "comms": comms,
-        "profile_steps": profile_steps if comms else 0,
-        "telemetry": telemetry_out,
-        "nvme_swap_files": swap_files,
-        "backend": dist.get_backend() if dist.is_initialized() else None,
-    }
+    return TrainingRecord(
+        steps=tuple(steps),
+        n_params=params,
+        data_source=text.description,
+        tokenizer=tokenizer_name,
+        first_step_wall_s=first_step_wall,
+        peak_mem_bytes=mem,
+        comms=tuple(comms),
+        profile_steps=profile_steps if comms else 0,
+        telemetry=telemetry_out,
+        nvme_swap_files=swap_files,
+    )

@@ -22,6 +22,7 @@ import duckdb
 from orchestrator.store.queries import Query
 from orchestrator.store.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, VIEWS
 
+
 class StoreError(RuntimeError):
     """The database cannot be used as asked (locked, foreign, newer schema)."""
 
@@ -170,23 +171,38 @@ class Store:
         return cols, cur.fetchall()
 
     def rows(self, query: Query, **params: Any) -> list[dict[str, Any]]:
+        """A named query's rows as dicts keyed by column."""
         return _rows(self.con, query, params)
+
+    def table(self, query: Query, **params: Any) -> tuple[list[str], list[tuple]]:
+        """A named query's column names and row tuples (for printing)."""
+        return _table(self.con, query, params)
+
+    def delete(self, table: str, where: dict[str, Any]) -> None:
+        """Delete the rows of ``table`` whose columns equal ``where``'s values."""
+        cond = " AND ".join(f'"{c}" = ?' for c in where)
+        self.con.execute(f"DELETE FROM {table} WHERE {cond}", list(where.values()))
 
     def replace_rows(self, table: str, where: dict[str, Any], rows: Sequence[dict]) -> None:
         """Delete the rows matching ``where`` and insert ``rows``, in one transaction."""
-        cond = " AND ".join(f'"{c}" = ?' for c in where)
         with self.transaction():
-            self.con.execute(f"DELETE FROM {table} WHERE {cond}", list(where.values()))
+            self.delete(table, where)
             self.insert(table, rows)
 
 
-def _rows(con: duckdb.DuckDBPyConnection, query: Query, params: dict) -> list[dict[str, Any]]:
-    """Run a named query with exactly its parameters; rows as dicts keyed by column."""
+def _table(
+    con: duckdb.DuckDBPyConnection, query: Query, params: dict
+) -> tuple[list[str], list[tuple]]:
+    """Run a named query with exactly its parameters: (column names, row tuples)."""
     if set(params) != query.params:
         raise TypeError(f"query {query.name} takes {sorted(query.params)}, got {sorted(params)}")
     cur = con.execute(query.sql, params) if params else con.execute(query.sql)
-    cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    return [d[0] for d in cur.description], cur.fetchall()
+
+
+def _rows(con: duckdb.DuckDBPyConnection, query: Query, params: dict) -> list[dict[str, Any]]:
+    cols, rows = _table(con, query, params)
+    return [dict(zip(cols, r, strict=True)) for r in rows]
 
 
 class Reader:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+
 # The rule for which runs count in figures, as SQL (orchestrator/stats.py ``included`` is the
 # same rule in Python): finished ok and not throttled. Failed and throttled runs stay stored,
 # counted as excluded.
@@ -39,7 +40,8 @@ LATEST_SWEEPS = _q(
     "latest_sweeps", "SELECT * FROM sweeps ORDER BY started_at DESC NULLS LAST LIMIT $limit"
 )
 FAILED_RUN_COUNT = _q(
-    "failed_run_count", "SELECT count(*) AS n FROM runs WHERE sweep_id = $sweep_id AND status <> 'ok'"
+    "failed_run_count",
+    "SELECT count(*) AS n FROM runs WHERE sweep_id = $sweep_id AND status <> 'ok'",
 )
 
 # --- statistics (orchestrator/stats.py reads these, computes, stores variant/sensitivity) ---

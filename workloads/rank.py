@@ -1,9 +1,10 @@
-"""One rank of a run: the body of the Ray actor the orchestrator starts per rank per run.
+"""One rank of a run: the body of the Ray actor the driver starts per rank per run.
 
 A plain class; ``orchestrator/scheduler.py`` turns it into an actor with ``ray.remote``, fresh
 for every run and started with the link's environment (NCCL reads its env once per process).
 Rendezvous follows Ray Train: the driver asks rank 0 for its address and a free port, then fans
-out ``run`` to every rank.
+out ``run`` to every rank. In: a ``contract.RunConfig`` or ``LinkbenchConfig``; out: one
+``contract.RankRecord``. Imports nothing from ``orchestrator``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import os
 import socket
 import time
 
+from workloads.contract import LinkbenchConfig, NodeInfo, RankRecord, RunConfig
+
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -23,27 +26,27 @@ def _free_port() -> int:
 
 class Rank:
     def __init__(self) -> None:
-        self.created_wall = time.time()
+        self.created_wall_s = time.time()
 
-    def node_info(self) -> dict:
+    def node_info(self) -> NodeInfo:
         """Where this rank landed: node id, hostname, IP, the GPU ids Ray assigned to it."""
-        import ray
+        import ray  # this process is a Ray worker: ray is its runtime
 
         ctx = ray.get_runtime_context()
-        return {
-            "node_id": ctx.get_node_id(),
-            "hostname": socket.gethostname(),
-            "ip": ray.util.get_node_ip_address(),
-            "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-            "pid": os.getpid(),
-        }
+        return NodeInfo(
+            node_id=ctx.get_node_id(),
+            hostname=socket.gethostname(),
+            ip=ray.util.get_node_ip_address(),
+            gpu_ids=tuple(str(g) for g in ray.get_gpu_ids()),
+            pid=os.getpid(),
+        )
 
     def free_port(self) -> int:
         return _free_port()
 
     def run(
         self,
-        cfg: dict,
+        cfg: RunConfig | LinkbenchConfig,
         rank: int,
         world_size: int,
         local_rank: int,
@@ -51,7 +54,7 @@ class Rank:
         master_port: int,
         node_gpu_ids: list[str] | None,
         progress=None,
-    ) -> dict:
+    ) -> RankRecord:
         """Initialise the process group, train, and return this rank's records.
 
         ``node_gpu_ids``: every GPU id Ray assigned to this run's ranks on this node. Same-node
@@ -74,7 +77,7 @@ class Rank:
         from workloads.train import rank_device, run_training
 
         backend, device = rank_device(local_rank)
-        timeout = datetime.timedelta(seconds=float(cfg.get("pg_timeout_s", 600)))
+        timeout = datetime.timedelta(seconds=cfg.pg_timeout_s)
         dist.init_process_group(
             backend,
             init_method=f"tcp://{master_addr}:{master_port}",
@@ -86,41 +89,39 @@ class Rank:
         if progress is not None and rank == 0:
 
             def on_step(step: int, total: int, warmup: bool) -> None:
-                progress.update.remote(cfg["run_id"], step, total, warmup)
+                progress.update.remote(cfg.run_id, step, total, warmup)
 
+        training, linkbench = None, ()
         try:
-            if cfg.get("kind") == "linkbench":
+            if isinstance(cfg, LinkbenchConfig):
                 from workloads.linkbench import run_linkbench
 
                 cpu = device.type == "cpu"
-                out = {
-                    "linkbench": run_linkbench(
-                        device,
-                        max_bytes=cfg["max_bytes"],
-                        warmup_iters=1 if cpu else 2,
-                        iters=3 if cpu else 10,
-                    )
-                }
+                linkbench = run_linkbench(
+                    device,
+                    max_bytes=cfg.max_bytes,
+                    warmup_iters=1 if cpu else 2,
+                    iters=3 if cpu else 10,
+                )
             else:
                 nvml_index = int(node_gpu_ids[local_rank]) if node_gpu_ids else None
-                out = run_training(cfg, rank, world_size, device, on_step, nvml_index)
+                training = run_training(cfg, rank, world_size, device, on_step, nvml_index)
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
-        out.update(
-            {
-                "rank": rank,
-                "local_rank": local_rank,
-                "backend": backend,
-                "device": str(device),
-                "created_wall": self.created_wall,
-                "nccl_log": _read_nccl_log(cfg["run_id"]) if backend == "nccl" else None,
-            }
+        return RankRecord(
+            rank=rank,
+            local_rank=local_rank,
+            backend=backend,
+            device=str(device),
+            created_wall_s=self.created_wall_s,
+            nccl_log=_read_nccl_log() if backend == "nccl" else None,
+            training=training,
+            linkbench=tuple(linkbench),
         )
-        return out
 
 
-def _read_nccl_log(run_id: str) -> str | None:
+def _read_nccl_log() -> str | None:
     """NCCL writes NCCL_DEBUG output to NCCL_DEBUG_FILE (set by the orchestrator, per pid)."""
     pattern = os.environ.get("NCCL_DEBUG_FILE")
     if not pattern:

@@ -1,0 +1,226 @@
+"""Bringing an emulated cluster up, taking it down, and reporting its status.
+
+`up` plans, runs the preflight, then creates the network (`netns`) and starts Ray
+(`raynodes`), writing the state file before each step so that `down`, also after a crash
+or Ctrl-C midway, undoes exactly what was started and nothing else. `status` reads the
+state file, the GCS and tc, and changes nothing.
+
+May import: the standard library and `shapes`, `netns`, `raynodes`. Never `ray`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from orchestrator.emulated import netns, raynodes
+from orchestrator.emulated.raynodes import READY_TIMEOUT_S, STATE_VERSION, RayNodeOptions
+from orchestrator.emulated.shapes import (
+    DASHBOARD_PORT,
+    DEFAULT_STATE_DIR,
+    IFACE_PREFIX,
+    EmulatedError,
+    LinkShape,
+    Log,
+    link_subnet,
+    plan_emulated,
+)
+
+
+def stderr_log(msg: str) -> None:
+    """The default Log: one line on stderr, unprefixed."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def up(
+    nodes: int,
+    links: Sequence[LinkShape],
+    state_dir: str | os.PathLike[str] = DEFAULT_STATE_DIR,
+    *,
+    cpus_per_node: int = 1,
+    gpus_per_node: int = 0,
+    prefix: str = "ls",
+    include_dashboard: bool = True,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+    log: Log = stderr_log,
+) -> str:
+    """Create namespaces, links and Ray nodes; return the Ray address `<head_ip>:<port>`.
+
+    On any failure (Ctrl-C included) everything created so far is removed again.
+    """
+    netns.require_root()
+    plan = plan_emulated(nodes, links, prefix)
+    opts = RayNodeOptions(cpus_per_node, gpus_per_node, include_dashboard=include_dashboard)
+    state_dir = Path(state_dir)
+    path = raynodes.state_path(state_dir)
+    if path.exists():
+        raise EmulatedError(
+            f"an emulated cluster is already recorded in {path}; "
+            "run `linksweep cluster down --emulated` first"
+        )
+    netns.preflight(plan, state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    temp_dir = state_dir / "ray"
+    log_dir = state_dir / "logs"
+    state: dict[str, Any] = {
+        "version": STATE_VERSION,
+        "cluster_id": uuid.uuid4().hex,
+        "created_at": time.time(),
+        "plan": plan.to_dict(),
+        "steps": [asdict(step) for step in plan.steps],
+        "steps_started": 0,
+        "ray_temp_dir": str(temp_dir),
+        "ray_started": False,
+        "pids": {},
+        "start_times": {},
+        "address": None,
+    }
+    raynodes.write_state(path, state)
+
+    def before_step(started: int) -> None:
+        state["steps_started"] = started
+        raynodes.write_state(path, state)
+
+    try:
+        log(f"creating {len(plan.namespaces)} namespaces and {len(plan.links)} links")
+        netns.apply_steps(plan, before_step)
+
+        env = raynodes.ray_env(state["cluster_id"])
+        ray_bin = raynodes.ray_bin()
+        temp_dir.mkdir(parents=True, exist_ok=True)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        state["ray_started"] = True
+        raynodes.write_state(path, state)
+
+        log(f"starting the Ray head on {plan.address} (root namespace, no CPUs/GPUs)")
+        head_argv = raynodes.ray_start_argv(plan, opts, ray_bin, str(temp_dir), None)
+        raynodes.start_ray({"head": head_argv}, env, log_dir)
+        raynodes.record_pids(state, "head", raynodes.cluster_pids(state, []))
+        raynodes.write_state(path, state)
+
+        log(f"starting {nodes} Ray nodes ({opts.cpus_per_node} CPU, {opts.gpus_per_node} GPU each)")
+        raynodes.start_ray(
+            {
+                n.namespace: raynodes.ray_start_argv(plan, opts, ray_bin, str(temp_dir), n.index)
+                for n in plan.nodes
+            },
+            env,
+            log_dir,
+        )
+        for n in plan.nodes:
+            raynodes.record_pids(state, n.namespace, netns.netns_pids(n.namespace))
+        raynodes.write_state(path, state)
+
+        raynodes.wait_ready(plan, ready_timeout_s)
+        state["address"] = plan.address
+        raynodes.write_state(path, state)
+    except BaseException:
+        log("emulated cluster: up failed; removing what was created")
+        down(state_dir, log=log, keep_logs=True)
+        log(f"Ray logs of the failed attempt: {temp_dir}/<node>/session_*/logs and {log_dir}")
+        raise
+    return plan.address
+
+
+def down(
+    state_dir: str | os.PathLike[str] = DEFAULT_STATE_DIR,
+    *,
+    log: Log = stderr_log,
+    keep_logs: bool = False,
+) -> list[str]:
+    """Stop the Ray processes and remove everything `up` started; return leftovers.
+
+    Tolerates things already gone and a state file from an `up` that crashed midway.
+    keep_logs leaves Ray's temp dir and the `ray start` logs (for a failed `up`).
+    """
+    netns.require_root()
+    state = raynodes.read_state(state_dir)
+    if state is None:
+        log(f"no emulated cluster recorded in {raynodes.state_path(state_dir)}; nothing to do")
+        return []
+    started = list(state["steps"][: state["steps_started"]])
+    namespaces = [s["namespace"] for s in started if s["kind"] == "netns"]
+
+    leftovers: list[str] = []
+    pids = raynodes.cluster_pids(state, namespaces)
+    still = raynodes.terminate(pids, log)
+    leftovers += [f"process {p} did not exit" for p in sorted(still)]
+
+    if started:
+        log(f"removing {len(started)} network steps")
+    netns.undo_steps(started)
+    leftovers += netns.leftovers(started, state["plan"]["host_iface"])
+
+    state_dir = Path(state_dir)
+    if not keep_logs:
+        shutil.rmtree(state["ray_temp_dir"], ignore_errors=True)
+        shutil.rmtree(state_dir / "logs", ignore_errors=True)
+    if leftovers:
+        for item in leftovers:
+            log(f"left over: {item}")
+        log(f"keeping {raynodes.state_path(state_dir)} so `down` can be retried")
+        return leftovers
+    raynodes.state_path(state_dir).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # not empty: something else lives there
+        state_dir.rmdir()
+    log("emulated cluster removed")
+    return []
+
+
+def status(state_dir: str | os.PathLike[str] = DEFAULT_STATE_DIR) -> dict[str, Any]:
+    """Nodes (namespace, ip, alive), link shapes as tc reports them, and the address."""
+    state = raynodes.read_state(state_dir)
+    if state is None:
+        return {"up": False, "state_file": str(raynodes.state_path(state_dir))}
+    plan = state["plan"]
+    address = plan["address"]
+    alive_ips = {n["ip"] for n in raynodes.gcs_nodes(address) if n["alive"]}
+    namespaces = netns.netns_list()
+    nodes = [
+        {
+            "namespace": n["namespace"],
+            "ip": n["ip"],
+            "resource": n["resource"],
+            "namespace_exists": n["namespace"] in namespaces,
+            "alive": n["ip"] in alive_ips,
+        }
+        for n in plan["nodes"]
+    ]
+    link_names = [x["name"] for x in plan["links"]]
+    links = []
+    for link in plan["links"]:
+        ifname = IFACE_PREFIX + link["name"]
+        qdiscs = {
+            n["namespace"]: netns.qdisc_show(n["namespace"], ifname)
+            for n in plan["nodes"]
+            if n["namespace"] in namespaces
+        }
+        links.append(
+            {
+                "name": link["name"],
+                "ifname": ifname,
+                "rate": link["rate"],
+                "delay": link["delay"],
+                "subnet": str(link_subnet(link_names.index(link["name"]))),
+                "qdiscs": qdiscs,
+            }
+        )
+    return {
+        "up": state["address"] is not None and all(n["alive"] for n in nodes),
+        "address": address,
+        "head_ip": plan["head_ip"],
+        "head_alive": plan["head_ip"] in alive_ips,
+        "dashboard": f"http://{plan['head_ip']}:{DASHBOARD_PORT}",
+        "nodes": nodes,
+        "links": links,
+        "pids": state["pids"],
+        "state_file": str(raynodes.state_path(state_dir)),
+    }

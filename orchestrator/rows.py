@@ -1,0 +1,277 @@
+"""Turning what a run (or a link microbenchmark) produced into table rows. Pure.
+
+Input: the spec, the planned run and a ``scheduler.RunResult`` (per-rank
+``workloads.contract.RankRecord``s and where each rank ran, or the failure). Output: dicts keyed
+by the columns of ``orchestrator/store/schema.py``. Figures come from ``stats``, bandwidths and
+expected volumes from ``comm_model``, transports from ``nccl_log``, link classes from ``topo``.
+May import those pure modules and the workloads contract; never Ray or the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from orchestrator import comm_model, nccl_log, stats
+from orchestrator.planner import PlannedRun
+from orchestrator.spec import SweepSpec
+from orchestrator.topo import run_link_class
+from workloads.contract import RankRecord, TrainingRecord
+from workloads.telemetry import summarize as summarize_telemetry
+
+GPU_VISIBILITY = "node-shared: same-node ranks see the run's GPUs on that node, pick by local rank"
+
+
+@dataclass(frozen=True)
+class RunRows:
+    run: dict
+    steps: list[dict]
+    ranks: list[dict]
+    comms: list[dict]
+    transports: list[dict]
+    telemetry: list[dict]
+
+
+def sweep_row(spec: SweepSpec, sweep_id: str, address: str, n_runs: int, context: dict) -> dict:
+    """The ``sweeps`` row at start; ``context`` is ``provenance.context()`` (git, versions)."""
+    return {
+        "sweep_id": sweep_id,
+        "name": spec.name,
+        "spec": spec.to_json_dict(),
+        "started_at": dt.datetime.now(dt.timezone.utc),
+        "status": "running",
+        "git_sha": context.get("git_sha"),
+        "git_dirty": context.get("git_dirty"),
+        "versions": context.get("versions"),
+        "ray_address": address,
+        "n_runs_planned": n_runs,
+        "driver_host": socket.gethostname(),
+    }
+
+
+def _transport_facts(
+    run_id: str, records: list[RankRecord], link_env: dict[str, str], link_class: str
+) -> tuple[list[dict], dict]:
+    """Rows for ``transports`` and the run's effective_transport / link_check / nccl_version."""
+    if {r.backend for r in records} == {"gloo"}:
+        return [], {
+            "effective_transport": nccl_log.GLOO_TRANSPORT,
+            "link_check": "unknown",  # gloo logs no transport choice to verify against
+            "nccl_version": None,
+        }
+    rows, families, version = [], set(), None
+    for rec in records:
+        log = nccl_log.parse_nccl_log(rec.nccl_log or "")
+        version = version or log.nccl_version
+        families.update(nccl_log.transport_families(log))
+        rows.extend(
+            {
+                "run_id": run_id,
+                "rank": rec.rank,
+                "channel": line.channel,
+                "peer": line.peer,
+                "transport": line.transport,
+                "detail": line.detail,
+            }
+            for line in log.channels
+        )
+    fams = sorted(families)
+    return rows, {
+        "effective_transport": nccl_log.effective_transport(fams) if records else None,
+        "link_check": nccl_log.link_check(link_env, fams, link_class) if records else "unknown",
+        "nccl_version": version,
+    }
+
+
+def _telemetry_facts(run_id: str, trained: list[tuple[int, TrainingRecord]]) -> tuple[list, dict]:
+    """Rows for ``telemetry`` and the run's summary flags; absent telemetry is said, not faked."""
+    rows, samples, violations, statuses = [], [], {}, set()
+    for rank, t in trained:
+        statuses.add(t.telemetry.status)
+        for smp in t.telemetry.samples:
+            rows.append({"run_id": run_id, "rank": rank, **dataclasses.asdict(smp)})
+            samples.append(smp)
+        for k, v in t.telemetry.violation_ns.items():
+            violations[f"{rank}:{k}"] = v
+    summary = summarize_telemetry(samples, violations)
+    return rows, {
+        "telemetry": "; ".join(sorted(statuses)) if statuses else None,
+        "max_temp_c": summary.max_temp_c,
+        "mean_power_w": summary.mean_power_w,
+        "min_sm_clock_mhz": summary.min_sm_clock_mhz,
+        "throttled": summary.throttled if summary.available else None,
+        "hot": summary.hot if summary.available else None,
+    }
+
+
+def link_class_for(placement: str, placements: list, topo_links: Mapping) -> str:
+    """The link between the run's GPUs (slowest if they differ); NET across nodes."""
+    if not placements:
+        return "unknown"
+    if placement == "spread":
+        return "NET"  # ranks on different nodes talk over the network, GPUs or not
+    host = placements[0].hostname
+    gpu_ids = [int(g) for p in placements for g in p.gpu_ids]
+    return run_link_class(topo_links.get(host, {}), gpu_ids, placement)
+
+
+def _comm_rows(run_id: str, rank: int, t: TrainingRecord, world_size: int) -> list[dict]:
+    rows = []
+    for c in t.comms:
+        per_op_s = c.total_time_s / c.count if c.count else 0.0
+        algbw, busbw = comm_model.bandwidths_gbps(c.op, world_size, c.msg_bytes, per_op_s)
+        rows.append(
+            {
+                "run_id": run_id,
+                "rank": rank,
+                "op": c.op,
+                "msg_bytes": c.msg_bytes,
+                "count": c.count,
+                "total_time_s": c.total_time_s,
+                "algbw_gbps": algbw,
+                "busbw_gbps": busbw,
+            }
+        )
+    return rows
+
+
+def _comm_facts(spec: SweepSpec, planned: PlannedRun, trained, prices) -> dict:
+    """Measured bytes per step (max over ranks), the analytic expectation, predicted seconds."""
+    v = planned.variant
+    first = trained[0][1] if trained else None
+    out = {
+        "comm_bytes_per_step": None,
+        "expected_comm_bytes_per_step": None,
+        "comm_note": None,
+        "predicted_comm_s_per_step": None,
+    }
+    if first is None:
+        return out
+    if first.profile_steps:
+        out["comm_bytes_per_step"] = max(
+            sum(c.msg_bytes * c.count for c in t.comms) / t.profile_steps for _, t in trained
+        )
+        if prices:
+            per_step = [(c.op, c.msg_bytes, c.count / first.profile_steps) for c in first.comms]
+            out["predicted_comm_s_per_step"] = comm_model.predict_comm_s(per_step, prices)
+    expectation = comm_model.run_expectation(
+        v.strategy, v.grad_accum, v.bucket_mb, spec.precision, spec.world_size, first.n_params
+    )
+    if expectation is not None:
+        out["expected_comm_bytes_per_step"] = expectation.msg_bytes_per_step
+        out["comm_note"] = expectation.note
+    return out
+
+
+def build_rows(
+    spec: SweepSpec,
+    sweep_id: str,
+    planned: PlannedRun,
+    run_id: str,
+    result,
+    started_at: dt.datetime,
+    finished_at: dt.datetime,
+    topo_links: Mapping | None = None,
+    prices: comm_model.Prices | None = None,
+) -> RunRows:
+    """Turn one run's ``scheduler.RunResult`` into table rows. Pure."""
+    v = planned.variant
+    records: list[RankRecord] = result.rank_records
+    trained = [(r.rank, r.training) for r in records if r.training is not None]
+    placement_of = {p.rank: p for p in result.placements}
+    steps, ranks, comms = [], [], []
+    for rec in records:
+        t = rec.training
+        for s in t.steps if t else ():
+            steps.append({"run_id": run_id, "rank": rec.rank, **dataclasses.asdict(s)})
+        where = placement_of.get(rec.rank)
+        ranks.append(
+            {
+                "run_id": run_id,
+                "rank": rec.rank,
+                "node_id": where.node_id if where else None,
+                "hostname": where.hostname if where else None,
+                "local_rank": rec.local_rank,
+                "device": rec.device,
+                "peak_mem_bytes": t.peak_mem_bytes if t else None,
+            }
+        )
+        if t:
+            comms.extend(_comm_rows(run_id, rec.rank, t, spec.world_size))
+
+    first = trained[0][1] if trained else None
+    startup = None
+    if result.actors_created_wall_s and trained:
+        startup = max(t.first_step_wall_s for _, t in trained) - result.actors_created_wall_s
+    timed = {rank: [s for s in t.steps if not s.warmup] for rank, t in trained}
+    run = {
+        "run_id": run_id,
+        "sweep_id": sweep_id,
+        "seq": planned.seq,
+        **v.to_dict(),
+        "link_env": spec.links[v.link],
+        "world_size": spec.world_size,
+        "model": spec.model,
+        "n_params": first.n_params if first else None,
+        "precision": spec.precision,
+        "seq_len": spec.seq_len,
+        "micro_batch_size": spec.micro_batch_size,
+        "steps": spec.steps,
+        "warmup_steps": spec.warmup_steps,
+        "repeat": planned.repeat,
+        "backend": records[0].backend if records else None,
+        "status": "ok" if result.error is None else "failed",
+        "error": result.error,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "startup_s": startup,
+        "nodes": [dataclasses.asdict(p) for p in result.placements],
+        "gpu_visibility": GPU_VISIBILITY
+        if any(p.visible_gpus for p in result.placements)
+        else "cpu: no GPUs assigned",
+        "data_source": first.data_source if first else None,
+        "tokenizer": first.tokenizer if first else None,
+        "peak_mem_bytes": max((t.peak_mem_bytes for _, t in trained), default=None),
+        "nvme_swap_files": max((t.nvme_swap_files for _, t in trained), default=None),
+        "variant": v.to_dict(),
+        **_comm_facts(spec, planned, trained, prices),
+        **stats.run_figures(timed),
+    }
+    link_class = link_class_for(v.placement, result.placements, topo_links or {})
+    transports, t_facts = _transport_facts(run_id, records, spec.links[v.link], link_class)
+    telemetry, tel_facts = _telemetry_facts(run_id, trained)
+    run.update({"link_class": link_class, **t_facts, **tel_facts})
+    return RunRows(run, steps, ranks, comms, transports, telemetry)
+
+
+def linkbench_rows(sweep_id: str, link: str, placement: str, world_size: int, result) -> list[dict]:
+    """One row per (collective, size, timed iteration); a failed benchmark is one failed row."""
+    base = {"sweep_id": sweep_id, "link": link, "placement": placement, "world_size": world_size}
+    empty = dict.fromkeys(
+        ("backend", "op", "msg_bytes", "iteration", "time_s", "algbw_gbps", "busbw_gbps")
+    )
+    if result.error is not None or not result.rank_records:
+        return [{**base, **empty, "status": "failed", "error": result.error}]
+    rows = []
+    for rec in result.rank_records[0].linkbench:  # every rank returns the same records
+        head = {**base, **empty, "backend": rec.backend, "op": rec.op, "msg_bytes": rec.msg_bytes}
+        if rec.skipped_reason:
+            rows.append({**head, "status": "skipped", "error": rec.skipped_reason})
+            continue
+        for i, t in enumerate(rec.times_s):
+            algbw, busbw = comm_model.bandwidths_gbps(rec.op, world_size, rec.msg_bytes, t)
+            rows.append(
+                {
+                    **head,
+                    "iteration": i,
+                    "time_s": t,
+                    "algbw_gbps": algbw,
+                    "busbw_gbps": busbw,
+                    "status": "ok",
+                    "error": None,
+                }
+            )
+    return rows

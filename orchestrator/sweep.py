@@ -1,0 +1,162 @@
+"""The sweep loop: plan -> place and run -> rows -> store -> statistics -> progress.
+
+``execute_sweep`` reads top to bottom; each step is one call into the module named for it:
+``planner`` (what runs, with which config and env), ``scheduler`` (Ray: place and run the ranks),
+``rows`` (result -> table rows), the store (one transaction per run, so Ctrl-C or a crash keeps
+every finished run), ``stats`` (the figures of the run's variant group only), ``ui`` (progress).
+A failed run is a row (status ``failed`` and the error text) and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+
+from orchestrator import provenance, rows, scheduler, stats
+from orchestrator.discovery import discover_nodes, links_by_node, node_rows
+from orchestrator.planner import (
+    PlannedRun,
+    Variant,
+    link_placements,
+    linkbench_config,
+    linkbench_id_for,
+    new_sweep_id,
+    plan_runs,
+    run_config,
+    run_env,
+    run_id_for,
+)
+from orchestrator.spec import SweepSpec
+from orchestrator.store import Q
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def execute_sweep(
+    spec: SweepSpec, store, address: str, bundle: dict[str, float], ui, train: bool = True
+) -> str:
+    """Run every planned run in order, storing each as it ends. Returns the sweep id.
+
+    ``ui`` receives progress callbacks (see orchestrator/ui.py). KeyboardInterrupt marks the sweep
+    ``interrupted`` and re-raises; finished runs are already stored.
+    """
+    planned = plan_runs(spec) if train else []
+    sweep_id = new_sweep_id()
+    sweep = rows.sweep_row(spec, sweep_id, address, len(planned), provenance.context())
+    with store.transaction():
+        store.insert("sweeps", [sweep])
+    topo_links = discover_topology(store, sweep_id)
+    ui.sweep_started(spec, sweep_id, len(planned))
+    status = "ok"
+    try:
+        prices = {}
+        if spec.grid.linkbench or not train:
+            prices = run_linkbenches(spec, store, sweep_id, bundle, ui)
+        board = scheduler.progress_board()
+        for p in planned:
+            run_id = run_id_for(sweep_id, p.seq)
+            ui.run_started(p, run_id)
+            started = _now()
+            result = run_one(spec, p, run_id, bundle, board, on_tick=lambda: ui.tick(board.poll()))
+            link_prices = prices.get((p.variant.link, p.variant.placement))
+            run_rows = rows.build_rows(
+                spec, sweep_id, p, run_id, result, started, _now(), topo_links, link_prices
+            )
+            store_run(store, run_rows)
+            refresh_stats(store, spec, sweep_id, p.variant)
+            if run_rows.run["status"] != "ok":
+                status = "failed"
+            ui.run_finished(p, run_rows.run)
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        store.update("sweeps", {"sweep_id": sweep_id}, {"status": status, "finished_at": _now()})
+        ui.sweep_finished(sweep_id, status)
+    return sweep_id
+
+
+def run_one(
+    spec: SweepSpec, p: PlannedRun, run_id: str, bundle, board, on_tick
+) -> scheduler.RunResult:
+    """One run on fresh actors; its NVMe swap folder is removed whatever happens."""
+    cfg = run_config(spec, p.variant, run_id)
+    env = run_env(spec, p.variant.link, run_id, int(bundle.get("CPU", 1)))
+    try:
+        return scheduler.execute_run(
+            cfg,
+            spec.world_size,
+            p.variant.placement,
+            env,
+            bundle,
+            spec.run_timeout_s,
+            board=board,
+            on_tick=on_tick,
+        )
+    finally:
+        if cfg.nvme_dir:
+            shutil.rmtree(cfg.nvme_dir, ignore_errors=True)
+
+
+def discover_topology(store, sweep_id: str) -> dict:
+    """One probe per node: nvidia-smi topo -m and NVML inventory -> nodes, gpus, gpu_links."""
+    tables = node_rows(sweep_id, discover_nodes())
+    with store.transaction():
+        for table, table_rows in tables.items():
+            store.insert(table, table_rows)
+    statuses = sorted({r["nvml"] for r in tables["nodes"]})
+    store.update("sweeps", {"sweep_id": sweep_id}, {"topology_status": "; ".join(statuses)})
+    return links_by_node(tables["gpu_links"])
+
+
+def run_linkbenches(spec: SweepSpec, store, sweep_id: str, bundle, ui) -> dict:
+    """The link microbenchmark per (link, placement); returns each one's prices (op, size) ->
+    algbw, read back from the ``link_bandwidth`` view (where its medians are computed)."""
+    prices = {}
+    for link, placement in link_placements(spec):
+        run_id = linkbench_id_for(sweep_id, link, placement)
+        ui.linkbench_started(link, placement)
+        result = scheduler.execute_run(
+            linkbench_config(spec, run_id, gpu="GPU" in bundle),
+            spec.world_size,
+            placement,
+            run_env(spec, link, run_id, int(bundle.get("CPU", 1))),
+            bundle,
+            spec.run_timeout_s,
+        )
+        with store.transaction():
+            store.insert(
+                "link_bench",
+                rows.linkbench_rows(sweep_id, link, placement, spec.world_size, result),
+            )
+        measured = store.rows(Q.LINK_ALGBW, sweep_id=sweep_id, link=link, placement=placement)
+        prices[(link, placement)] = {(r["op"], r["msg_bytes"]): r["algbw_gbps"] for r in measured}
+        ui.linkbench_finished(link, placement, result.error)
+    return prices
+
+
+def store_run(store, run_rows: rows.RunRows) -> None:
+    with store.transaction():
+        store.insert("runs", [run_rows.run])
+        store.insert("steps", run_rows.steps)
+        store.insert("ranks", run_rows.ranks)
+        store.insert("comms", run_rows.comms)
+        store.insert("transports", run_rows.transports)
+        store.insert("telemetry", run_rows.telemetry)
+
+
+def refresh_stats(store, spec: SweepSpec, sweep_id: str, v: Variant) -> None:
+    """Recompute the figures of the run's variant group (its variant on every link, and their
+    slowdowns), from the stored runs of that group only: the cost does not grow with the sweep."""
+    group = {k: getattr(v, k) for k in stats.GROUP_KEY}
+    runs = store.rows(Q.VARIANT_GROUP_RUNS, sweep_id=sweep_id, **group)
+    variant_rows, sens_rows = stats.variant_and_sensitivity_rows(
+        sweep_id, runs, spec.baseline, spec.seed
+    )
+    with store.transaction():
+        store.delete("variant_stats", {"sweep_id": sweep_id, **group})
+        store.insert("variant_stats", variant_rows)
+        store.delete("sensitivity_stats", {"sweep_id": sweep_id, **group})
+        store.insert("sensitivity_stats", sens_rows)

@@ -1,0 +1,295 @@
+"""The Ray boundary, defined once: what a rank is given and what it gives back.
+
+The driver (``orchestrator/``) builds a :class:`RunConfig` or :class:`LinkbenchConfig`, a Ray
+actor (``workloads/rank.py``) runs it on every rank, and each rank returns one
+:class:`RankRecord`. Frozen dataclasses with units in field names (``_s`` seconds, ``_bytes``
+bytes, ``_wall_s`` Unix time in seconds); nothing else crosses the process boundary. The driver
+may import this module; it imports nothing from linksweep.
+
+Vocabulary (the same in code, tables and docs):
+
+sweep      one sweep file submitted once; a row in ``sweeps``.
+variant    one grid point: strategy x offload x grad_accum x bucket_mb x link x placement.
+run        one variant x one repeat: fresh Ray actors, one process group, warmup then timed steps.
+repeat     the 1-based index of a run among its variant's runs.
+step       one optimizer step (= grad_accum micro-steps); "timed step" excludes warmup.
+link       a named connectivity variant: environment variables set on every rank before start
+           (e.g. NCCL_P2P_DISABLE=1), because NCCL and gloo read them once per process.
+transport  what the communication library really used (P2P, SHM, NET/Socket, gloo/tcp).
+placement  pack: all ranks on one node (STRICT_PACK); spread: one rank per node (STRICT_SPREAD).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+# Collective names as stored (``comms.op``, ``link_bench.op``). DeepSpeed and torch spell them in
+# several ways; ``canonical_op`` maps every spelling onto these.
+CANONICAL_OPS = (
+    "all_reduce",
+    "reduce_scatter",
+    "all_gather",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+)
+
+_ALIASES: dict[str, str] = {
+    # torch / DeepSpeed spellings of the same collective
+    "allreduce": "all_reduce",
+    "all_reduce_coalesced": "all_reduce",
+    "inference_all_reduce": "all_reduce",
+    "allgather": "all_gather",
+    "all_gather_into_tensor": "all_gather",
+    "all_gather_base": "all_gather",
+    "_all_gather_base": "all_gather",
+    "allgather_coalesced": "all_gather",
+    "all_gather_coalesced": "all_gather",
+    "all_gather_single": "all_gather",
+    "allgather_fn": "all_gather",
+    "reducescatter": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_base": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_coalesced": "reduce_scatter",
+    "reduce_scatter_single": "reduce_scatter",
+    "reduce_scatter_fn": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "all_to_all_single": "all_to_all",
+}
+
+
+def canonical_op(op: str) -> str:
+    """Canonical collective name for a torch / DeepSpeed / NCCL spelling.
+
+    DeepSpeed comms-logger names in debug mode look like ``"all_reduce | [Caller Func: f]"``:
+    the part before ``|`` is used. Raises ValueError for anything that is not a collective.
+    """
+    name = op.split("|", 1)[0].strip().lower()
+    if name in CANONICAL_OPS:
+        return name
+    if name in _ALIASES:
+        return _ALIASES[name]
+    raise ValueError(
+        f"unknown collective {op!r}; known: {sorted(CANONICAL_OPS)} and aliases {sorted(_ALIASES)}"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# In: what a rank is given.
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run, the same on every rank."""
+
+    run_id: str
+    strategy: str
+    """ddp | zero1 | zero2 | zero3"""
+    grad_accum: int
+    """Micro-steps per optimizer step."""
+    bucket_mb: int
+    """DDP bucket_cap_mb (DeepSpeed's bucket sizes are already in ``ds_config``)."""
+    offload: str
+    """none | cpu | nvme (ZeRO only)."""
+    model: str
+    dataset: str
+    precision: str
+    """fp32 | bf16"""
+    seq_len: int
+    micro_batch_size: int
+    """Samples per rank per micro-step."""
+    steps: int
+    """Timed optimizer steps."""
+    warmup_steps: int
+    """Optimizer steps before timing (returned, flagged warmup)."""
+    seed: int
+    lr: float
+    profile_steps: int
+    """Optimizer steps of the profiled pass after the timed ones (collectives counted); 0: none."""
+    pg_timeout_s: float
+    """torch.distributed process-group timeout."""
+    nvme_dir: str | None = None
+    """NVMe offload's swap folder for this run (created and removed by the rank)."""
+    ds_config: dict[str, Any] | None = None
+    """DeepSpeed's config (DeepSpeed's own JSON format) for ZeRO strategies; None for DDP."""
+
+
+@dataclass(frozen=True)
+class LinkbenchConfig:
+    """One link microbenchmark: collectives of power-of-two sizes up to ``max_bytes``."""
+
+    run_id: str
+    max_bytes: int
+    pg_timeout_s: float
+
+
+# --------------------------------------------------------------------------------------------
+# Out: what a rank gives back.
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One optimizer step on one rank."""
+
+    step: int
+    warmup: bool
+    step_time_s: float
+    """Device-synchronised wall time of the step on this rank."""
+    samples: int
+    tokens: int
+    loss: float
+
+
+@dataclass(frozen=True)
+class CommRecord:
+    """Collectives of one (op, size) issued by one rank during the profiled pass, in total.
+
+    ``msg_bytes`` follows nccl-tests: the full buffer (all_reduce: the tensor; all_gather: the
+    gathered output; reduce_scatter: the unscattered input).
+    """
+
+    op: str
+    """A name of ``CANONICAL_OPS``."""
+    msg_bytes: int
+    count: int
+    total_time_s: float
+
+
+@dataclass(frozen=True)
+class TelemetrySample:
+    """One NVML reading of one GPU. A field is None when NVML does not support it there."""
+
+    t_s: float
+    """Seconds since the sampler started (monotonic clock)."""
+    temp_c: float | None
+    power_w: float | None
+    sm_clock_mhz: float | None
+    reasons: int
+    """Clock-event reason bitmask (0 when unreadable)."""
+
+
+@dataclass(frozen=True)
+class TelemetryRecord:
+    """NVML over one rank's timed steps, or why there is none (``status`` 'absent: ...')."""
+
+    status: str
+    samples: tuple[TelemetrySample, ...] = ()
+    violation_ns: dict[str, int] = field(default_factory=dict)
+    """Nanoseconds in power / thermal violation during the window, by policy."""
+
+
+@dataclass(frozen=True)
+class LinkbenchRecord:
+    """One collective at one size: per-iteration times (max over ranks), or why it was skipped."""
+
+    op: str
+    backend: str
+    msg_bytes: int | None
+    times_s: tuple[float, ...] = ()
+    impl: str | None = None
+    """The torch function used (all_gather has several, depending on the torch version)."""
+    skipped_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class TrainingRecord:
+    """What one rank measured in a training run."""
+
+    steps: tuple[StepRecord, ...]
+    n_params: int
+    data_source: str
+    """Where the text came from, e.g. 'builtin (hub unreachable)'."""
+    tokenizer: str
+    first_step_wall_s: float
+    """Unix time when the first (warmup) step started."""
+    peak_mem_bytes: int
+    """GPU allocator peak on GPU; process peak RSS on CPU."""
+    comms: tuple[CommRecord, ...]
+    """Collectives of the profiled pass, totals over ``profile_steps`` steps."""
+    profile_steps: int
+    """Steps the profiled pass covered (0: no profiled pass)."""
+    telemetry: TelemetryRecord
+    nvme_swap_files: int
+    """Files DeepSpeed wrote under the run's NVMe folder (offload nvme), counted at the end."""
+
+
+@dataclass(frozen=True)
+class RankRecord:
+    """Everything one rank returns: where it ran, and its training or microbenchmark record."""
+
+    rank: int
+    local_rank: int
+    backend: str
+    """nccl | gloo"""
+    device: str
+    created_wall_s: float
+    """Unix time when the rank's actor was created."""
+    nccl_log: str | None = None
+    """This rank's NCCL_DEBUG output (NCCL runs only)."""
+    training: TrainingRecord | None = None
+    linkbench: tuple[LinkbenchRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """Where a rank's actor landed (asked before the run starts)."""
+
+    node_id: str
+    hostname: str
+    ip: str
+    gpu_ids: tuple[str, ...]
+    """GPU ids Ray assigned to this actor."""
+    pid: int
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """What one node's probe found (``workloads/probe.py``), completed by the driver with its
+    view of the node from Ray; every field has a default so that a failed probe, or a
+    hand-written dict in a test (``orchestrator.discovery.as_report``), is still a report."""
+
+    node_id: str
+    """Ray node id (hex)."""
+    hostname: str | None = None
+    """``socket.gethostname()`` on the node; from ``ray.nodes()`` if the probe failed."""
+    ip: str | None = None
+    """Ray's node manager address."""
+    cpus: float = 0.0
+    """Logical CPUs Ray advertises on the node (``ray.nodes()`` Resources)."""
+    gpus: float = 0.0
+    """Logical GPUs Ray advertises on the node; may differ from the physical count."""
+    topo_text: str | None = None
+    """``nvidia-smi topo -m`` output, verbatim; None when there is none."""
+    topo_status: str = "not probed"
+    """``"ok"``, why nvidia-smi gave no text, or ``"topo parse error: line N: ..."``."""
+    nvml_ok: bool = False
+    """NVML initialised and listed GPUs on the node."""
+    nvml_status: str = ""
+    """``nvml_available``'s text: ``"2 GPU(s), driver 550.54"`` or why NVML is absent."""
+    inventory: list[dict[str, Any]] = field(default_factory=list)
+    """``nvml_inventory()``: one dict per GPU (index, name, PCIe, power limits, temp_c...)."""
+    driver_version: str | None = None
+    """``nvmlSystemGetDriverVersion``, e.g. ``"550.54.15"``."""
+    cuda_version: str | None = None
+    """Highest CUDA version the driver supports (``nvmlSystemGetCudaDriverVersion``): ``"12.4"``."""
+    cuda_available: bool = False
+    """``torch.cuda.is_available()`` in the probe's child process."""
+    cuda_device_count: int = 0
+    p2p: list[list[bool | None]] | None = None
+    """``p2p[i][j]``: ``torch.cuda.can_device_access_peer(i, j)``, PCI bus order; None on the
+    diagonal. None when CUDA is not available."""
+    cuda_status: str = ""
+    """``"ok"`` or why there is no P2P matrix (CUDA unavailable, torch missing, probe timed out)."""
+    nccl_version: str | None = None
+    """``torch.cuda.nccl.version()`` as ``"2.21.5"``; None without CUDA."""
+    torch_version: str | None = None
+    torch_cuda: str | None = None
+    """CUDA toolkit torch was built with (``torch.version.cuda``); None for CPU builds."""
+    error: str | None = None
+    """Why the probe itself failed (task error, node died, no answer in time); None if it ran."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
