@@ -5,10 +5,10 @@ and under a bare ``torchrun``, alternated on one machine.
                                    [--json OUT] [--keep]
 
 Both sides train the same variant with the same code: ``linksweep run`` starts Ray actors that call
-``workloads.train.run_training``; ``torchrun --standalone --nproc_per_node 2 -m
-workloads.standalone`` calls it from plain processes with the same cfg dict
-(``orchestrator.runner.run_config``). Both get OMP_NUM_THREADS=1 per rank (linksweep sets it from
-the rank's one-CPU bundle, ``runner.run_env``; here it is set explicitly for torchrun), so the
+``workloads.train.run_training``; ``torchrun --standalone --nproc_per_node 2
+bench/standalone.py`` calls it from plain processes with the same ``RunConfig``
+(``orchestrator.planner.run_config``). Both get OMP_NUM_THREADS=1 per rank (linksweep sets it from
+the rank's one-CPU bundle, ``planner.run_env``; here it is set explicitly for torchrun), so the
 only difference left is what runs around the ranks: Ray's raylet, GCS and actor plumbing, the
 progress actor, the driver polling, versus torchrun's agent.
 
@@ -23,10 +23,10 @@ is the least disturbed one). When the per-trial ratios spread wider than 5%, the
 busy to decide the target: run more trials, or run it on a quiet machine.
 
 Start-up seconds, from "start the ranks" to "the last rank begins its first (warmup) step":
-- linksweep: ``runs.startup_s`` = last rank's first_step_wall minus the moment the driver asked
+- linksweep: ``runs.startup_s`` = last rank's first_step_wall_s minus the moment the driver asked
   Ray for the actors (placement group already reserved). Ray's own start (``ray.init``, the
   topology probe) comes before that; the whole command's wall time is shown as ``ls_wall_s``.
-- torchrun: last rank's first_step_wall minus the moment this script launched torchrun
+- torchrun: last rank's first_step_wall_s minus the moment this script launched torchrun
   (launcher, interpreters, imports, rendezvous, model and data build). Its wall time is
   ``tr_wall_s``.
 
@@ -62,7 +62,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere: import orchestrator, workloads
 
 from orchestrator import stats  # noqa: E402
-from orchestrator.store import read_query  # noqa: E402
+from orchestrator.store import Q, Reader  # noqa: E402
 
 TRIALS = 3
 """Pairs of runs; 3 gives a median that one disturbed trial cannot move."""
@@ -130,14 +130,17 @@ def run_linksweep(sweep: Path, work: Path, trial: int, **env: str) -> dict:
     )
     wall = time.time() - t0
     _check(proc, "linksweep run")
-    cols, rows = read_query(
-        str(db),
-        "SELECT status, n_steps, median_step_time_s, startup_s FROM run_summary ORDER BY seq",
-    )
-    if len(rows) != 1 or rows[0][0] != "ok":
+    with Reader(str(db)) as reader:
+        rows = reader.rows(Q.BENCH_RUNS)
+    if len(rows) != 1 or rows[0]["status"] != "ok":
         raise RuntimeError(f"linksweep run: expected one ok run, got {rows}")
-    _, n_steps, med, startup = rows[0]
-    return {"median_step_time_s": med, "startup_s": startup, "wall_s": wall, "n_steps": n_steps}
+    r = rows[0]
+    return {
+        "median_step_time_s": r["median_step_time_s"],
+        "startup_s": r["startup_s"],
+        "wall_s": wall,
+        "n_steps": r["n_steps"],
+    }
 
 
 def run_torchrun(sweep: Path, work: Path, trial: int) -> dict:
@@ -148,8 +151,7 @@ def run_torchrun(sweep: Path, work: Path, trial: int) -> dict:
         "--standalone",  # c10d rendezvous on a free port
         "--nproc_per_node",
         "2",
-        "-m",
-        "workloads.standalone",
+        str(Path(__file__).with_name("standalone.py")),
         "--sweep",
         str(sweep),
         "--strategy",
@@ -164,12 +166,12 @@ def run_torchrun(sweep: Path, work: Path, trial: int) -> dict:
         cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S
     )
     wall = time.time() - t0
-    _check(proc, "torchrun workloads.standalone")
+    _check(proc, "torchrun bench/standalone.py")
     doc = json.loads(out.read_text())
     timed = {
         r["rank"]: [s["step_time_s"] for s in r["steps"] if not s["warmup"]] for r in doc["ranks"]
     }
-    first = max(r["first_step_wall"] for r in doc["ranks"])
+    first = max(r["first_step_wall_s"] for r in doc["ranks"])
     return {
         "median_step_time_s": stats.run_figure(timed),
         "startup_s": first - t0,

@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere: import orchestrator
 
 from orchestrator import stats  # noqa: E402
-from orchestrator.store import read_query  # noqa: E402
+from orchestrator.store import Q, Reader  # noqa: E402
 
 STRATEGIES = ["ddp", "zero1", "zero2", "zero3"]
 GRAD_ACCUM = [1, 8]
@@ -114,24 +114,13 @@ def table_rows(variants: list[dict], run_figures: dict[tuple[str, int], list[flo
 
 def read_results(db: str) -> tuple[list[dict], dict, list[tuple]]:
     """variant_summary rows, the ok run figures per variant, and failed runs' errors."""
-    cols, rows = read_query(
-        db,
-        """SELECT strategy, grad_accum, n_runs, n_excluded, median_step_time_s, ci_low_s,
-                  ci_high_s, comm_bytes_per_step, expected_comm_bytes_per_step, peak_mem_bytes
-           FROM variant_summary""",
-    )
-    variants = [dict(zip(cols, r, strict=True)) for r in rows]
-    _, runs = read_query(
-        db,
-        """SELECT strategy, grad_accum, median_step_time_s FROM run_summary
-           WHERE status = 'ok' AND median_step_time_s IS NOT NULL ORDER BY seq""",
-    )
+    with Reader(db) as reader:
+        variants = reader.rows(Q.BENCH_VARIANTS)
+        runs = reader.rows(Q.BENCH_OK_RUN_FIGURES)
+        failed = [tuple(r.values()) for r in reader.rows(Q.BENCH_FAILED_RUNS)]
     figures: dict[tuple[str, int], list[float]] = {}
-    for strategy, ga, fig in runs:
-        figures.setdefault((strategy, ga), []).append(fig)
-    _, failed = read_query(
-        db, "SELECT seq, strategy, grad_accum, error FROM runs WHERE status <> 'ok' ORDER BY seq"
-    )
+    for r in runs:
+        figures.setdefault((r["strategy"], r["grad_accum"]), []).append(r["median_step_time_s"])
     return variants, figures, failed
 
 

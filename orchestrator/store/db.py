@@ -218,9 +218,16 @@ class Reader:
             )
         self.path = path
         self.con = _connect(path, read_only=True)
-        if _schema_version(self.con) is None:
+        version = _schema_version(self.con)
+        if version is None:
             self.con.close()
             raise StoreError(f"{path} is not a linksweep database (no meta table)")
+        if version < SCHEMA_VERSION:
+            # Written by an older linksweep: upgrade it once (one transaction, rows kept), since
+            # the named queries read the current schema.
+            self.con.close()
+            Store(path).close()
+            self.con = _connect(path, read_only=True)
 
     def rows(self, query: Query, **params: Any) -> list[dict[str, Any]]:
         try:

@@ -130,20 +130,23 @@ REPORT_GPU_LINKS = _q(
     "report_gpu_links", "SELECT * FROM gpu_links WHERE sweep_id = $sweep_id ORDER BY node"
 )
 
-# --- benchmarks (bench/) --------------------------------------------------------------------
-RUN_FIGURES = _q(
-    "run_figures",
-    """SELECT seq, strategy, grad_accum, status, n_steps, median_step_time_s, startup_s
-       FROM run_summary WHERE sweep_id = $sweep_id ORDER BY seq""",
+# --- benchmarks (bench/: one sweep per database) -------------------------------------------
+BENCH_RUNS = _q(
+    "bench_runs",
+    "SELECT status, n_steps, median_step_time_s, startup_s FROM run_summary ORDER BY seq",
 )
-VARIANT_FIGURES = _q(
-    "variant_figures",
+BENCH_VARIANTS = _q(
+    "bench_variants",
     """SELECT strategy, grad_accum, n_runs, n_excluded, median_step_time_s, ci_low_s,
-              ci_high_s, peak_mem_bytes
-       FROM variant_summary WHERE sweep_id = $sweep_id ORDER BY strategy, grad_accum""",
+              ci_high_s, comm_bytes_per_step, expected_comm_bytes_per_step, peak_mem_bytes
+       FROM variant_summary""",
 )
-FAILED_RUNS = _q(
-    "failed_runs",
-    """SELECT seq, strategy, grad_accum, error FROM runs
-       WHERE sweep_id = $sweep_id AND status <> 'ok' ORDER BY seq""",
+BENCH_OK_RUN_FIGURES = _q(
+    "bench_ok_run_figures",
+    """SELECT strategy, grad_accum, median_step_time_s FROM run_summary
+       WHERE status = 'ok' AND median_step_time_s IS NOT NULL ORDER BY seq""",
+)
+BENCH_FAILED_RUNS = _q(
+    "bench_failed_runs",
+    "SELECT seq, strategy, grad_accum, error FROM runs WHERE status <> 'ok' ORDER BY seq",
 )

@@ -1,12 +1,12 @@
 """The linksweep workload under a bare ``torchrun``: no Ray, no database, the same measurement loop.
 
-    torchrun --nproc_per_node 2 -m workloads.standalone --sweep sweeps/x.yaml \\
+    torchrun --nproc_per_node 2 bench/standalone.py --sweep sweeps/x.yaml \\
         --strategy ddp --grad-accum 1 [--link NAME] [--bucket-mb 25] [--offload none] \\
         [--out result.json]
 
 The sweep file supplies everything but the grid point (model, data, seq_len, micro batch, steps,
 warmup, seed); the flags pick one variant, defaulting to the grid's first values. The rank gets
-the same cfg dict a linksweep run's Ray actor gets (``orchestrator.runner.run_config``) and runs
+the same ``RunConfig`` a linksweep run's Ray actor gets (``orchestrator.planner.run_config``) and runs
 the same ``workloads.train.run_training``, so the two differ only in how the processes are
 started: this is the bare-torchrun baseline for ``bench/bench_overhead.py``, and a way to rerun
 one variant outside Ray.
@@ -27,6 +27,7 @@ start: interpreter, imports, process group, model and data build.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -51,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from orchestrator.spec import ALLOWED
 
     p = argparse.ArgumentParser(
-        prog="python -m workloads.standalone",
+        prog="torchrun --nproc_per_node N bench/standalone.py",
         description="One linksweep variant under torchrun (no Ray, no database).",
     )
     p.add_argument("--sweep", required=True, help="sweep YAML file (model, data, steps...)")
@@ -72,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build_variant(spec, args: argparse.Namespace):
     """The grid point from the flags, each defaulting to the sweep grid's first value."""
     from orchestrator.planner import Variant
-    from orchestrator.spec import SpecError
+    from orchestrator.spec import OFFLOAD_RULE, SpecError, offload_applies
 
     g = spec.grid
     strategy = args.strategy or g.strategy[0]
@@ -81,10 +82,8 @@ def build_variant(spec, args: argparse.Namespace):
     errors = []
     if link not in spec.links:
         errors.append(f"--link: unknown link {link!r}; links defined: {list(spec.links)}")
-    if strategy == "ddp" and offload != "none":
-        errors.append(f"--offload: {offload!r} applies to ZeRO only; --strategy is ddp")
-    if offload == "nvme" and strategy != "zero3":
-        errors.append(f"--offload: 'nvme' needs zero3; --strategy is {strategy}")
+    if not offload_applies(strategy, offload):
+        errors.append(f"--offload: {offload!r} {OFFLOAD_RULE[offload]}; --strategy is {strategy}")
     if errors:
         raise SpecError(errors)
     return Variant(
@@ -97,16 +96,16 @@ def build_variant(spec, args: argparse.Namespace):
     )
 
 
-def summarize(variant, cfg: dict, records: list[dict]) -> dict:
+def summarize(variant, cfg, records: list[dict]) -> dict:
     """Rank 0's JSON document from every rank's records. Pure."""
     from orchestrator.stats import run_figure
 
     timed = {r["rank"]: [s["step_time_s"] for s in r["steps"] if not s["warmup"]] for r in records}
-    firsts = [r["first_step_wall"] for r in records if r.get("first_step_wall")]
+    firsts = [r["first_step_wall_s"] for r in records if r.get("first_step_wall_s")]
     starts = [r["process_start_wall"] for r in records]
     return {
         "variant": variant.to_dict(),
-        "cfg": cfg,
+        "cfg": dataclasses.asdict(cfg),
         "world_size": len(records),
         "median_step_time_s": run_figure(timed) if all(timed.values()) else None,
         "startup_s": max(firsts) - min(starts) if firsts else None,
@@ -116,7 +115,7 @@ def summarize(variant, cfg: dict, records: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from orchestrator.runner import nvme_dir_for, run_config
+    from orchestrator.planner import run_config
     from orchestrator.spec import SpecError, load_spec
 
     try:
@@ -142,16 +141,16 @@ def main(argv: list[str] | None = None) -> int:
 
     from workloads.train import rank_device, run_training
 
-    # The same device and thread count a linksweep rank uses (runner.run_env sets OMP_NUM_THREADS
+    # The same device and thread count a linksweep rank uses (planner.run_env sets OMP_NUM_THREADS
     # to the rank's CPU share; torchrun sets 1 for nproc_per_node > 1 unless the caller set it).
     backend, device = rank_device(local_rank)
 
     run_id = "standalone-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    cfg = run_config(spec, variant, run_id, nvme_dir_for(spec, variant, run_id))
-    timeout = dt.timedelta(seconds=float(cfg.get("pg_timeout_s", 600)))
+    cfg = run_config(spec, variant, run_id)
+    timeout = dt.timedelta(seconds=cfg.pg_timeout_s)
     dist.init_process_group(backend, timeout=timeout)  # env:// from torchrun
     try:
-        rec = run_training(cfg, rank, world_size, device)
+        rec = dataclasses.asdict(run_training(cfg, rank, world_size, device))
         rec.update(
             {
                 "rank": rank,

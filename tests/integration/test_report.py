@@ -2,9 +2,12 @@
 
 The database is filled through ``orchestrator.store.Store`` with rows shaped like the driver's
 (planned runs in interleaved order, per-rank steps with warmup, comms, link microbenchmark,
-topology), then ``orchestrator.runner.refresh_stats`` computes the variant and sensitivity rows
-exactly as a sweep does. Step times follow a simple model: ZeRO-3 costs more than DDP, the
-no_p2p link costs more at grad_accum 1 than at 4 for DDP, and not less for ZeRO-3.
+topology). Schema v2 stores the figures instead of computing them in views, so the fixture
+stores them as a sweep does, with the driver's own functions: ``orchestrator.stats.run_figures``
+for each run's columns in ``runs``, ``orchestrator.stats.variant_and_sensitivity_rows`` for
+``variant_stats`` and ``sensitivity_stats``. Step times follow a simple model: ZeRO-3 costs
+more than DDP, the no_p2p link costs more at grad_accum 1 than at 4 for DDP, and not less for
+ZeRO-3.
 """
 
 from __future__ import annotations
@@ -12,15 +15,16 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+from collections import defaultdict
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from orchestrator import report
-from orchestrator.planner import plan_runs
-from orchestrator.runner import refresh_stats, run_id_for
+from orchestrator import report, stats
+from orchestrator.planner import plan_runs, run_id_for
 from orchestrator.spec import parse_spec
-from orchestrator.store import TABLES, VIEWS, Store
+from orchestrator.store import TABLES, VIEWS, Q, Store
 
 SWEEP_ID = "20250101-120000-abc123"
 FAILED_ERROR = "RuntimeError: NCCL error in ProcessGroupNCCL.cpp:1970, unhandled system error"
@@ -82,6 +86,33 @@ def _step_time(strategy: str, ga: int, link: str) -> float:
     if link == "no_p2p":
         comm *= 2.5
     return compute + comm
+
+
+def stored_figures(steps: list[dict]) -> dict:
+    """A run's figure columns from its per-rank step rows, as the driver computes them."""
+    timed: dict[int, list[SimpleNamespace]] = defaultdict(list)
+    for s in sorted(steps, key=lambda s: s["step"]):
+        if not s["warmup"]:
+            timed[s["rank"]].append(SimpleNamespace(**s))
+    return stats.run_figures(timed)
+
+
+def store_figures(st: Store, sweep_id: str, spec) -> None:
+    """variant_stats and sensitivity_stats of the stored runs, as a sweep computes them (see
+    ``orchestrator.sweep.refresh_stats``): one variant group (a variant on every link) at a
+    time, from its runs as stored."""
+    variant_rows, sens_rows = [], []
+    for group in {tuple(getattr(p.variant, k) for k in stats.GROUP_KEY) for p in plan_runs(spec)}:
+        runs = st.rows(
+            Q.VARIANT_GROUP_RUNS,
+            sweep_id=sweep_id,
+            **dict(zip(stats.GROUP_KEY, group, strict=True)),
+        )
+        v, s = stats.variant_and_sensitivity_rows(sweep_id, runs, spec.baseline, spec.seed)
+        variant_rows += v
+        sens_rows += s
+    st.insert("variant_stats", variant_rows)
+    st.insert("sensitivity_stats", sens_rows)
 
 
 def build_database(path: str, repeats: int = 3) -> dict:
@@ -238,6 +269,7 @@ def build_database(path: str, repeats: int = 3) -> dict:
                             "loss": 10.0 - 0.1 * step,
                         }
                     )
+            run.update(stored_figures(steps))
             comms = [
                 {
                     "run_id": run_id,
@@ -255,7 +287,7 @@ def build_database(path: str, repeats: int = 3) -> dict:
                 st.insert("runs", [run])
                 st.insert("steps", steps)
                 st.insert("comms", [] if failed else comms)
-        refresh_stats(st, SWEEP_ID, spec)
+        store_figures(st, SWEEP_ID, spec)
     return facts
 
 
@@ -357,27 +389,27 @@ def test_report_of_failed_only_single_link_sweep(tmp_path, capsys):
     with Store(db) as st:
         insert_sweep(st, spec, "old-sweep", T0 - dt.timedelta(days=1))
         insert_sweep(st, spec, "new-sweep", T0, status="failed")
-        for p in plan_runs(spec):
-            st.insert(
-                "runs",
-                [
-                    {
-                        "run_id": run_id_for("new-sweep", p.seq),
-                        "sweep_id": "new-sweep",
-                        "seq": p.seq,
-                        "strategy": "ddp",
-                        "offload": "none",
-                        "grad_accum": 1,
-                        "bucket_mb": 25,
-                        "link": "default",
-                        "placement": "pack",
-                        "repeat": p.repeat,
-                        "status": "failed",
-                        "error": "ActorDiedError: the actor died unexpectedly\nmore",
-                    }
-                ],
-            )
-        refresh_stats(st, "new-sweep", spec)
+        runs = [
+            {
+                "run_id": run_id_for("new-sweep", p.seq),
+                "sweep_id": "new-sweep",
+                "seq": p.seq,
+                "strategy": "ddp",
+                "offload": "none",
+                "grad_accum": 1,
+                "bucket_mb": 25,
+                "link": "default",
+                "placement": "pack",
+                "repeat": p.repeat,
+                "status": "failed",
+                "error": "ActorDiedError: the actor died unexpectedly\nmore",
+                **stored_figures([]),
+            }
+            for p in plan_runs(spec)
+        ]
+        for run in runs:
+            st.insert("runs", [run])
+        store_figures(st, "new-sweep", spec)
     out = tmp_path / "out"
     out.mkdir()
     (out / "busbw_vs_msg_size.png").write_bytes(b"stale figure from another sweep")
@@ -407,20 +439,6 @@ def test_classic_table_with_single_runs_shows_no_interval(tmp_path):
     assert "(1 run, no CI)" in classic
     assert "num slower" not in classic and "num faster" not in classic
     assert "no ok run" in classic  # ddp ga=4 default: its only run failed
-
-
-def test_cell_formatting_follows_unit_suffixes():
-    assert report.fmt_value("median_step_time_s", 0.0908) == "90.8 ms"
-    assert report.fmt_value("startup_s", 4.2) == "4.20 s"
-    assert report.fmt_value("samples_per_s", 58.83) == "58.83"
-    assert report.fmt_value("tokens_per_s", 11283.4) == "11,283"
-    assert report.fmt_value("predicted_comm_s_per_step", 0.002) == "2.00 ms"
-    assert report.fmt_value("peak_mem_bytes", 9 * 10**9) == "9.00 GB"
-    assert report.fmt_value("comm_bytes_per_step", 507_510_000.0) == "508 MB"
-    assert report.fmt_value("throttled", True) == "yes"
-    assert report.fmt_value("ci_low", None) == "–"
-    assert report.fmt_msg_size(2**20) == "1 MiB" and report.fmt_msg_size(4096) == "4 KiB"
-    assert report.fmt_time_ci(0.101, 0.0998, 0.103) == "101 ms [99.8–103]"
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])

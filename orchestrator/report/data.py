@@ -1,0 +1,119 @@
+"""Reading one sweep out of the results database: the report's only I/O besides writing files.
+
+``load_report_data(db, sweep_id)`` opens ``orchestrator.store.Reader`` (read-only) and runs the
+named queries of ``orchestrator/store/queries.py`` (section "the report"); it returns a
+``ReportData`` of plain rows (dicts keyed by column) that the figures and the HTML read.
+No SQL here: a new need is a new named query.
+
+May import ``orchestrator.store`` and the standard library; nothing else from linksweep.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.store import Q, Reader
+
+
+class ReportError(RuntimeError):
+    """The report cannot be made as asked (no such sweep, empty database)."""
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """Everything the report shows about one sweep, as plain rows (dicts keyed by column)."""
+
+    sweep: dict
+    spec: dict
+    versions: dict
+    baseline_link: str | None
+    link_order: list[str]
+    runs: list[dict]
+    variants: list[dict]
+    sensitivity: list[dict]
+    step_times: list[dict]
+    bandwidth: list[dict]
+    bench_failures: list[dict]
+    nodes: list[dict]
+    gpus: list[dict]
+    gpu_links: list[dict]
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def pick_sweep(reader: Reader, sweep_id: str | None) -> dict:
+    """The sweeps row asked for, or the latest by started_at. ReportError if there is none."""
+    db = reader.path
+    if sweep_id is not None:
+        rows = reader.rows(Q.SWEEP, sweep_id=sweep_id)
+        if rows:
+            return rows[0]
+        known = reader.rows(Q.LATEST_SWEEPS, limit=10)
+        listed = ", ".join(r["sweep_id"] for r in known) or "none"
+        raise ReportError(f"--sweep {sweep_id}: no such sweep in {db}; latest sweeps: {listed}")
+    rows = reader.rows(Q.LATEST_SWEEPS, limit=1)
+    if not rows:
+        raise ReportError(f"{db} holds no sweeps yet; run one first (linksweep run SWEEP.yaml)")
+    return rows[0]
+
+
+def load_report_data(db: str, sweep_id: str | None) -> ReportData:
+    """Read one sweep's rows. Raises StoreError (unreadable db) or ReportError (no sweep)."""
+    with Reader(db) as reader:
+        sweep = pick_sweep(reader, sweep_id)
+
+        def rows(query) -> list[dict]:
+            return reader.rows(query, sweep_id=sweep["sweep_id"])
+
+        runs = rows(Q.REPORT_RUNS)
+        variants = rows(Q.REPORT_VARIANTS)
+        sensitivity = rows(Q.REPORT_SENSITIVITY)
+        # Same exclusions as the figures: failed and throttled runs' steps are not read.
+        step_times = rows(Q.REPORT_STEP_TIMES)
+        bandwidth = rows(Q.REPORT_BANDWIDTH)
+        bench_failures = rows(Q.REPORT_BENCH_FAILURES)
+        nodes = rows(Q.REPORT_NODES)
+        gpus = rows(Q.REPORT_GPUS)
+        gpu_links = rows(Q.REPORT_GPU_LINKS)
+
+    spec = _json(sweep.get("spec")) or {}
+    spec = spec if isinstance(spec, dict) else {}
+    versions = _json(sweep.get("versions")) or {}
+    versions = versions if isinstance(versions, dict) else {"versions": versions}
+
+    links_in_spec = list((spec.get("links") or {}).keys())
+    baseline = next((r["baseline_link"] for r in sensitivity if r.get("baseline_link")), None)
+    baseline = (
+        baseline or spec.get("baseline_link") or (links_in_spec[0] if links_in_spec else None)
+    )
+    seen = {r["link"] for r in runs} | {r["link"] for r in bandwidth}
+    order = [x for x in links_in_spec if x in seen or x == baseline]
+    order += sorted(x for x in seen if x not in order and x is not None)
+    if baseline in order:
+        order.remove(baseline)
+        order.insert(0, baseline)
+    return ReportData(
+        sweep=sweep,
+        spec=spec,
+        versions=versions,
+        baseline_link=baseline,
+        link_order=order,
+        runs=runs,
+        variants=variants,
+        sensitivity=sensitivity,
+        step_times=step_times,
+        bandwidth=bandwidth,
+        bench_failures=bench_failures,
+        nodes=nodes,
+        gpus=gpus,
+        gpu_links=gpu_links,
+    )

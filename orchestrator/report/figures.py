@@ -1,0 +1,62 @@
+"""Every figure of the report, drawn: ``build_figures(data)`` -> ``FigureResult`` (PNG bytes, or
+the reason the figure is not drawn). One figure that fails to draw becomes a note, never an
+exception: the rest of the report is still written.
+
+May import ``plots``, ``draw`` and ``orchestrator.errors``; ``ReportData`` only for typing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from orchestrator.errors import err
+from orchestrator.report.draw import figure_png
+from orchestrator.report.plots import (
+    plot_busbw,
+    plot_bytes_per_step,
+    plot_slowdown,
+    plot_step_times,
+)
+
+if TYPE_CHECKING:
+    from orchestrator.report.data import ReportData
+
+FIGURES = (
+    "slowdown_vs_grad_accum.png",
+    "step_time_distributions.png",
+    "bytes_per_step.png",
+    "busbw_vs_msg_size.png",
+)
+
+
+@dataclass(frozen=True)
+class FigureResult:
+    name: str
+    title: str
+    png: bytes | None
+    note: str
+
+
+def build_figures(data: ReportData) -> list[FigureResult]:
+    """Draw every figure; a figure that cannot be drawn becomes a note, never an exception."""
+    plan = [
+        (FIGURES[0], "Link slowdown vs gradient accumulation",
+         lambda: plot_slowdown(data.sensitivity, data.link_order)),
+        (FIGURES[1], "Step time distributions",
+         lambda: plot_step_times(data.step_times, data.link_order)),
+        (FIGURES[2], "Communication bytes per optimizer step",
+         lambda: plot_bytes_per_step(data.runs)),
+        (FIGURES[3], "Link microbenchmark: bus bandwidth vs message size",
+         lambda: plot_busbw(data.bandwidth, data.link_order)),
+    ]  # fmt: skip
+    out = []
+    for name, title, draw in plan:
+        try:
+            fig, note = draw()
+            png = figure_png(fig) if fig is not None else None
+        except Exception as exc:  # noqa: BLE001 - one bad figure must not lose the report
+            err(f"report: {name} could not be drawn: {type(exc).__name__}: {exc}")
+            png, note = None, f"This figure could not be drawn: {type(exc).__name__}: {exc}"
+        out.append(FigureResult(name, title, png, note))
+    return out

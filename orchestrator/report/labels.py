@@ -1,0 +1,70 @@
+"""Variant labels and ordering, shared by the figures and the tables.
+
+Pure functions of row dicts (keys as the schema's columns). Imports nothing from linksweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+VARIANT_KEYS = ("strategy", "offload", "grad_accum", "bucket_mb", "link", "placement")
+STRATEGY_ORDER = ("ddp", "zero1", "zero2", "zero3")
+OFFLOAD_ORDER = ("none", "cpu", "nvme")
+OP_ORDER = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+def order_index(value: Any, order: Sequence[Any]) -> tuple:
+    return (order.index(value), "") if value in order else (len(order), str(value))
+
+
+def strategy_label(row: dict) -> str:
+    """``zero3+cpu`` for ZeRO-3 with CPU offload; ``ddp`` for DDP."""
+    off = row.get("offload")
+    return row["strategy"] if off in (None, "none") else f"{row['strategy']}+{off}"
+
+
+def varying(rows: Iterable[dict], keys: Sequence[str] = VARIANT_KEYS) -> set[str]:
+    """The keys that take more than one value over ``rows`` (the rest need no label)."""
+    rows = list(rows)
+    return {k for k in keys if len({r.get(k) for r in rows}) > 1}
+
+
+def variant_sort_key(row: dict, link_order: Sequence[str]) -> tuple:
+    return (
+        order_index(row.get("strategy"), STRATEGY_ORDER),
+        order_index(row.get("offload"), OFFLOAD_ORDER),
+        row.get("bucket_mb") or 0,
+        order_index(row.get("placement"), ("pack", "spread")),
+        row.get("grad_accum") or 0,
+        order_index(row.get("link"), link_order),
+    )
+
+
+def variant_label(row: dict, vary: set[str]) -> str:
+    """A short variant name: strategy, grad_accum and link always; the rest when they vary."""
+    parts = [strategy_label(row), f"ga={row['grad_accum']}"]
+    if "bucket_mb" in vary:
+        parts.append(f"bucket={row['bucket_mb']}MB")
+    if "placement" in vary:
+        parts.append(str(row["placement"]))
+    parts.append(str(row["link"]))
+    return " ".join(parts)
+
+
+def series_key(row: dict, vary: set[str]) -> tuple:
+    key = [strategy_label(row)]
+    if "placement" in vary:
+        key.append(str(row["placement"]))
+    if "bucket_mb" in vary:
+        key.append(f"bucket={row['bucket_mb']}MB")
+    return tuple(key)
+
+
+def series_sort(key: tuple) -> tuple:
+    strategy, _, offload = key[0].partition("+")
+    return (
+        order_index(strategy, STRATEGY_ORDER),
+        order_index(offload or "none", OFFLOAD_ORDER),
+        key[1:],
+    )

@@ -1,0 +1,391 @@
+"""The report's four figures: rows -> ``(Figure, caption)``, or ``(None, reason)`` when there is
+nothing to draw. Pure apart from matplotlib (imported inside the functions).
+
+May import ``draw``, ``fmt`` and ``labels`` of this package; nothing else from linksweep.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from orchestrator.report.draw import (
+    RC,
+    boxplot_horizontal,
+    color_map,
+    dodge,
+    legend_outside,
+    log2_axis,
+    new_figure,
+    nice_log_ticks,
+    panel_grid,
+)
+from orchestrator.report.fmt import fmt_msg_size, tick_seconds
+from orchestrator.report.labels import (
+    OP_ORDER,
+    VARIANT_KEYS,
+    order_index,
+    series_key,
+    series_sort,
+    strategy_label,
+    variant_label,
+    variant_sort_key,
+    varying,
+)
+
+
+def plot_slowdown(sensitivity: list[dict], link_order: Sequence[str]) -> tuple[Any | None, str]:
+    """Slowdown vs grad_accum with its interval: one panel per non-baseline link."""
+    rows = [r for r in sensitivity if r.get("slowdown") is not None]
+    if not rows:
+        return None, (
+            "No link slowdowns: they need at least two links, each with ok, unthrottled runs "
+            "of the same variant (strategy, offload, grad_accum, bucket, placement)."
+        )
+    import matplotlib
+
+    links = [x for x in link_order if any(r["link"] == x for r in rows)]
+    links += sorted({r["link"] for r in rows} - set(links))
+    vary = varying(rows)
+    series = sorted({series_key(r, vary) for r in rows}, key=series_sort)
+    colors = color_map(series)
+    markers = "osD^vP*X"
+    with matplotlib.rc_context(RC):
+        cols = min(len(links), 3)
+        rows_n = math.ceil(len(links) / cols)
+        fig = new_figure(2.2 + 3.6 * cols if cols > 1 else 7.0, 0.4 + 3.9 * rows_n)
+        axes, cols = panel_grid(fig, len(links))
+        handles: dict[tuple, Any] = {}
+        for ax, link in zip(axes, links, strict=True):
+            mine = [r for r in rows if r["link"] == link]
+            for j, key in enumerate(series):
+                pts = sorted(
+                    (r for r in mine if series_key(r, vary) == key), key=lambda r: r["grad_accum"]
+                )
+                if not pts:
+                    continue
+                xs = [r["grad_accum"] * dodge(j, len(series)) for r in pts]
+                ys = [r["slowdown"] for r in pts]
+                lo = [
+                    max(0.0, y - (r["ci_low"] if r["ci_low"] is not None else y))
+                    for y, r in zip(ys, pts, strict=True)
+                ]
+                hi = [
+                    max(0.0, (r["ci_high"] if r["ci_high"] is not None else y) - y)
+                    for y, r in zip(ys, pts, strict=True)
+                ]
+                h = ax.errorbar(
+                    xs,
+                    ys,
+                    yerr=[lo, hi],
+                    color=colors[key],
+                    marker=markers[j % len(markers)],
+                    markersize=6,
+                    capsize=4,
+                    linewidth=1.8,
+                    elinewidth=1.3,
+                )
+                handles.setdefault(key, h)
+            ax.axhline(1.0, color="0.35", linestyle="--", linewidth=1.0, zorder=0)
+            log2_axis(ax, [r["grad_accum"] for r in rows])
+            base = next((r["baseline_link"] for r in mine if r.get("baseline_link")), "baseline")
+            ax.set_title(f"link {link} vs {base}")
+            ax.set_xlabel("grad_accum")
+            ax.grid(True, axis="y", alpha=0.3)
+        for i, ax in enumerate(axes):
+            if i % cols == 0:
+                ax.set_ylabel("slowdown (÷ baseline step time)")
+        keys = list(handles)
+        legend_outside(fig, [handles[k] for k in keys], [" ".join(k) for k in keys], "strategy")
+    note = (
+        "Median step time on the link divided by the median on the baseline link, per variant; "
+        "error bars: 95% percentile-bootstrap interval over repeats (none where a side had a "
+        "single run). Above the dashed line at 1.0 the link costs time."
+    )
+    return fig, note
+
+
+MAX_VARIANTS_ONE_PANEL = 24
+"""Above this many variants the step-time figure gets one panel per strategy, two per row,
+so a 60-variant sweep is a figure of readable height instead of one 3000 px column."""
+
+
+def plot_step_times(step_times: list[dict], link_order: Sequence[str]) -> tuple[Any | None, str]:
+    """Box plots of timed step times (max over ranks, warmup excluded), one row per variant."""
+    rows = [r for r in step_times if r.get("step_time_s") is not None]
+    if not rows:
+        return None, (
+            "No timed steps: no run of this sweep finished ok and unthrottled (see failed and "
+            "throttled runs below)."
+        )
+    import matplotlib
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    vary = varying(rows)
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    first: dict[tuple, dict] = {}
+    for r in rows:
+        key = tuple(r[k] for k in VARIANT_KEYS)
+        groups[key].append(r["step_time_s"])
+        first.setdefault(key, r)
+    keys = sorted(groups, key=lambda k: variant_sort_key(first[k], link_order))
+    links = [x for x in link_order if any(first[k]["link"] == x for k in keys)]
+    links += sorted({first[k]["link"] for k in keys} - set(links))
+    colors = color_map(links)
+    values = [v for k in keys for v in groups[k]]
+    positive = [v for v in values if v > 0]
+    log_x = bool(positive) and len(positive) == len(values) and max(values) / min(positive) > 8
+
+    if len(keys) > MAX_VARIANTS_ONE_PANEL:
+        facets = list(dict.fromkeys(strategy_label(first[k]) for k in keys))
+        panels = [(f, [k for k in keys if strategy_label(first[k]) == f]) for f in facets]
+        ncols = 2
+    else:
+        panels, ncols = [(None, keys)], 1
+    nrows = math.ceil(len(panels) / ncols)
+    row_sizes = [
+        max(len(ks) for _, ks in panels[i * ncols : (i + 1) * ncols]) for i in range(nrows)
+    ]
+
+    def label(k: tuple, facet: str | None) -> str:
+        text = variant_label(first[k], vary)
+        return text.split(" ", 1)[1] if facet is not None else text  # strategy is the title
+
+    with matplotlib.rc_context(RC):
+        fig = new_figure(10.5, max(2.6, 0.34 * sum(row_sizes) + 0.55 * nrows + 0.8))
+        grid = fig.subplots(
+            nrows,
+            ncols,
+            sharex=True,
+            squeeze=False,
+            gridspec_kw={"height_ratios": [n + 1.2 for n in row_sizes]},
+        )
+        axes = [ax for row in grid for ax in row]
+        for ax in axes[len(panels) :]:
+            ax.remove()
+        for ax, (facet, ks) in zip(axes, panels, strict=False):
+            positions = list(range(1, len(ks) + 1))
+            bp = boxplot_horizontal(
+                ax,
+                [groups[k] for k in ks],
+                positions,
+                widths=0.62,
+                patch_artist=True,
+                showfliers=True,
+                medianprops={"color": "black", "linewidth": 1.4},
+                flierprops={"marker": ".", "markersize": 3, "alpha": 0.5},
+            )
+            for box, k in zip(bp["boxes"], ks, strict=True):
+                box.set_facecolor(colors[first[k]["link"]])
+                box.set_alpha(0.6)
+            ax.set_yticks(positions)
+            ax.set_yticklabels([label(k, facet) for k in ks])
+            row_n = row_sizes[axes.index(ax) // ncols]
+            ax.set_ylim(row_n + 0.6, 0.4)  # first variant on top; panels in a row align
+            if facet is not None:
+                ax.set_title(facet)
+            # A rule between strategies (and grad_accum groups) guides the eye across rows.
+            for i in range(1, len(ks)):
+                a, b = first[ks[i - 1]], first[ks[i]]
+                if strategy_label(a) != strategy_label(b):
+                    ax.axhline(i + 0.5, color="0.55", linewidth=0.9)
+                elif a["grad_accum"] != b["grad_accum"]:
+                    ax.axhline(i + 0.5, color="0.85", linewidth=0.6)
+            if log_x:
+                ax.set_xscale("log")
+                ticks = nice_log_ticks(
+                    min(positive) / 1.05, max(values) * 1.05, max_ticks=8 if ncols == 1 else 5
+                )
+                ax.xaxis.set_major_locator(FixedLocator(ticks))
+                ax.xaxis.set_minor_locator(NullLocator())
+            ax.xaxis.set_major_formatter(FuncFormatter(tick_seconds))
+            ax.tick_params(axis="x", labelbottom=True)
+            ax.grid(True, axis="x", which="both", alpha=0.3)
+        xlabel = "time per optimizer step (slowest rank" + (", log scale)" if log_x else ")")
+        for ax in axes[: len(panels)][-ncols:]:
+            ax.set_xlabel(xlabel)
+        legend_outside(fig, [Patch(facecolor=colors[x], alpha=0.6) for x in links], links, "link")
+    n_runs = len({r["run_id"] for r in rows})
+    note = (
+        f"Every timed step of {n_runs} ok, unthrottled run(s), pooled per variant: box = "
+        "quartiles, line = median, whiskers = 1.5 IQR, dots = outliers. A step's time is its "
+        "slowest rank's; warmup steps are excluded."
+    )
+    return fig, note
+
+
+def plot_bytes_per_step(runs: list[dict]) -> tuple[Any | None, str]:
+    """Measured vs analytic collective bytes per optimizer step, per strategy, vs grad_accum."""
+    ok = [r for r in runs if r.get("status") == "ok"]
+    by: dict[str, dict[int, dict[str, list[float]]]] = defaultdict(
+        lambda: defaultdict(lambda: {"measured": [], "expected": []})
+    )
+    for r in ok:
+        for col, kind in (
+            ("comm_bytes_per_step", "measured"),
+            ("expected_comm_bytes_per_step", "expected"),
+        ):
+            if r.get(col) is not None:
+                by[strategy_label(r)][r["grad_accum"]][kind].append(float(r[col]))
+    if not any(v["measured"] or v["expected"] for s in by.values() for v in s.values()):
+        return None, (
+            "No communication volume: no ok run recorded measured bytes per step "
+            "(runs.comm_bytes_per_step) or an analytic expectation (world_size 1 has none)."
+        )
+    import matplotlib
+    import numpy as np
+    from matplotlib.lines import Line2D
+
+    series = sorted(by, key=lambda s: series_sort((s,)))
+    colors = color_map(series)
+    all_y = [
+        y for s in by.values() for v in s.values() for y in (v["measured"] + v["expected"]) if y > 0
+    ]
+    log_y = bool(all_y) and max(all_y) / min(all_y) > 20
+    with matplotlib.rc_context(RC):
+        fig = new_figure(9.5, 4.2)
+        ax = fig.subplots()
+        for j, s in enumerate(series):
+            gas = sorted(by[s])
+            off = dodge(j, len(series), 0.05)
+            # Expected first, with big hollow markers; measured on top, small and filled: where
+            # the two agree the filled dot sits inside the hollow square.
+            for kind, style in (("expected", "--"), ("measured", "-")):
+                pts = [(g, float(np.median(by[s][g][kind]))) for g in gas if by[s][g][kind]]
+                if not pts:
+                    continue
+                measured = kind == "measured"
+                ax.plot(
+                    [g * off for g, _ in pts],
+                    [y / 1e6 for _, y in pts],
+                    linestyle=style,
+                    color=colors[s],
+                    marker="o" if measured else "s",
+                    markersize=5.5 if measured else 11,
+                    markerfacecolor=colors[s] if measured else "none",
+                    markeredgewidth=1.0 if measured else 1.6,
+                    linewidth=2.0 if measured else 1.5,
+                    zorder=3 if measured else 2,
+                )
+        log2_axis(ax, [g for s in by.values() for g in s])
+        if log_y:
+            from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+            ax.set_yscale("log")
+            lo_mb, hi_mb = min(all_y) / 1e6 / 1.3, max(all_y) / 1e6 * 1.3
+            ax.yaxis.set_major_locator(FixedLocator(nice_log_ticks(lo_mb, hi_mb, 7)))
+            ax.yaxis.set_minor_locator(NullLocator())
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.6g}"))
+            ax.set_ylim(lo_mb, hi_mb)
+        else:
+            ax.set_ylim(bottom=0)
+        ax.set_xlabel("grad_accum (micro-steps per optimizer step)")
+        ax.set_ylabel("MB per optimizer step, per rank" + (" (log scale)" if log_y else ""))
+        ax.grid(True, which="major", alpha=0.3)
+        handles = [Line2D([], [], color=colors[s], linewidth=2.4) for s in series]
+        labels = list(series)
+        handles += [
+            Line2D([], [], color="0.3", linestyle="-", marker="o", markersize=5.5, linewidth=2.0),
+            Line2D([], [], color="0.3", linestyle="--", marker="s", markersize=9,
+                   markerfacecolor="none", markeredgewidth=1.6),
+        ]  # fmt: skip
+        labels += ["measured (profiled step)", "expected (comm_model)"]
+        legend_outside(fig, handles, labels, "strategy")
+    note = (
+        "Solid, filled: message bytes one rank sent through collectives in one profiled "
+        "optimizer step (median over ok runs of all links; 1 MB = 1e6 B). Dashed, hollow: the analytic "
+        "expectation from orchestrator/comm_model.py. DDP and ZeRO-1 should be flat in "
+        "grad_accum; ZeRO-2/3 grow with it."
+    )
+    return fig, note
+
+
+def plot_busbw(bandwidth: list[dict], link_order: Sequence[str]) -> tuple[Any | None, str]:
+    """Link microbenchmark: busbw vs message size, log-log, one panel per collective."""
+    rows = [
+        r
+        for r in bandwidth
+        if r.get("busbw_gbps") is not None and r["busbw_gbps"] > 0 and (r.get("msg_bytes") or 0) > 0
+    ]
+    if not rows:
+        return None, (
+            "No link microbenchmark results for this sweep (grid.linkbench was off, or every "
+            "size failed: see below)."
+        )
+    import matplotlib
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ops = [o for o in OP_ORDER if any(r["collective"] == o for r in rows)]
+    ops += sorted({r["collective"] for r in rows} - set(ops))
+    vary = varying(rows, ("placement", "backend", "world_size"))
+
+    def skey(r: dict) -> tuple:
+        key = [str(r["link"])]
+        if "placement" in vary:
+            key.append(str(r["placement"]))
+        if "backend" in vary:
+            key.append(str(r["backend"]))
+        if "world_size" in vary:
+            key.append(f"n={r['world_size']}")
+        return tuple(key)
+
+    series = sorted(
+        {skey(r) for r in rows}, key=lambda k: (order_index(k[0], list(link_order)), k[1:])
+    )
+    colors = color_map(series)
+    sizes = sorted({r["msg_bytes"] for r in rows})
+    k_lo, k_hi = math.floor(math.log2(sizes[0])), math.ceil(math.log2(sizes[-1]))
+    stride = max(1, math.ceil((k_hi - k_lo + 1) / 6))
+    stride += stride % 2  # even strides keep ticks on 1 KiB, 1 MiB, ... boundaries
+    start = k_lo + (-k_lo) % stride
+    ticks = [2.0**k for k in range(start, k_hi + 1, stride)] or [float(sizes[0])]
+    with matplotlib.rc_context(RC):
+        cols = min(len(ops), 3)
+        fig = new_figure(0.9 + 3.5 * cols if cols > 1 else 7.0, 0.9 + 3.6 * math.ceil(len(ops) / 3))
+        axes, cols = panel_grid(fig, len(ops))
+        handles: dict[tuple, Any] = {}
+        for ax, op in zip(axes, ops, strict=True):
+            for key in series:
+                pts = sorted(
+                    (r for r in rows if r["collective"] == op and skey(r) == key),
+                    key=lambda r: r["msg_bytes"],
+                )
+                if not pts:
+                    continue
+                (h,) = ax.plot(
+                    [r["msg_bytes"] for r in pts],
+                    [r["busbw_gbps"] for r in pts],
+                    marker="o",
+                    markersize=4,
+                    linewidth=1.8,
+                    color=colors[key],
+                )
+                handles.setdefault(key, h)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.xaxis.set_major_locator(FixedLocator(ticks))
+            ax.set_xticklabels([fmt_msg_size(t) for t in ticks])
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.set_xlim(sizes[0] / 1.5, sizes[-1] * 1.5)
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+            ax.set_title(op)
+            ax.set_xlabel("message size")
+            ax.grid(True, which="major", alpha=0.3)
+        for i, ax in enumerate(axes):
+            if i % cols == 0:
+                ax.set_ylabel("busbw (GB/s)")
+        keys = list(handles)
+        legend_outside(
+            fig, [handles[k] for k in keys], [" ".join(k) for k in keys], "link", below=True
+        )
+    note = (
+        "Median over iterations of the slowest rank's time, as bus bandwidth in GB/s "
+        "(1 GB = 1e9 B; nccl-tests "
+        "doc/PERFORMANCE.md: all_reduce x 2(n-1)/n, all_gather and reduce_scatter x (n-1)/n), "
+        "comparable with the link's rated speed. Message size as in nccl-tests: the whole "
+        "all_reduce buffer, all_gather's output, reduce_scatter's input."
+    )
+    return fig, note

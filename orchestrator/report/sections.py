@@ -1,0 +1,351 @@
+"""The report's HTML sections: the classic link table, the runs needing attention, provenance.
+
+Each takes ``ReportData`` (plain rows) and returns an HTML fragment. Pure string functions.
+May import ``fmt``, ``labels`` and ``markup`` of this package; ``ReportData`` only for typing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from orchestrator.report.fmt import first_line, fmt_time_ci, fmt_value
+from orchestrator.report.labels import (
+    OFFLOAD_ORDER,
+    STRATEGY_ORDER,
+    order_index,
+    variant_label,
+    varying,
+)
+from orchestrator.report.markup import esc, html_table, missing
+
+if TYPE_CHECKING:
+    from orchestrator.report.data import ReportData
+
+
+def _ratio_cell(s: dict | None, single_run: bool = False) -> str:
+    """``1.29× [1.21–1.35]``, red when the interval lies above 1, green below.
+
+    ``single_run``: one side had one usable run, so the interval is a point and says nothing
+    about spread; the ratio is shown uncoloured, marked "no CI".
+    """
+    if s is None or s.get("slowdown") is None:
+        return "<td class='num'>–</td>"
+    if single_run:
+        return f"<td class='num'>{s['slowdown']:.2f}× (1 run, no CI)</td>"
+    lo, hi = s.get("ci_low"), s.get("ci_high")
+    cls = "num"
+    if lo is not None and lo > 1:
+        cls += " slower"
+    elif hi is not None and hi < 1:
+        cls += " faster"
+    interval = f" [{lo:.2f}–{hi:.2f}]" if lo is not None and hi is not None else ""
+    return f"<td class='{cls}'>{s['slowdown']:.2f}×{esc(interval)}</td>"
+
+
+def classic_tables(data: ReportData) -> str:
+    """The perf_hardware table ("NVLink Y: 101 s / N: 131 s"), per step and with intervals.
+
+    One table per strategy, DDP first (the page measured DDP; its claim is about ZeRO). Rows:
+    grad_accum (and placement, offload, bucket when they vary); columns: step time on each link,
+    then each link's ratio to the baseline.
+    """
+    if not data.variants:
+        return missing("No variant figures: the sweep stored no runs.")
+    base = data.baseline_link
+    links = [x for x in data.link_order if any(v["link"] == x for v in data.variants)]
+    others = [x for x in links if x != base]
+    sens = {
+        (s["strategy"], s["offload"], s["grad_accum"], s["bucket_mb"], s["placement"], s["link"]): s
+        for s in data.sensitivity
+    }
+    strategies = sorted(
+        {v["strategy"] for v in data.variants}, key=lambda s: order_index(s, STRATEGY_ORDER)
+    )
+    out = []
+    if len(links) < 2:
+        out.append(
+            missing(
+                f"Only one link ({', '.join(links) or 'none'}) was measured, so there is no "
+                'link comparison: add a second link (e.g. no_p2p: {NCCL_P2P_DISABLE: "1"}).'
+            )
+        )
+    for strategy in strategies:
+        vs = [v for v in data.variants if v["strategy"] == strategy]
+        vary = varying(vs, ("offload", "bucket_mb", "placement"))
+        row_keys = sorted(
+            {(v["offload"], v["bucket_mb"], v["placement"], v["grad_accum"]) for v in vs},
+            key=lambda k: (order_index(k[0], OFFLOAD_ORDER), k[1], k[2], k[3]),
+        )
+        cell = {
+            (v["offload"], v["bucket_mb"], v["placement"], v["grad_accum"], v["link"]): v
+            for v in vs
+        }
+        head = [c for c in ("offload", "bucket_mb", "placement") if c in vary]
+        head += ["grad_accum"]
+        head += [f"{x}{' (baseline)' if x == base else ''}: time / step [95% CI]" for x in links]
+        head += [f"{x} ÷ {base}" for x in others]
+        trs = []
+        for off, bucket, placement, ga in row_keys:
+            extra = {"offload": off, "bucket_mb": bucket, "placement": placement}
+            tds = [
+                f"<td>{esc(extra[c])}</td>"
+                for c in ("offload", "bucket_mb", "placement")
+                if c in vary
+            ]
+            tds.append(f"<td class='num'>{ga}</td>")
+            for x in links:
+                v = cell.get((off, bucket, placement, ga, x))
+                if v is None:
+                    tds.append("<td class='num'>not run</td>")
+                    continue
+                used = (v.get("n_runs") or 0) - (v.get("n_excluded") or 0)
+                med = v["median_step_time_s"]
+                # one run has no spread to bootstrap: say so rather than print [x–x]
+                text = fmt_time_ci(
+                    med, *((None, None) if used < 2 else (v["ci_low_s"], v["ci_high_s"]))
+                )
+                notes = [f"{used} of {v['n_runs']} runs"] if v.get("n_excluded") else []
+                if used == 1:
+                    notes.append("1 run, no CI" if not notes else "no CI")
+                if med is None:
+                    text, notes = "no ok run", notes[:1]
+                if notes:
+                    text += f" ({', '.join(notes)})"
+                tds.append(f"<td class='num'>{esc(text)}</td>")
+            for x in others:
+                pair = [cell.get((off, bucket, placement, ga, y)) for y in (x, base)]
+                single = any(
+                    v is not None and (v.get("n_runs") or 0) - (v.get("n_excluded") or 0) < 2
+                    for v in pair
+                )
+                tds.append(_ratio_cell(sens.get((strategy, off, ga, bucket, placement, x)), single))
+            trs.append(f"<tr>{''.join(tds)}</tr>")
+        ths = "".join(f"<th>{esc(h)}</th>" for h in head)
+        title = "DDP" if strategy == "ddp" else strategy.upper().replace("ZERO", "ZeRO-")
+        v0 = vs[0]
+        fixed = (
+            [f"offload {v0['offload']}"]
+            if "offload" not in vary and v0["offload"] != "none"
+            else []
+        )
+        fixed += [f"bucket {v0['bucket_mb']} MB"] if "bucket_mb" not in vary else []
+        fixed += [f"placement {v0['placement']}"] if "placement" not in vary else []
+        sub = f" <small>({esc(', '.join(fixed))})</small>" if fixed else ""
+        out.append(
+            f"<h3>{esc(title)}{sub}</h3><div class='scroll'><table class='classic'>"
+            f"<thead><tr>{ths}</tr></thead><tbody>{''.join(trs)}</tbody></table></div>"
+        )
+    out.append(
+        "<p class='note'>Time per optimizer step: median over repeats of each run's median step "
+        "(slowest rank, warmup excluded), with a 95% percentile-bootstrap interval. Ratios in "
+        "red: the interval lies above 1 (the link is slower beyond the spread); green: below 1."
+        " Failed and throttled runs are excluded and counted.</p>"
+    )
+    return "".join(out)
+
+
+def attention(data: ReportData) -> list[str]:
+    """One line per thing that should make a reader doubt a figure."""
+    runs = data.runs
+    lines = []
+    if not runs:
+        lines.append("No runs stored for this sweep: nothing was measured.")
+    failed = [r for r in runs if r.get("status") != "ok"]
+    if failed:
+        lines.append(f"{len(failed)} of {len(runs)} run(s) failed (listed below).")
+    throttled = [r for r in runs if r.get("throttled")]
+    if throttled:
+        lines.append(f"{len(throttled)} run(s) throttled: kept, excluded from figures.")
+    hot = [r for r in runs if r.get("hot") and not r.get("throttled")]
+    if hot:
+        lines.append(f"{len(hot)} run(s) ran hot (not throttled).")
+    mismatch = [r for r in runs if r.get("link_check") == "mismatch"]
+    if mismatch:
+        lines.append(
+            f"{len(mismatch)} run(s) with a link mismatch: NCCL's transport does not match the "
+            "link's name, so they do not measure what the link says."
+        )
+    if data.sweep.get("status") not in ("ok", None):
+        lines.append(f"Sweep status: {data.sweep.get('status')}.")
+    if data.sweep.get("git_dirty"):
+        lines.append(
+            "The code had uncommitted changes (git_dirty): the git sha alone does not reproduce it."
+        )
+    if data.bench_failures:
+        lines.append(f"{len(data.bench_failures)} link microbenchmark op(s) did not run ok.")
+    return lines
+
+
+def _run_list(rows: list[dict], cols: Sequence[str], empty: str) -> str:
+    return html_table(rows, cols) if rows else f"<p class='note'>{esc(empty)}</p>"
+
+
+def telemetry_absent(runs: list[dict]) -> bool:
+    return any(str(r.get("telemetry") or "absent").startswith("absent") for r in runs)
+
+
+def attention_html(data: ReportData) -> str:
+    runs = data.runs
+    no_throttle = "No run was throttled" + (
+        " (GPU telemetry absent on some or all runs: see provenance)."
+        if telemetry_absent(runs)
+        else "."
+    )
+    parts = [
+        "<h3>Failed runs</h3>",
+        _failed_runs_html(runs),
+        "<h3>Throttled runs</h3>",
+        _run_list(
+            [r for r in runs if r.get("throttled")],
+            ("seq", "strategy", "offload", "grad_accum", "link", "placement", "repeat",
+             "max_temp_c", "mean_power_w", "min_sm_clock_mhz", "telemetry"),
+            no_throttle,
+        ),
+        "<h3>Link-mismatch runs</h3>",
+        _run_list(
+            [r for r in runs if r.get("link_check") == "mismatch"],
+            ("seq", "strategy", "grad_accum", "link", "link_env", "link_class",
+             "effective_transport", "nccl_version"),
+            "No run with link_check = mismatch.",
+        ),
+    ]  # fmt: skip
+    if data.bench_failures:
+        parts += [
+            "<h3>Link microbenchmark ops that did not run ok</h3>",
+            html_table(data.bench_failures),
+        ]
+    return "".join(parts)
+
+
+def _failed_runs_html(runs: list[dict]) -> str:
+    failed = [r for r in runs if r.get("status") != "ok"]
+    if not failed:
+        return "<p class='note'>No run failed.</p>"
+    vary = varying(runs)
+    trs = []
+    for r in failed:
+        err = (r.get("error") or "").strip()
+        line = first_line(err) or "(no error text stored)"
+        full = (
+            f"<details><summary>full error</summary><pre>{esc(err)}</pre></details>"
+            if err and err != line
+            else ""
+        )
+        trs.append(
+            f"<tr><td class='num'>{esc(r.get('seq'))}</td>"
+            f"<td>{esc(variant_label(r, vary))}</td>"
+            f"<td class='num'>{esc(r.get('repeat'))}</td><td>{esc(r.get('status'))}</td>"
+            f"<td><code>{esc(line)}</code>{full}</td></tr>"
+        )
+    return (
+        "<div class='scroll'><table><thead><tr><th>seq</th><th>variant</th><th>repeat</th>"
+        f"<th>status</th><th>error (first line)</th></tr></thead><tbody>{''.join(trs)}"
+        "</tbody></table></div>"
+    )
+
+
+def _distinct(runs: list[dict], cols: Sequence[str]) -> list[dict]:
+    out = []
+    for c in cols:
+        counts = Counter(fmt_value(c, r.get(c)) for r in runs)
+        out.append(
+            {"column": c, "values (runs)": "; ".join(f"{v} ({n})" for v, n in counts.most_common())}
+        )
+    return out
+
+
+def _link_matrix(rows: list[dict]) -> str:
+    """gpu_links rows of one node as a matrix, like ``nvidia-smi topo -m``."""
+    gpus = sorted({r["gpu_a"] for r in rows} | {r["gpu_b"] for r in rows}, key=_natural)
+    cell = {(r["gpu_a"], r["gpu_b"]): r["link"] for r in rows}
+    head = "".join(f"<th>{esc(g)}</th>" for g in gpus)
+    trs = "".join(
+        f"<tr><th>{esc(a)}</th>"
+        + "".join(f"<td>{esc('X' if a == b else cell.get((a, b), '–'))}</td>" for b in gpus)
+        + "</tr>"
+        for a in gpus
+    )
+    return f"<table><thead><tr><th></th>{head}</tr></thead><tbody>{trs}</tbody></table>"
+
+
+def _natural(s: str) -> tuple:
+    digits = "".join(ch for ch in str(s) if ch.isdigit())
+    return (str(s).rstrip("0123456789"), int(digits) if digits else -1, str(s))
+
+
+def provenance_html(data: ReportData) -> str:
+    s = data.sweep
+    kv = [
+        ("sweep_id", s.get("sweep_id")),
+        ("name", s.get("name")),
+        ("status", s.get("status")),
+        ("started_at", fmt_value("started_at", s.get("started_at"))),
+        ("finished_at", fmt_value("finished_at", s.get("finished_at"))),
+        ("git_sha", s.get("git_sha")),
+        ("git_dirty", fmt_value("git_dirty", s.get("git_dirty"))),
+        ("ray_address", s.get("ray_address")),
+        ("driver_host", s.get("driver_host")),
+        ("n_runs_planned", s.get("n_runs_planned")),
+        ("topology_status", s.get("topology_status")),
+    ]
+    parts = ["<dl class='kv'>"]
+    parts += [f"<dt>{esc(k)}</dt><dd>{esc('–' if v is None else v)}</dd>" for k, v in kv]
+    parts.append("</dl>")
+    parts.append("<h3>Versions</h3>")
+    parts.append(
+        html_table([{"package": k, "version": v} for k, v in sorted(data.versions.items())])
+        if data.versions
+        else missing("No versions were recorded for this sweep.")
+    )
+    parts.append(
+        "<h3>Sweep file (spec)</h3><details><summary>show the validated spec</summary>"
+        f"<pre>{esc(json.dumps(data.spec, indent=2, sort_keys=False))}</pre></details>"
+    )
+    parts.append("<h3>What the runs actually used</h3>")
+    parts.append(
+        html_table(
+            _distinct(
+                data.runs,
+                (
+                    "backend",
+                    "data_source",
+                    "tokenizer",
+                    "effective_transport",
+                    "link_class",
+                    "link_check",
+                    "nccl_version",
+                    "gpu_visibility",
+                    "telemetry",
+                ),
+            )
+        )
+        if data.runs
+        else missing("No runs stored for this sweep.")
+    )
+    parts.append("<h3>Topology</h3>")
+    if not data.nodes:
+        parts.append(missing("No topology was recorded for this sweep (nodes table is empty)."))
+    else:
+        cols = [c for c in data.nodes[0] if c not in ("sweep_id", "topo_text")]
+        parts.append(html_table(data.nodes, cols, fold=len(data.nodes) > 2))
+        for n in data.nodes:
+            links = [r for r in data.gpu_links if r["node"] == n["node"]]
+            parts.append(f"<p><b>{esc(n['node'])}</b></p>")
+            if links:
+                parts.append(_link_matrix(links))
+            if n.get("topo_text"):
+                parts.append(
+                    "<details><summary>nvidia-smi topo -m</summary>"
+                    f"<pre>{esc(n['topo_text'])}</pre></details>"
+                )
+            if not links and not n.get("topo_text"):
+                parts.append("<p class='note'>No GPU topology on this node.</p>")
+    if data.gpus:
+        cols = [c for c in data.gpus[0] if c != "sweep_id"]
+        parts.append("<h3>GPUs</h3>" + html_table(data.gpus, cols, fold=True))
+    else:
+        parts.append("<p class='note'>No GPUs were inventoried (CPU-only, or NVML absent).</p>")
+    return "".join(parts)
