@@ -1,16 +1,15 @@
-"""linksweep orchestrator: the driver side (CLI, sweep spec, planner, Ray scheduling, store, analysis).
+"""linksweep's driver side: everything that runs on the machine that submits a sweep.
 
-Glossary (used the same way everywhere in code, tables and docs):
+CLI (``cli``), sweep spec (``spec``), planning (``planner``), the one Ray module
+(``scheduler``), the sweep loop (``sweep``), result -> rows (``rows``), statistics (``stats``),
+the communication model (``comm_model``), the results database (``store/``), the report
+(``report/``), the emulated cluster (``emulated/``), topology and NCCL-log parsing (``topo``,
+``discovery``, ``nccl_log``). The data's path and the module map: README, "How the code is laid
+out". The vocabulary (sweep, variant, run, repeat, step, link, transport, placement) is defined
+once, in ``workloads/contract.py``.
 
-sweep      one sweep file submitted once; a row in ``sweeps``.
-variant    one point of the sweep's grid: strategy x offload x grad_accum x bucket_mb x link x placement.
-run        one variant x one repeat: fresh Ray actors, one process group, warmup then timed steps.
-repeat     the 1-based index of a run among its variant's runs.
-step       one optimizer step (= grad_accum micro-steps); "timed step" excludes warmup.
-link       a named connectivity variant: environment variables set on every rank before start
-           (e.g. NCCL_P2P_DISABLE=1), because NCCL and gloo read them once per process.
-transport  what the communication library really used (P2P, SHM, NET/Socket, gloo/tcp).
-placement  pack: all ranks on one node (STRICT_PACK); spread: one rank per node (STRICT_SPREAD).
+May import ``workloads`` (its contract, and code to run on nodes); ``workloads`` never imports
+this package.
 """
 
 __version__ = "0.1.0"

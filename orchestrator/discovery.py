@@ -1,27 +1,15 @@
 """Topology discovery at sweep start: what every Ray node has, before any run is planned.
 
-One probe per alive Ray node, pinned there (``NodeAffinitySchedulingStrategy(soft=False)``) and
-asking for no CPU (``num_cpus=0``), so it schedules even while the node's CPUs are busy. The probe
-(``probe_node``, a plain module-level function) collects:
-
-- ``nvidia-smi topo -m`` text, verbatim (``orchestrator.topo.read_topo_text``), or why there is none;
-- NVML: whether it works here (``nvml_available``), the GPU inventory (``nvml_inventory``), driver
-  version and the CUDA version the driver supports;
-- torch's view: the CUDA peer-access (P2P) matrix, NCCL version, torch and its CUDA build.
-
-The torch part runs in a child process (``_CUDA_PROBE``), for two reasons. Ray may restrict
-``CUDA_VISIBLE_DEVICES`` in a task (always for GPU tasks; for ``num_gpus=0`` tasks where
-``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1`` or on older Rays), and the probe must see every GPU of
-the node. And a CUDA context created in a Ray worker lives as long as that (reused) worker,
-holding a few hundred MB on every GPU during the benchmark. The child drops
-``CUDA_VISIBLE_DEVICES`` and sets ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so P2P index ``i`` is NVML's
-and ``nvidia-smi``'s ``GPU<i>`` (CUDA's default order is fastest-first, which is not).
-Cost: one ``import torch`` per node (~2 s), once per sweep.
+One probe per alive Ray node (``workloads.probe.probe_node``, run everywhere by
+``scheduler.run_on_every_node``: pinned to the node, 0 CPUs, so it schedules even while the
+node's CPUs are busy) reports ``nvidia-smi topo -m`` text, NVML's GPU inventory and versions, and
+torch's CUDA peer-access matrix as a ``contract.NodeReport``.
 
 Everything after the probe is pure and tested without Ray: ``node_rows`` (rows for the ``nodes``,
-``gpus`` and ``gpu_links`` tables of ``orchestrator.store``), ``links_by_node`` and
-``doctor_findings``. A probe that fails or does not answer becomes a ``NodeReport`` with
-``error`` set, never an exception: one broken node must not hide what the others have.
+``gpus`` and ``gpu_links`` tables), ``links_by_node`` and ``doctor_findings``. A probe that fails
+or does not answer becomes a ``NodeReport`` with ``error`` set, never an exception: one broken
+node must not hide what the others have. May import: topo, the workloads contract and
+telemetry's pure ``doctor_warnings``, scheduler (``discover_nodes`` only).
 """
 
 from __future__ import annotations
@@ -127,9 +115,7 @@ def discover_nodes(timeout_s: float = 120.0) -> list[NodeReport]:
         n = answer.node
         base = {k: n[k] for k in ("node_id", "hostname", "ip", "cpus", "gpus")}
         if answer.error is not None:
-            error = answer.error
-            if error.startswith("no answer"):
-                error = f"{error.replace('no answer', 'no answer from the discovery probe')}"
+            error = answer.error.replace("no answer", "no answer from the discovery probe", 1)
             reports.append(as_report({**base, "error": error}))
             continue
         found: NodeReport = answer.result

@@ -16,7 +16,6 @@ rely on it.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Sequence
 
 from orchestrator import nccl_log, topo
@@ -27,15 +26,10 @@ from orchestrator.discovery import (
     doctor_findings,
     parse_report_topo,
 )
+from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, err
 
 __all__ = ["doctor_command", "topo_command", "transports_command"]
 
-# Same values as orchestrator.cli (not imported from there: cli imports this module).
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-
-
-def _err(msg: str) -> None:
-    print(f"linksweep: {msg}", file=sys.stderr)
 
 
 def _read_text(path: str, what: str) -> str | None:
@@ -44,11 +38,11 @@ def _read_text(path: str, what: str) -> str | None:
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read()
     except FileNotFoundError:
-        _err(f"{what} {path}: no such file")
+        err(f"{what} {path}: no such file")
     except IsADirectoryError:
-        _err(f"{what} {path}: is a directory, expected a text file")
+        err(f"{what} {path}: is a directory, expected a text file")
     except OSError as exc:
-        _err(f"{what} {path}: cannot read: {exc.strerror or exc}")
+        err(f"{what} {path}: cannot read: {exc.strerror or exc}")
     return None
 
 
@@ -156,7 +150,7 @@ def topo_command(address: str | None, parse_file: str | None, as_json: bool) -> 
         try:
             parsed = topo.parse_topo(text)
         except topo.TopoParseError as exc:
-            _err(f"topo --parse {parse_file}: not readable as nvidia-smi topo -m output: {exc}")
+            err(f"topo --parse {parse_file}: not readable as nvidia-smi topo -m output: {exc}")
             return EXIT_BAD_INPUT
         if as_json:
             print(json.dumps(topo.to_json_dict(parsed)))
@@ -210,7 +204,7 @@ def transports_command(parse_file: str, as_json: bool) -> int:
         return EXIT_BAD_INPUT
     log = nccl_log.parse_nccl_log(text)
     if log.nccl_version is None and not log.channels and not log.env_echo:
-        _err(
+        err(
             f"transports --parse {parse_file}: no NCCL log lines found (no 'NCCL version', "
             "'Channel NN : a -> b via ...' or 'set by environment' line); was the run started "
             "with NCCL_DEBUG=INFO?"

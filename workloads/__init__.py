@@ -1,5 +1,8 @@
-"""Code that runs inside Ray workers: gpt2 training (DDP, ZeRO), link microbenchmarks, telemetry.
+"""Code that runs in the rank processes Ray starts: gpt2 training (DDP, ZeRO), the link
+microbenchmark, NVML telemetry, the per-node probe, the emulated cluster's link check.
 
-Nothing here imports the orchestrator's store or Ray scheduling: workers return plain records
-and the driver, the only DuckDB writer, stores them.
+What crosses the Ray boundary is defined once, in ``contract.py``: a rank is given a
+``RunConfig`` (or ``LinkbenchConfig``) and returns a ``RankRecord``. Nothing here imports
+``orchestrator`` (the driver), the store or Ray scheduling; the driver imports this package's
+contract and hands its functions to Ray.
 """
