@@ -15,7 +15,7 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 
@@ -111,7 +111,25 @@ def _jsonify(value: Any) -> Any:
     return value
 
 
-class Store:
+_H = TypeVar("_H", bound="_Handle")
+
+
+class _Handle:
+    """An open connection, closed by ``close()`` or at the end of a ``with`` block."""
+
+    con: duckdb.DuckDBPyConnection
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self: _H) -> _H:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Store(_Handle):
     """Read-write handle used by the driver. Use as a context manager."""
 
     def __init__(self, path: str):
@@ -122,15 +140,6 @@ class Store:
         except Exception:
             self.con.close()
             raise
-
-    def close(self) -> None:
-        self.con.close()
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @contextmanager
     def transaction(self):
@@ -205,7 +214,7 @@ def _rows(con: duckdb.DuckDBPyConnection, query: Query, params: dict) -> list[di
     return [dict(zip(cols, r, strict=True)) for r in rows]
 
 
-class Reader:
+class Reader(_Handle):
     """Read-only handle for the report, the CLI and benchmarks. Use as a context manager.
 
     Refuses (StoreError) a missing file, a locked one, or one that is not a linksweep database.
@@ -234,15 +243,6 @@ class Reader:
             return _rows(self.con, query, params)
         except duckdb.Error as exc:
             raise StoreError(f"query {query.name} failed on {self.path}: {exc}") from None
-
-    def close(self) -> None:
-        self.con.close()
-
-    def __enter__(self) -> Reader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def check_writable(path: str) -> None:
