@@ -1,5 +1,10 @@
 """Shared fixtures: one Ray cluster per test session, small sweep files.
 
+Two layers: ``tests/unit`` (pure: no Ray, no subprocess, no database file; seconds) and
+``tests/integration`` (the session Ray cluster, DuckDB files, torchrun, ``ray job submit``, the
+emulated cluster). Only integration tests may use ``ray_cluster`` and ``run_sweep``
+(tests/unit/test_architecture.py checks that).
+
 The session cluster is a real ``ray.cluster_utils.Cluster`` with two nodes of 2 logical CPUs each
 on this machine, so the same cluster serves single-node runs (pack) and multi-node placement
 (spread). Tests that need another cluster (``ray job submit``, the emulated cluster) run it in

@@ -1,9 +1,9 @@
 """Tests for workloads.telemetry with a fake NVML module (same function names and error classes
-as pynvml), plus the real NVML probe on whatever machine runs the tests."""
+as pynvml). The real NVML on whatever machine runs the tests: tests/integration/test_node_probe.py.
+"""
 
 from __future__ import annotations
 
-import ctypes.util
 import threading
 from types import SimpleNamespace
 
@@ -374,28 +374,3 @@ def test_nvml_available_with_fake():
     fake = FakeNvml(inventory_gpus())
     assert nvml_available(nvml=fake) == (True, "3 GPU(s), driver 550.54.15")
     assert fake.shut_down == 1
-
-
-@pytest.mark.skipif(
-    ctypes.util.find_library("nvidia-ml") is not None, reason="this machine has an NVML library"
-)
-def test_nvml_unavailable_on_this_cpu_machine():
-    ok, reason = nvml_available()
-    assert ok is False
-    assert (
-        reason
-    )  # e.g. "nvmlInit failed: NVMLError_LibraryNotFound: NVML Shared Library Not Found"
-    assert "nvmlInit failed" in reason or "cannot import pynvml" in reason
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is None, reason="no NVML library")
-def test_real_nvml_sampler_and_inventory():
-    ok, reason = nvml_available()
-    assert ok, reason
-    inv = nvml_inventory()
-    assert inv and inv[0]["name"]
-    sampler = NvmlSampler(0, interval_s=0.05)
-    sampler.start()
-    result = sampler.stop()
-    assert len(result.samples) >= 2 and result.error is None

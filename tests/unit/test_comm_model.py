@@ -1,4 +1,5 @@
-"""Unit tests for orchestrator.comm_model, including real captured DeepSpeed comms summaries.
+"""Unit tests for orchestrator.comm_model (bandwidth accounting, expected volume, prediction) and
+workloads.ds_comms (DeepSpeed's comms-logger output), checked against real captured summaries.
 
 tests/data/ds_comms_summary.json and ds_comms_summary_zero2.json are the unmodified dicts that
 ``deepspeed.comm.log_summary(return_dict=True)`` returned on rank 0 (DeepSpeed 0.19.8, torch
@@ -15,22 +16,29 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import comm_model
 from orchestrator.comm_model import (
     CommExpectation,
-    CommRecord,
     algbw_gbps,
+    bandwidths_gbps,
     busbw_factor,
     busbw_gbps,
-    canonical_op,
     expected_comm,
     expected_msg_bytes_per_step,
     expected_wire_bytes_per_step,
+    predict_comm_s,
+    run_expectation,
+)
+from workloads import contract
+from workloads.contract import canonical_op
+from workloads.ds_comms import (
+    LoggedComm,
     nccl_msg_bytes,
     parse_comms_summary,
     summarize_records,
 )
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 PSI = 4_000_000  # bytes: 1 M fp32 parameters
 TINY_PSI = 3_320_640 * 4  # the captured runs' model
 
@@ -73,6 +81,13 @@ def test_aliases(alias, canonical):
     assert busbw_factor(alias, 4) == busbw_factor(canonical, 4)
 
 
+def test_canonical_op_has_one_home():
+    # defined in the workloads contract (ranks use it), re-exported by the driver's comm model
+    assert comm_model.canonical_op is contract.canonical_op
+    assert comm_model.CANONICAL_OPS is contract.CANONICAL_OPS
+    assert all(canonical_op(op) == op for op in contract.CANONICAL_OPS)
+
+
 def test_unknown_op_and_bad_n():
     with pytest.raises(ValueError, match="unknown collective"):
         busbw_factor("barrier", 2)
@@ -88,6 +103,11 @@ def test_algbw_busbw_units():
     assert busbw_gbps("all_gather", 4, 3e9, 1.0) == pytest.approx(2.25)
     with pytest.raises(ValueError, match="time_s"):
         algbw_gbps(1, 0.0)
+
+
+def test_bandwidths_none_when_nothing_was_timed():
+    assert bandwidths_gbps("all_gather", 4, 3e9, 1.0) == pytest.approx((3.0, 2.25))
+    assert bandwidths_gbps("all_reduce", 2, 1000, 0.0) == (None, None)
 
 
 def test_nccl_msg_bytes_converts_all_gather_shard():
@@ -178,6 +198,44 @@ def test_expected_comm_validation(args, match):
         expected_comm(*args)
 
 
+# --- one run's expectation and its predicted time on a measured link -------------------
+
+
+def test_run_expectation_dtype_and_zero3_gathers():
+    n = 1_000_000
+    assert run_expectation("ddp", 2, 25, "bf16", 2, n).msg_bytes_per_step == 4 * n  # fp32 grads
+    assert run_expectation("zero1", 1, 25, "bf16", 2, n).per_op == {
+        "all_reduce": 2 * n,  # DeepSpeed reduces bf16 models in bf16
+        "all_gather": 2 * n,
+    }
+    # the model fits one 25 MB bucket: one gather per micro-step
+    small = run_expectation("zero3", 2, 25, "fp32", 2, n)
+    assert small.per_op == {"all_gather": 2 * 4 * n, "reduce_scatter": 2 * 4 * n}
+    # a bucket far smaller than the model: gathered in forward and again in backward
+    big = run_expectation("zero3", 1, 1, "fp32", 2, 100 * n)
+    assert big.per_op == {"all_gather": 2 * 400 * n, "reduce_scatter": 400 * n}
+    assert run_expectation("ddp", 1, 25, "fp32", 1, n) is None  # one rank: nothing crosses
+
+
+def test_predict_comm_prices_each_op_at_nearest_measured_size():
+    prices = {
+        ("all_reduce", 2**20): 1.0,
+        ("all_reduce", 2**24): 2.0,
+        ("all_gather", 2**24): 0.5,
+    }
+    comms = [
+        ("all_reduce", 2**24, 1),  # 16.8 MB at 2 GB/s
+        ("all_gather", 2**23, 2),  # nearest size 2**24: 0.5 GB/s
+    ]
+    expected = 2**24 / 2e9 + 2 * 2**23 / 0.5e9
+    assert predict_comm_s(comms, prices) == pytest.approx(expected)
+    # nearest on a log scale: 2**21 is nearer 2**20 than 2**24; beyond the largest, the largest
+    assert predict_comm_s([("all_reduce", 2**21, 1)], prices) == pytest.approx(2**21 / 1e9)
+    assert predict_comm_s([("all_reduce", 2**30, 0.5)], prices) == pytest.approx(2**29 / 2e9)
+    assert predict_comm_s([("reduce_scatter", 10, 1)], prices) is None  # not measured
+    assert predict_comm_s([], prices) == 0.0
+
+
 # --- DeepSpeed comms summary ------------------------------------------------------------
 
 
@@ -200,7 +258,7 @@ def test_parse_captured_zero3_summary():
     ag = by_key[("all_gather_into_tensor", 6432896)]
     assert ag.count == 4
     assert ag.total_time_s == pytest.approx(0.3253169059753418)
-    assert all(isinstance(r, CommRecord) for r in records)
+    assert all(isinstance(r, LoggedComm) for r in records)
 
 
 def test_captured_zero3_matches_model_with_one_gather():
@@ -241,7 +299,7 @@ def test_parse_accepts_int_keys_and_debug_names():
         "metadata": {"world_size": 2, "rank": 0, "timestamp": "x"},
     }
     (r,) = parse_comms_summary(live)
-    assert r == CommRecord("all_reduce | [Caller Func: allreduce_bucket]", 1024, 3, 0.0015)
+    assert r == LoggedComm("all_reduce | [Caller Func: allreduce_bucket]", 1024, 3, 0.0015)
     assert summarize_records([r], world_size=2) == {"all_reduce": 3072}
 
 

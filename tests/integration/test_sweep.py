@@ -73,6 +73,30 @@ def test_run_summary_excludes_warmup(ddp_sweep):
         assert med > 0 and math.isclose(tps, sps * 32)
 
 
+def test_stored_run_figures_agree_with_sql_over_the_steps(ddp_sweep):
+    """Figures have one home (orchestrator/stats.py, stored in ``runs``); the same numbers
+    recomputed in SQL from the stored steps must agree: a guard against a second formula."""
+    _, db = ddp_sweep
+    rows = q(
+        db,
+        """SELECT r.run_id, r.n_steps, r.median_step_time_s, count(t.step),
+                  median(t.step_time_s),
+                  r.p10_step_time_s, quantile_cont(t.step_time_s, 0.1),
+                  r.p90_step_time_s, quantile_cont(t.step_time_s, 0.9),
+                  r.samples_per_s, sum(t.samples) / sum(t.step_time_s)
+           FROM runs r LEFT JOIN step_times t USING (run_id)
+           WHERE r.status = 'ok'
+           GROUP BY ALL""",
+    )
+    assert len(rows) == 4
+    for run_id, n_steps, stored, n_sql, median_sql, *others in rows:
+        assert n_steps == n_sql == 4, run_id
+        assert abs(stored - median_sql) <= 1e-12, (run_id, stored, median_sql)
+        p10, p10_sql, p90, p90_sql, sps, sps_sql = others
+        assert abs(p10 - p10_sql) <= 1e-12 and abs(p90 - p90_sql) <= 1e-12, run_id
+        assert math.isclose(sps, sps_sql, rel_tol=1e-12), run_id
+
+
 def test_placement_recorded_in_nodes(ddp_sweep):
     _, db = ddp_sweep
     for placement, nodes in q(db, "SELECT placement, nodes FROM runs"):

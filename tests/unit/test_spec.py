@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +12,7 @@ from orchestrator.cli import main
 from orchestrator.planner import NodeCapacity, check_capacity
 from orchestrator.spec import SpecError, load_spec, parse_spec
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(Path(__file__).resolve().parents[2])
 GOOD = {
     "name": "t",
     "links": {"default": {}, "no_p2p": {"NCCL_P2P_DISABLE": "1"}},

@@ -8,9 +8,9 @@ import sys
 import duckdb
 import pytest
 
-from orchestrator import store as store_mod
 from orchestrator.cli import main
 from orchestrator.store import SCHEMA_VERSION, Store, StoreError, check_writable, read_query
+from orchestrator.store import db as store_db
 
 
 def test_fresh_schema_has_tables_views_and_version(tmp_path):
@@ -68,9 +68,10 @@ def test_older_schema_is_upgraded_keeping_rows(tmp_path, monkeypatch):
     db = str(tmp_path / "r.duckdb")
     with Store(db) as s, s.transaction():
         s.insert("runs", [{"run_id": "kept", "status": "ok"}])
-    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    # db.py imported the names from schema.py: patch them where it reads them.
+    monkeypatch.setattr(store_db, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     monkeypatch.setitem(
-        store_mod.MIGRATIONS, SCHEMA_VERSION + 1, ["ALTER TABLE runs ADD COLUMN new_col INTEGER"]
+        store_db.MIGRATIONS, SCHEMA_VERSION + 1, ["ALTER TABLE runs ADD COLUMN new_col INTEGER"]
     )
     with Store(db) as s:
         _, rows = s.query("SELECT run_id, new_col FROM runs")

@@ -1,11 +1,13 @@
 """Tests for orchestrator.topo against real published `nvidia-smi topo -m` output.
 
+Running nvidia-smi on this machine (``workloads.probe.read_topo_text``):
+tests/integration/test_node_probe.py.
+
 Fixtures and their sources: tests/data/topo/SOURCES.md.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,14 +18,13 @@ from orchestrator.topo import (
     TopoParseError,
     link_sort_key,
     parse_topo,
-    read_topo_text,
     run_link_class,
     slowest_link,
     to_json_dict,
     topology_fingerprint,
 )
 
-DATA = Path(__file__).parent / "data" / "topo"
+DATA = Path(__file__).resolve().parents[1] / "data" / "topo"
 
 
 def load(name: str) -> Topology:
@@ -293,18 +294,3 @@ def test_run_link_class():
     assert run_link_class(b300, list(range(8)), "pack") == "NV18"
     with pytest.raises(ValueError, match="placement 'STRICT_PACK'"):
         run_link_class(nv4, [0, 1], "STRICT_PACK")
-
-
-@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this node has nvidia-smi")
-def test_read_topo_text_without_driver():
-    text, why = read_topo_text()
-    assert text is None
-    assert "nvidia-smi not found" in why
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="no nvidia-smi")
-def test_read_topo_text_on_a_gpu_node():
-    text, why = read_topo_text()
-    assert text is not None, why
-    assert parse_topo(text).gpus[0] == "GPU0"

@@ -21,7 +21,7 @@ from orchestrator.nccl_log import (
     transport_family,
 )
 
-DATA = Path(__file__).parent / "data" / "nccl"
+DATA = Path(__file__).resolve().parents[1] / "data" / "nccl"
 
 
 def load(name: str) -> NcclLog:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 
 from orchestrator.cli import main
 from orchestrator.store import read_query
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(Path(__file__).resolve().parents[2])
 
 
 def q(db, sql):

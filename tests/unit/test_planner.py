@@ -1,0 +1,141 @@
+"""Grid expansion, run order, ids, run env and the configs ranks receive, without Ray."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import re
+
+import pytest
+
+from orchestrator.planner import (
+    expand_grid,
+    link_placements,
+    linkbench_config,
+    linkbench_id_for,
+    new_sweep_id,
+    nvme_dir_for,
+    plan_runs,
+    run_config,
+    run_env,
+    run_id_for,
+)
+from orchestrator.spec import parse_spec
+from workloads.contract import LinkbenchConfig, RunConfig
+
+
+def spec(**grid):
+    return parse_spec(
+        {
+            "name": "p",
+            "repeats": 3,
+            "links": {"a": {}, "b": {"X": "1"}},
+            "grid": grid,
+        }
+    )
+
+
+def test_cartesian_product_in_file_order():
+    variants = expand_grid(spec(strategy=["ddp", "zero3"], grad_accum=[1, 4]))
+    assert len(variants) == 2 * 2 * 2  # strategies x grad_accum x links
+    assert [(v.strategy, v.grad_accum, v.link) for v in variants[:3]] == [
+        ("ddp", 1, "a"),
+        ("ddp", 1, "b"),
+        ("ddp", 4, "a"),
+    ]
+
+
+def test_offload_applies_to_zero_only():
+    variants = expand_grid(
+        spec(strategy=["ddp", "zero2", "zero3"], offload=["none", "cpu", "nvme"])
+    )
+    ddp = [v for v in variants if v.strategy == "ddp"]
+    assert {v.offload for v in ddp} == {"none"} and len(ddp) == 2  # one per link, no duplicates
+    assert {v.offload for v in variants if v.strategy == "zero2"} == {"none", "cpu"}
+    assert {v.offload for v in variants if v.strategy == "zero3"} == {"none", "cpu", "nvme"}
+
+
+def test_repeats_are_interleaved_round_robin():
+    runs = plan_runs(spec(grad_accum=[1, 2]))
+    n_variants = 4
+    assert len(runs) == n_variants * 3
+    assert [r.seq for r in runs] == list(range(1, 13))
+    assert [r.repeat for r in runs] == [1] * 4 + [2] * 4 + [3] * 4
+    assert [r.variant for r in runs[:4]] == [r.variant for r in runs[4:8]]
+
+
+def test_link_placements():
+    assert link_placements(spec(placement=["pack", "spread"])) == [
+        ("a", "pack"),
+        ("a", "spread"),
+        ("b", "pack"),
+        ("b", "spread"),
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Ids, env and what every rank receives
+
+
+LINKS = {"default": {}, "quiet": {"NCCL_DEBUG": "WARN", "NCCL_P2P_DISABLE": 1}}
+
+
+def test_ids():
+    sweep_id = new_sweep_id(dt.datetime(2026, 3, 4, 5, 6, 7, tzinfo=dt.timezone.utc))
+    assert re.fullmatch(r"20260304-050607-[0-9a-f]{6}", sweep_id)
+    assert new_sweep_id() != new_sweep_id()
+    assert run_id_for("s", 7) == "s-r0007"
+    assert linkbench_id_for("s", "quiet", "spread") == "s-lb-quiet-spread"
+
+
+def test_run_env_user_value_wins_and_nccl_logging_defaults():
+    s = parse_spec({"name": "p", "world_size": 2, "links": LINKS})
+    env = run_env(s, "default", "r1", cpus_per_rank=2)
+    assert env["NCCL_DEBUG"] == "INFO" and env["OMP_NUM_THREADS"] == "2"
+    assert env["NCCL_DEBUG_FILE"] == "/tmp/linksweep-nccl-r1-%h-%p.log"
+    quiet = run_env(s, "quiet", "r1", cpus_per_rank=1)
+    assert quiet["NCCL_DEBUG"] == "WARN" and quiet["NCCL_P2P_DISABLE"] == "1"
+    assert run_env(s, "default", "r1", cpus_per_rank=0)["OMP_NUM_THREADS"] == "1"
+
+
+def test_run_config_is_frozen_with_ds_config_for_zero_only():
+    s = parse_spec(
+        {
+            "name": "p",
+            "world_size": 2,
+            "seq_len": 64,
+            "steps": 5,
+            "run_timeout_s": 900,
+            "nvme_path": "/scratch/ls",
+            "grid": {"strategy": ["ddp", "zero2", "zero3"], "offload": ["none", "nvme"]},
+        }
+    )
+    by_key = {(v.strategy, v.offload): v for v in expand_grid(s)}
+    ddp = run_config(s, by_key[("ddp", "none")], "s-r0001")
+    assert isinstance(ddp, RunConfig)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ddp.steps = 1  # type: ignore[misc]
+    assert ddp.ds_config is None and ddp.nvme_dir is None
+    assert (ddp.run_id, ddp.strategy, ddp.seq_len, ddp.steps) == ("s-r0001", "ddp", 64, 5)
+    assert ddp.pg_timeout_s == 600.0  # capped below run_timeout_s
+
+    z2 = run_config(s, by_key[("zero2", "none")], "s-r0002")
+    assert z2.ds_config["zero_optimization"]["stage"] == 2
+    assert z2.ds_config["train_micro_batch_size_per_gpu"] == s.micro_batch_size
+    assert z2.nvme_dir is None
+
+    z3 = run_config(s, by_key[("zero3", "nvme")], "s-r0003")
+    assert z3.nvme_dir == nvme_dir_for(s, by_key[("zero3", "nvme")], "s-r0003")
+    assert z3.nvme_dir == "/scratch/ls/s-r0003"
+    zero = z3.ds_config["zero_optimization"]
+    assert zero["stage"] == 3 and zero["offload_param"]["nvme_path"] == z3.nvme_dir
+    assert "comms_logger" not in z3.ds_config or not z3.ds_config["comms_logger"]["enabled"]
+
+
+def test_linkbench_config_sizes():
+    s = parse_spec({"name": "p", "world_size": 2})
+    assert linkbench_config(s, "lb", gpu=False).max_bytes == 16 * 2**20
+    assert linkbench_config(s, "lb", gpu=True).max_bytes == 256 * 2**20
+    custom = parse_spec({"name": "p", "world_size": 2, "linkbench_max_mb": 1})
+    lb = linkbench_config(custom, "lb", gpu=True)
+    assert isinstance(lb, LinkbenchConfig) and lb.max_bytes == 2**20 and lb.run_id == "lb"

@@ -1,0 +1,306 @@
+"""Unit tests for orchestrator.stats: known values, hand-enumerated bootstrap cases, and the
+figures as stored (run -> variant -> slowdown)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from orchestrator.stats import (
+    MEDIAN_COLUMNS,
+    RUN_FIGURE_COLUMNS,
+    bootstrap_median_ci,
+    bootstrap_ratio_ci,
+    included,
+    median,
+    percentile,
+    run_figure,
+    run_figures,
+    variant_and_sensitivity_rows,
+)
+from workloads.contract import StepRecord
+
+
+def test_median_known_values():
+    assert median([3, 1, 2]) == 2.0
+    assert median([4, 1, 3, 2]) == 2.5
+    assert median([7.5]) == 7.5
+
+
+@pytest.mark.parametrize("bad", [[], ()])
+def test_median_empty_raises(bad):
+    with pytest.raises(ValueError, match="empty"):
+        median(bad)
+
+
+def test_median_rejects_nan():
+    with pytest.raises(ValueError, match="NaN"):
+        median([1.0, float("nan")])
+
+
+def test_percentile_matches_linear_interpolation():
+    xs = [10.0, 20.0, 30.0, 40.0]
+    # position = q/100 * (n-1): q=50 -> 1.5 -> between 20 and 30
+    assert percentile(xs, 50) == 25.0
+    assert percentile(xs, 0) == 10.0
+    assert percentile(xs, 100) == 40.0
+    # q=10 -> position 0.3 -> 10 + 0.3 * 10
+    assert percentile(xs, 10) == pytest.approx(13.0)
+    assert percentile(xs, 37.5) == pytest.approx(float(np.percentile(xs, 37.5)))
+
+
+def test_percentile_bad_q():
+    with pytest.raises(ValueError, match="q must be"):
+        percentile([1.0], 101)
+
+
+def test_bootstrap_constant_sample_is_degenerate():
+    assert bootstrap_median_ci([2.5] * 7) == (2.5, 2.5)
+
+
+def test_bootstrap_single_sample():
+    assert bootstrap_median_ci([4.0]) == (4.0, 4.0)
+
+
+def test_bootstrap_contains_median_within_range():
+    xs = [1.02, 0.98, 1.10, 1.05, 0.99, 1.30, 1.01]
+    low, high = bootstrap_median_ci(xs)
+    assert min(xs) <= low <= median(xs) <= high <= max(xs)
+
+
+def test_bootstrap_reproducible_with_seed():
+    xs = [1.0, 2.0, 4.0, 8.0, 16.0, 3.0]
+    a = bootstrap_median_ci(xs, seed=7)
+    b = bootstrap_median_ci(xs, seed=7)
+    assert a == b
+    # A different seed may give a different interval; it must still be a valid interval.
+    c = bootstrap_median_ci(xs, seed=8)
+    assert min(xs) <= c[0] <= c[1] <= max(xs)
+
+
+def test_bootstrap_n2_enumerated():
+    """n=2: a resample is (a,a), (a,b), (b,a) or (b,b), so its median is a, (a+b)/2 or b
+    with probabilities 1/4, 1/2, 1/4. The 2.5% and 97.5% percentiles are a and b.
+
+    Expected values computed independently by enumerating all 4 equally likely resamples.
+    """
+    a, b = 1.0, 3.0
+    outcomes = [median(list(pair)) for pair in [(a, a), (a, b), (b, a), (b, b)]]
+    assert sorted(outcomes) == [a, (a + b) / 2, (a + b) / 2, b]
+    low, high = bootstrap_median_ci([a, b], n_resamples=4000, seed=0)
+    assert (low, high) == (a, b)
+    # At 40% confidence the 30th and 70th percentiles of that distribution both fall on
+    # the middle value (mass 1/2 between cumulative 1/4 and 3/4).
+    low, high = bootstrap_median_ci([a, b], confidence=0.4, n_resamples=4000, seed=0)
+    assert (low, high) == ((a + b) / 2, (a + b) / 2)
+
+
+def test_bootstrap_n3_enumerated_exactly():
+    """n=3 sample [1, 2, 10]: enumerate all 27 resamples for the exact distribution of the
+    resample median, and check the bootstrap (many resamples) lands on its 2.5%/97.5% values."""
+    xs = [1.0, 2.0, 10.0]
+    import itertools
+
+    meds = sorted(median(list(r)) for r in itertools.product(xs, repeat=3))
+    # P(median = 1) = P(at least two 1s) = 7/27 > 2.5%, same for 10: interval is (1, 10).
+    assert meds.count(1.0) == 7 and meds.count(10.0) == 7
+    low, high = bootstrap_median_ci(xs, n_resamples=5000, seed=1)
+    assert (low, high) == (1.0, 10.0)
+
+
+def test_bootstrap_bad_args():
+    with pytest.raises(ValueError, match="confidence"):
+        bootstrap_median_ci([1.0, 2.0], confidence=1.0)
+    with pytest.raises(ValueError, match="n_resamples"):
+        bootstrap_median_ci([1.0, 2.0], n_resamples=0)
+    with pytest.raises(ValueError, match="empty"):
+        bootstrap_median_ci([])
+
+
+def test_ratio_identical_groups():
+    xs = [1.0, 1.1, 0.9, 1.05, 0.95]
+    ratio, low, high = bootstrap_ratio_ci(xs, xs)
+    assert ratio == 1.0
+    assert low <= 1.0 <= high
+
+
+def test_ratio_constant_groups_exact():
+    ratio, low, high = bootstrap_ratio_ci([3.0] * 4, [2.0] * 5)
+    assert (ratio, low, high) == (1.5, 1.5, 1.5)
+
+
+def test_ratio_of_medians_and_reproducible():
+    num = [1.3, 1.31, 1.29, 1.35, 1.28]
+    den = [1.0, 1.02, 0.99, 1.01, 1.0]
+    ratio, low, high = bootstrap_ratio_ci(num, den, seed=3)
+    assert ratio == pytest.approx(1.3 / 1.0)
+    assert low <= ratio <= high
+    # bounded by the extreme ratios any resample could produce
+    assert min(num) / max(den) <= low and high <= max(num) / min(den)
+    assert bootstrap_ratio_ci(num, den, seed=3) == (ratio, low, high)
+
+
+def test_ratio_n1_groups():
+    assert bootstrap_ratio_ci([2.0], [4.0]) == (0.5, 0.5, 0.5)
+
+
+def test_ratio_zero_denominator():
+    with pytest.raises(ValueError, match="den_xs"):
+        bootstrap_ratio_ci([1.0], [0.0, 0.0])
+
+
+def test_run_figure_max_then_median():
+    times = {
+        0: [1.0, 2.0, 3.0],
+        1: [1.5, 1.0, 5.0],
+    }
+    # per-step max: [1.5, 2.0, 5.0] -> median 2.0
+    assert run_figure(times) == 2.0
+
+
+def test_run_figure_single_rank():
+    assert run_figure({0: [0.3, 0.1, 0.2, 0.4]}) == pytest.approx(0.25)
+
+
+def test_run_figure_rejects_ragged_and_empty():
+    with pytest.raises(ValueError, match="different numbers of steps"):
+        run_figure({0: [1.0, 2.0], 1: [1.0]})
+    with pytest.raises(ValueError, match="empty"):
+        run_figure({})
+    with pytest.raises(ValueError, match="empty"):
+        run_figure({0: []})
+
+
+# --------------------------------------------------------------------------------------------
+# run_figures: a run's stored figures from its ranks' timed steps
+
+
+def _steps(times, samples=2, tokens=64):
+    return [StepRecord(i, False, t, samples, tokens, 1.0) for i, t in enumerate(times)]
+
+
+def test_run_figures_max_over_ranks_median_over_steps():
+    figures = run_figures({0: _steps([1.0, 2.0, 3.0, 4.0]), 1: _steps([1.5, 1.0, 5.0, 2.0])})
+    # slowest rank per step: [1.5, 2.0, 5.0, 4.0]
+    assert figures["n_steps"] == 4
+    assert figures["median_step_time_s"] == 3.0
+    assert figures["p10_step_time_s"] == pytest.approx(1.5 + 0.3 * 0.5)  # position 0.3
+    assert figures["p90_step_time_s"] == pytest.approx(4.0 + 0.7 * 1.0)  # position 2.7
+    # throughput: every rank's samples over the summed per-step max times (12.5 s)
+    assert figures["samples_per_s"] == pytest.approx(2 * 4 * 2 / 12.5)
+    assert figures["tokens_per_s"] == pytest.approx(2 * 4 * 64 / 12.5)
+    assert set(figures) == set(RUN_FIGURE_COLUMNS)
+
+
+def test_run_figures_not_mean_of_ranks():
+    """Mean or min over ranks, or total over per-rank sums, would give other numbers."""
+    figures = run_figures({0: _steps([1.0, 1.0]), 1: _steps([3.0, 1.0])})
+    assert figures["median_step_time_s"] == 2.0  # median of [3, 1]
+    assert figures["samples_per_s"] == pytest.approx(8 / 4.0)  # 4 steps x 2 samples over 3+1 s
+
+
+def test_run_figures_of_a_failed_run():
+    expected = {"n_steps": 0} | dict.fromkeys(RUN_FIGURE_COLUMNS[1:])
+    assert run_figures({}) == expected
+    assert run_figures({0: [], 1: []}) == expected
+
+
+def test_run_figures_ranks_with_different_step_counts_raise():
+    with pytest.raises(ValueError, match="different numbers of steps"):
+        run_figures({0: _steps([1.0, 2.0]), 1: _steps([1.0])})
+    with pytest.raises(ValueError, match="different numbers of steps"):
+        run_figures({0: _steps([1.0]), 1: []})
+
+
+# --------------------------------------------------------------------------------------------
+# variant_and_sensitivity_rows: one variant group, every link
+
+
+GROUP = {"strategy": "ddp", "offload": "none", "grad_accum": 1, "bucket_mb": 25}
+
+
+def _run(link, med, status="ok", throttled=False, placement="pack", peak=100, sps=10.0, **extra):
+    row = GROUP | {
+        "link": link,
+        "placement": placement,
+        "status": status,
+        "throttled": throttled,
+        "median_step_time_s": med,
+        "peak_mem_bytes": peak,
+        "samples_per_s": sps,
+        "tokens_per_s": None if sps is None else sps * 32,
+        "comm_bytes_per_step": 1000,
+        "expected_comm_bytes_per_step": 1000,
+        "predicted_comm_s_per_step": None,
+    }
+    return row | extra
+
+
+def _group_runs():
+    return [
+        _run("base", 1.0, sps=20.0, peak=100),
+        _run("base", 1.2, sps=None, peak=300),
+        _run("base", 1.1, sps=10.0, peak=200, predicted_comm_s_per_step=0.5),
+        _run("base", None, status="failed", peak=None, sps=None),
+        _run("base", 0.1, throttled=True, peak=999, sps=500.0),  # would move every figure
+        _run("slow", 2.0, predicted_comm_s_per_step=0.9),
+        _run("slow", 2.4, predicted_comm_s_per_step=1.1),
+        _run("slow", 2.2, predicted_comm_s_per_step=1.0),
+        _run("dead", None, status="failed"),
+        _run("slow", 3.0, placement="spread"),  # no baseline run with spread
+    ]
+
+
+def test_included_rule():
+    assert included({"status": "ok", "throttled": None})
+    assert included({"status": "ok", "throttled": False})
+    assert not included({"status": "ok", "throttled": True})
+    assert not included({"status": "failed", "throttled": False})
+
+
+def test_variant_rows_count_exclusions_and_take_medians():
+    variant_rows, _ = variant_and_sensitivity_rows("s", _group_runs(), "base", seed=0)
+    by = {(r["link"], r["placement"]): r for r in variant_rows}
+    assert set(by) == {("base", "pack"), ("slow", "pack"), ("dead", "pack"), ("slow", "spread")}
+
+    base = by[("base", "pack")]
+    assert (base["n_runs"], base["n_excluded"]) == (5, 2)  # the failed and the throttled run
+    assert base["median_step_time_s"] == pytest.approx(1.1)
+    assert (base["ci_low_s"], base["ci_high_s"]) == bootstrap_median_ci([1.0, 1.2, 1.1], seed=0)
+    assert base["samples_per_s"] == pytest.approx(15.0)  # median of the present 20 and 10
+    assert base["tokens_per_s"] == pytest.approx(15.0 * 32)
+    assert base["predicted_comm_s_per_step"] == pytest.approx(0.5)  # the only present value
+    assert base["comm_bytes_per_step"] == 1000
+    assert base["peak_mem_bytes"] == 300  # max over included runs, not the throttled 999
+    assert base["sweep_id"] == "s" and all(base[k] == v for k, v in GROUP.items())
+
+    slow = by[("slow", "pack")]
+    assert (slow["n_runs"], slow["n_excluded"], slow["median_step_time_s"]) == (3, 0, 2.2)
+    assert slow["predicted_comm_s_per_step"] == pytest.approx(1.0)
+
+    dead = by[("dead", "pack")]
+    assert (dead["n_runs"], dead["n_excluded"]) == (1, 1)
+    assert all(dead[k] is None for k in ("median_step_time_s", "ci_low_s", "ci_high_s"))
+    assert all(dead[c] is None for c in MEDIAN_COLUMNS) and dead["peak_mem_bytes"] is None
+
+
+def test_slowdown_only_against_the_baseline_link():
+    _, sens_rows = variant_and_sensitivity_rows("s", _group_runs(), "base", seed=0)
+    # not the baseline itself, not a link without included runs, not a placement without a
+    # baseline run: only slow/pack against base/pack
+    assert [(r["link"], r["placement"], r["baseline_link"]) for r in sens_rows] == [
+        ("slow", "pack", "base")
+    ]
+    (row,) = sens_rows
+    assert row["slowdown"] == pytest.approx(2.2 / 1.1)
+    assert (row["slowdown"], row["ci_low"], row["ci_high"]) == bootstrap_ratio_ci(
+        [2.0, 2.4, 2.2], [1.0, 1.2, 1.1], seed=0
+    )
+    assert row["ci_low"] <= row["slowdown"] <= row["ci_high"]
+
+    # another baseline flips the ratio; the seed makes the interval reproducible
+    _, flipped = variant_and_sensitivity_rows("s", _group_runs(), "slow", seed=0)
+    assert [(r["link"], r["placement"]) for r in flipped] == [("base", "pack")]
+    assert flipped[0]["slowdown"] == pytest.approx(1.1 / 2.2)
+    again = variant_and_sensitivity_rows("s", _group_runs(), "base", seed=0)
+    assert again == variant_and_sensitivity_rows("s", _group_runs(), "base", seed=0)
