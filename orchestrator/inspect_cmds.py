@@ -31,7 +31,6 @@ from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, err
 __all__ = ["doctor_command", "topo_command", "transports_command"]
 
 
-
 def _read_text(path: str, what: str) -> str | None:
     """The file's text, or None after saying on stderr why it cannot be read."""
     try:
