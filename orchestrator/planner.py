@@ -12,11 +12,11 @@ import datetime as dt
 import itertools
 import os
 import secrets
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from orchestrator.ds_config import deepspeed_config
 from orchestrator.spec import SpecError, SweepSpec, offload_applies
-from workloads.contract import LinkbenchConfig, RunConfig
+from workloads.contract import LinkbenchConfig, NodeInfo, RankRecord, RunConfig
 
 NCCL_DEBUG_DEFAULTS = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,ENV"}
 LEARNING_RATE = 1e-3  # any sane value: we time steps, we do not train to convergence
@@ -220,3 +220,59 @@ def linkbench_config(spec: SweepSpec, run_id: str, gpu: bool) -> LinkbenchConfig
     return LinkbenchConfig(
         run_id=run_id, max_bytes=max_mb * 2**20, pg_timeout_s=min(600.0, spec.run_timeout_s)
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Where a run's ranks landed, and what the run produced (filled by scheduler.execute_run).
+
+
+@dataclass(frozen=True)
+class RankPlacement:
+    """Where one rank of a run ran (stored as ``runs.nodes``)."""
+
+    rank: int
+    node_id: str
+    hostname: str
+    ip: str
+    gpu_ids: tuple[str, ...]
+    pid: int
+    local_rank: int
+    visible_gpus: tuple[str, ...] | None
+    """Every GPU id of the run's ranks on this rank's node (what the rank may see)."""
+
+
+@dataclass
+class RunResult:
+    """What one run produced: per-rank records, or a failure. Filled even on failure."""
+
+    rank_records: list[RankRecord] = field(default_factory=list)
+    placements: list[RankPlacement] = field(default_factory=list)
+    error: str | None = None
+    actors_created_wall_s: float | None = None
+
+
+def place_ranks(infos: list[NodeInfo]) -> list[RankPlacement]:
+    """Local rank of each rank, and the GPU ids of the run's ranks on each rank's node. Pure."""
+    by_node: dict[str, list[int]] = {}
+    for i, info in enumerate(infos):
+        by_node.setdefault(info.node_id, []).append(i)
+    local = [0] * len(infos)
+    gpus: list[tuple[str, ...] | None] = [None] * len(infos)
+    for ranks in by_node.values():
+        node_gpus = tuple(g for r in ranks for g in infos[r].gpu_ids)
+        for lr, r in enumerate(ranks):
+            local[r] = lr
+            gpus[r] = node_gpus or None
+    return [
+        RankPlacement(
+            rank=i,
+            node_id=info.node_id,
+            hostname=info.hostname,
+            ip=info.ip,
+            gpu_ids=info.gpu_ids,
+            pid=info.pid,
+            local_rank=local[i],
+            visible_gpus=gpus[i],
+        )
+        for i, info in enumerate(infos)
+    ]

@@ -1,6 +1,6 @@
 """Turning what a run (or a link microbenchmark) produced into table rows. Pure.
 
-Input: the spec, the planned run and a ``scheduler.RunResult`` (per-rank
+Input: the spec, the planned run and a ``planner.RunResult`` (per-rank
 ``workloads.contract.RankRecord``s and where each rank ran, or the failure). Output: dicts keyed
 by the columns of ``orchestrator/store/schema.py``. Figures come from ``stats``, bandwidths and
 expected volumes from ``comm_model``, transports from ``nccl_log``, link classes from ``topo``.
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from orchestrator import comm_model, nccl_log, stats
-from orchestrator.planner import PlannedRun
+from orchestrator.planner import PlannedRun, RunResult
 from orchestrator.spec import SweepSpec
 from orchestrator.topo import run_link_class
 from workloads.contract import RankRecord, TrainingRecord
@@ -171,13 +171,13 @@ def build_rows(
     sweep_id: str,
     planned: PlannedRun,
     run_id: str,
-    result,
+    result: RunResult,
     started_at: dt.datetime,
     finished_at: dt.datetime,
     topo_links: Mapping | None = None,
     prices: comm_model.Prices | None = None,
 ) -> RunRows:
-    """Turn one run's ``scheduler.RunResult`` into table rows. Pure."""
+    """Turn one run's ``planner.RunResult`` into table rows. Pure."""
     v = planned.variant
     records: list[RankRecord] = result.rank_records
     trained = [(r.rank, r.training) for r in records if r.training is not None]
@@ -247,7 +247,9 @@ def build_rows(
     return RunRows(run, steps, ranks, comms, transports, telemetry)
 
 
-def linkbench_rows(sweep_id: str, link: str, placement: str, world_size: int, result) -> list[dict]:
+def linkbench_rows(
+    sweep_id: str, link: str, placement: str, world_size: int, result: RunResult
+) -> list[dict]:
     """One row per (collective, size, timed iteration); a failed benchmark is one failed row."""
     base = {"sweep_id": sweep_id, "link": link, "placement": placement, "world_size": world_size}
     empty = dict.fromkeys(

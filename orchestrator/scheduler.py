@@ -17,14 +17,14 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from orchestrator.planner import NodeCapacity
-from workloads.contract import LinkbenchConfig, NodeInfo, RankRecord, RunConfig
+from orchestrator.planner import NodeCapacity, RunResult, place_ranks
+from workloads.contract import LinkbenchConfig, RankRecord, RunConfig
 
 PLACEMENT_STRATEGY = {"pack": "STRICT_PACK", "spread": "STRICT_SPREAD"}
 PLACEMENT_TIMEOUT_S = 120.0  # a group still unplaced by then will not be placed
@@ -203,58 +203,6 @@ def _first_line(exc: BaseException) -> str:
     shown = cause if cause is not None else exc
     text = str(shown).strip().splitlines()
     return f"{type(shown).__name__}: {text[0] if text else ''}".strip()
-
-
-@dataclass(frozen=True)
-class RankPlacement:
-    """Where one rank of a run ran (stored as ``runs.nodes``)."""
-
-    rank: int
-    node_id: str
-    hostname: str
-    ip: str
-    gpu_ids: tuple[str, ...]
-    pid: int
-    local_rank: int
-    visible_gpus: tuple[str, ...] | None
-    """Every GPU id of the run's ranks on this rank's node (what the rank may see)."""
-
-
-@dataclass
-class RunResult:
-    """What one run produced: per-rank records, or a failure. Filled even on failure."""
-
-    rank_records: list[RankRecord] = field(default_factory=list)
-    placements: list[RankPlacement] = field(default_factory=list)
-    error: str | None = None
-    actors_created_wall_s: float | None = None
-
-
-def place_ranks(infos: list[NodeInfo]) -> list[RankPlacement]:
-    """Local rank of each rank, and the GPU ids of the run's ranks on each rank's node. Pure."""
-    by_node: dict[str, list[int]] = {}
-    for i, info in enumerate(infos):
-        by_node.setdefault(info.node_id, []).append(i)
-    local = [0] * len(infos)
-    gpus: list[tuple[str, ...] | None] = [None] * len(infos)
-    for ranks in by_node.values():
-        node_gpus = tuple(g for r in ranks for g in infos[r].gpu_ids)
-        for lr, r in enumerate(ranks):
-            local[r] = lr
-            gpus[r] = node_gpus or None
-    return [
-        RankPlacement(
-            rank=i,
-            node_id=info.node_id,
-            hostname=info.hostname,
-            ip=info.ip,
-            gpu_ids=info.gpu_ids,
-            pid=info.pid,
-            local_rank=local[i],
-            visible_gpus=gpus[i],
-        )
-        for i, info in enumerate(infos)
-    ]
 
 
 def _error_text(exc: BaseException) -> str:

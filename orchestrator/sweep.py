@@ -16,6 +16,7 @@ from orchestrator import provenance, rows, scheduler, stats
 from orchestrator.discovery import discover_nodes, links_by_node, node_rows
 from orchestrator.planner import (
     PlannedRun,
+    RunResult,
     Variant,
     link_placements,
     linkbench_config,
@@ -78,9 +79,7 @@ def execute_sweep(
     return sweep_id
 
 
-def run_one(
-    spec: SweepSpec, p: PlannedRun, run_id: str, bundle, board, on_tick
-) -> scheduler.RunResult:
+def run_one(spec: SweepSpec, p: PlannedRun, run_id: str, bundle, board, on_tick) -> RunResult:
     """One run on fresh actors; its NVMe swap folder is removed whatever happens."""
     cfg = run_config(spec, p.variant, run_id)
     env = run_env(spec, p.variant.link, run_id, int(bundle.get("CPU", 1)))

@@ -9,19 +9,21 @@ import re
 import pytest
 
 from orchestrator.planner import (
+    RankPlacement,
     expand_grid,
     link_placements,
     linkbench_config,
     linkbench_id_for,
     new_sweep_id,
     nvme_dir_for,
+    place_ranks,
     plan_runs,
     run_config,
     run_env,
     run_id_for,
 )
 from orchestrator.spec import parse_spec
-from workloads.contract import LinkbenchConfig, RunConfig
+from workloads.contract import LinkbenchConfig, NodeInfo, RunConfig
 
 
 def spec(**grid):
@@ -139,3 +141,57 @@ def test_linkbench_config_sizes():
     custom = parse_spec({"name": "p", "world_size": 2, "linkbench_max_mb": 1})
     lb = linkbench_config(custom, "lb", gpu=True)
     assert isinstance(lb, LinkbenchConfig) and lb.max_bytes == 2**20 and lb.run_id == "lb"
+
+
+# Rank placement: local ranks and visible GPUs from where the actors landed.
+
+
+def _info(node: str, gpus: tuple[str, ...], pid: int) -> NodeInfo:
+    return NodeInfo(
+        node_id=node, hostname=f"host-{node}", ip=f"10.0.0.{pid}", gpu_ids=gpus, pid=pid
+    )
+
+
+def test_place_ranks_local_ranks_and_visible_gpus_per_node():
+    infos = [
+        _info("a", ("3",), 1),
+        _info("b", ("0",), 2),
+        _info("a", ("1",), 3),
+        _info("b", ("2",), 4),
+        _info("a", ("0",), 5),
+    ]
+    placed = place_ranks(infos)
+    assert all(isinstance(p, RankPlacement) for p in placed)
+    assert [p.rank for p in placed] == [0, 1, 2, 3, 4]
+    # local ranks count up per node in rank order
+    assert [(p.node_id, p.local_rank) for p in placed] == [
+        ("a", 0),
+        ("b", 0),
+        ("a", 1),
+        ("b", 1),
+        ("a", 2),
+    ]
+    # every rank sees the GPUs of all the run's ranks on its node, in rank order
+    assert {p.rank: p.visible_gpus for p in placed} == {
+        0: ("3", "1", "0"),
+        1: ("0", "2"),
+        2: ("3", "1", "0"),
+        3: ("0", "2"),
+        4: ("3", "1", "0"),
+    }
+    # the rank's own GPU and where it ran are kept as the actor reported them
+    assert [(p.gpu_ids, p.hostname, p.ip, p.pid) for p in placed][2] == (
+        ("1",),
+        "host-a",
+        "10.0.0.3",
+        3,
+    )
+
+
+def test_place_ranks_without_gpus():
+    placed = place_ranks([_info("a", (), 1), _info("a", (), 2)])
+    assert [(p.local_rank, p.visible_gpus, p.gpu_ids) for p in placed] == [
+        (0, None, ()),
+        (1, None, ()),
+    ]
+    assert place_ranks([]) == []

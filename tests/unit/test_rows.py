@@ -1,21 +1,16 @@
-"""orchestrator.rows without Ray: a run's records (workloads.contract dataclasses) -> table rows.
-
-``scheduler.RunResult`` and ``scheduler.RankPlacement`` live in the one module that imports ray,
-so these tests use stand-ins with the same fields; ``test_stand_ins_match_the_scheduler`` reads
-scheduler.py's source to keep them honest.
-"""
+"""orchestrator.rows without Ray: a run's records (workloads.contract dataclasses) -> table rows."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import datetime as dt
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from orchestrator import comm_model, nccl_log, stats
+from orchestrator.planner import RankPlacement as Placement
+from orchestrator.planner import RunResult as Result
 from orchestrator.planner import plan_runs
 from orchestrator.rows import GPU_VISIBILITY, build_rows, link_class_for, linkbench_rows
 from orchestrator.spec import parse_spec
@@ -44,41 +39,6 @@ SPEC = parse_spec(
     }
 )
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Stand-in for ``scheduler.RankPlacement`` (same fields)."""
-
-    rank: int
-    node_id: str
-    hostname: str
-    ip: str
-    gpu_ids: tuple[str, ...]
-    pid: int
-    local_rank: int
-    visible_gpus: tuple[str, ...] | None
-
-
-@dataclass
-class Result:
-    """Stand-in for ``scheduler.RunResult`` (same fields)."""
-
-    rank_records: list = field(default_factory=list)
-    placements: list = field(default_factory=list)
-    error: str | None = None
-    actors_created_wall_s: float | None = None
-
-
-def _scheduler_fields(cls_name: str) -> list[str]:
-    tree = ast.parse((REPO / "orchestrator" / "scheduler.py").read_text())
-    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls_name]
-    return [s.target.id for s in cls.body if isinstance(s, ast.AnnAssign)]
-
-
-def test_stand_ins_match_the_scheduler():
-    assert [f.name for f in dataclasses.fields(Placement)] == _scheduler_fields("RankPlacement")
-    assert [f.name for f in dataclasses.fields(Result)] == _scheduler_fields("RunResult")
 
 
 # --------------------------------------------------------------------------------------------
