@@ -192,12 +192,6 @@ class Store(_Handle):
         cond = " AND ".join(f'"{c}" = ?' for c in where)
         self.con.execute(f"DELETE FROM {table} WHERE {cond}", list(where.values()))
 
-    def replace_rows(self, table: str, where: dict[str, Any], rows: Sequence[dict]) -> None:
-        """Delete the rows matching ``where`` and insert ``rows``, in one transaction."""
-        with self.transaction():
-            self.delete(table, where)
-            self.insert(table, rows)
-
 
 def _table(
     con: duckdb.DuckDBPyConnection, query: Query, params: dict
