@@ -21,6 +21,19 @@ The percentile bootstrap is the simplest interval that makes no normality assump
 few repeats a sweep can afford (3-10) it is rough, so the interval is a statement of spread, not
 a guarantee of coverage. With n repeats the median of a resample can only take a handful of
 values, which is why the tests can enumerate the bootstrap distribution for n=2 by hand.
+
+**Which interval is stored** (``variant_interval``, ``ratio_interval``; the kind goes in the
+``interval_kind`` column next to the numbers):
+
+- fewer than ``MIN_RUNS_FOR_CI`` (5) included runs on a side: ``range``, the min and max of the
+  runs (for a slowdown: the smallest and largest ratio of any run on the link to any run on the
+  baseline). Below 5 the percentile bootstrap of the median collapses onto that range anyway
+  (at n=2 it returns exactly the two runs), so calling it a "95% CI" would overstate what a
+  handful of repeats can say; the report and ``linksweep run`` print "range of n runs" and
+  suggest more repeats. A t-interval on log step times was considered and not used: it is an
+  interval of the geometric mean, not of the median the figures report, and at n=2 its t
+  quantile (12.7) makes it as wide as it is uninformative.
+- ``MIN_RUNS_FOR_CI`` or more: ``bootstrap95``, the 95% percentile-bootstrap interval above.
 """
 
 from __future__ import annotations
@@ -30,13 +43,28 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 __all__ = [
+    "INTERVAL_BOOTSTRAP",
+    "INTERVAL_RANGE",
+    "MIN_RUNS_FOR_CI",
     "bootstrap_median_ci",
     "bootstrap_ratio_ci",
     "included",
     "median",
     "percentile",
+    "ratio_interval",
     "run_figure",
+    "variant_interval",
 ]
+
+MIN_RUNS_FOR_CI = 5
+"""Below this many included runs per variant, intervals are the range of the runs."""
+INTERVAL_RANGE = "range"
+INTERVAL_BOOTSTRAP = "bootstrap95"
+INTERVAL_LABELS = {
+    INTERVAL_RANGE: "range of runs",
+    INTERVAL_BOOTSTRAP: "95% bootstrap CI",
+}
+"""How each ``interval_kind`` is written in tables and text."""
 
 
 def included(run: Mapping) -> bool:
@@ -146,6 +174,34 @@ def bootstrap_ratio_ci(
     return (ratio, float(low), float(high))
 
 
+def variant_interval(xs: Sequence[float], seed: int = 0) -> tuple[float, float, str]:
+    """``(low, high, kind)`` for the median of a variant's run figures: the range of the runs
+    below ``MIN_RUNS_FOR_CI`` runs, else the 95% percentile-bootstrap interval (module doc)."""
+    arr = _as_array(xs)
+    if arr.size < MIN_RUNS_FOR_CI:
+        return (float(arr.min()), float(arr.max()), INTERVAL_RANGE)
+    low, high = bootstrap_median_ci(arr, seed=seed)
+    return (low, high, INTERVAL_BOOTSTRAP)
+
+
+def ratio_interval(
+    num_xs: Sequence[float], den_xs: Sequence[float], seed: int = 0
+) -> tuple[float, float, float, str]:
+    """``(ratio, low, high, kind)``: median(num)/median(den) with the range of the run-pair
+    ratios (min(num)/max(den) .. max(num)/min(den)) when either side has fewer than
+    ``MIN_RUNS_FOR_CI`` runs, else the bootstrap interval of the ratio of medians."""
+    num = _as_array(num_xs, "num_xs")
+    den = _as_array(den_xs, "den_xs")
+    if min(num.size, den.size) >= MIN_RUNS_FOR_CI:
+        return (*bootstrap_ratio_ci(num, den, seed=seed), INTERVAL_BOOTSTRAP)
+    if float(den.min()) <= 0.0:
+        raise ValueError("den_xs holds a value <= 0: the ratio is undefined")
+    ratio = float(np.median(num)) / float(np.median(den))
+    low = float(num.min()) / float(den.max())
+    high = float(num.max()) / float(den.min())
+    return (ratio, low, high, INTERVAL_RANGE)
+
+
 def run_figure(step_times_by_rank: Mapping[int, Sequence[float]]) -> float:
     """A run's figure: median over steps of (max over ranks of that step's time).
 
@@ -226,9 +282,10 @@ def variant_and_sensitivity_rows(
     ``GROUP_KEY``, every link), from stored run rows (``VARIANT_KEY`` columns, status,
     throttled, the run figures).
 
-    Variant figure: median of its included runs' figures, with a bootstrap interval; other
-    columns: medians over included runs (peak memory: max). Slowdown: ratio of a link's median
-    to the baseline link's, with a bootstrap interval of the ratio. Excluded runs are counted.
+    Variant figure: median of its included runs' figures, with an interval (``variant_interval``:
+    range of the runs below ``MIN_RUNS_FOR_CI``, else bootstrap); other columns: medians over
+    included runs (peak memory: max). Slowdown: ratio of a link's median to the baseline link's,
+    with ``ratio_interval``. ``interval_kind`` says which. Excluded runs are counted.
     """
     by_variant: dict[tuple, list[Mapping]] = {}
     for r in runs:
@@ -238,10 +295,10 @@ def variant_and_sensitivity_rows(
         ok = [r for r in members if included(r) and r["median_step_time_s"] is not None]
         xs = [r["median_step_time_s"] for r in ok]
         figures[key] = xs
-        med = lo = hi = None
+        med = lo = hi = kind = None
         if xs:
             med = median(xs)
-            lo, hi = bootstrap_median_ci(xs, seed=seed)
+            lo, hi, kind = variant_interval(xs, seed=seed)
         peaks = [r["peak_mem_bytes"] for r in ok if r["peak_mem_bytes"] is not None]
         variant_rows.append(
             dict(zip(VARIANT_KEY, key, strict=True))
@@ -252,6 +309,7 @@ def variant_and_sensitivity_rows(
                 "median_step_time_s": med,
                 "ci_low_s": lo,
                 "ci_high_s": hi,
+                "interval_kind": kind,
             }
             | {c: _median_or_none([r[c] for r in ok]) for c in MEDIAN_COLUMNS}
             | {"peak_mem_bytes": max(peaks) if peaks else None}
@@ -262,7 +320,7 @@ def variant_and_sensitivity_rows(
         base = figures.get(key[:link_at] + (baseline_link,) + key[link_at + 1 :])
         if key[link_at] == baseline_link or not base or not xs:
             continue
-        ratio, lo, hi = bootstrap_ratio_ci(xs, base, seed=seed)
+        ratio, lo, hi, kind = ratio_interval(xs, base, seed=seed)
         sens_rows.append(
             {k: v for k, v in zip(VARIANT_KEY, key, strict=True)}
             | {
@@ -271,6 +329,7 @@ def variant_and_sensitivity_rows(
                 "slowdown": ratio,
                 "ci_low": lo,
                 "ci_high": hi,
+                "interval_kind": kind,
             }
         )
     return variant_rows, sens_rows

@@ -49,6 +49,7 @@ def execute_sweep(
     with store.transaction():
         store.insert("sweeps", [sweep])
     topo_links = discover_topology(store, sweep_id)
+    record_links(store, spec, sweep_id, address)
     ui.sweep_started(spec, sweep_id, len(planned))
     status = "ok"
     try:
@@ -108,6 +109,17 @@ def discover_topology(store, sweep_id: str) -> dict:
     statuses = sorted({r["nvml"] for r in tables["nodes"]})
     store.update("sweeps", {"sweep_id": sweep_id}, {"topology_status": "; ".join(statuses)})
     return links_by_node(tables["gpu_links"])
+
+
+def record_links(store, spec: SweepSpec, sweep_id: str, address: str) -> None:
+    """Each link's physical description (``link_descriptions``): for the emulated cluster the tc
+    shape ``cluster up`` recorded, elsewhere what the link's env asks for."""
+    from orchestrator.emulated.describe import recorded_link_shapes
+    from orchestrator.links import describe_links
+
+    rows_ = describe_links(spec.links, recorded_link_shapes(address), sweep_id)
+    with store.transaction():
+        store.insert("link_descriptions", rows_)
 
 
 def run_linkbenches(spec: SweepSpec, store, sweep_id: str, bundle, ui) -> dict:

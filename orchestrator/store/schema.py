@@ -9,7 +9,7 @@ are computed by ``orchestrator/stats.py`` and stored in ``runs``, ``variant_stat
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 TABLES: dict[str, str] = {
     "meta": """
@@ -193,8 +193,9 @@ TABLES: dict[str, str] = {
         n_runs INTEGER,
         n_excluded INTEGER,
         median_step_time_s DOUBLE,
-        ci_low_s DOUBLE,
+        ci_low_s DOUBLE,             -- interval of the median; its kind: interval_kind
         ci_high_s DOUBLE,
+        interval_kind VARCHAR,       -- range (min-max of the runs, < 5 runs) | bootstrap95
         -- medians over the variant's included runs (peak_mem_bytes: max)
         samples_per_s DOUBLE,
         tokens_per_s DOUBLE,
@@ -213,8 +214,21 @@ TABLES: dict[str, str] = {
         link VARCHAR,
         baseline_link VARCHAR,
         slowdown DOUBLE,
-        ci_low DOUBLE,
-        ci_high DOUBLE
+        ci_low DOUBLE,               -- interval of the slowdown; its kind: interval_kind
+        ci_high DOUBLE,
+        interval_kind VARCHAR        -- range (of run-pair ratios, < 5 runs a side) | bootstrap95
+    """,
+    # What each link of a sweep physically is, recorded when the sweep starts: for the emulated
+    # cluster the tc shape `cluster up` recorded; elsewhere what the link's env asks NCCL for.
+    "link_descriptions": """
+        sweep_id VARCHAR,
+        link VARCHAR,
+        kind VARCHAR,                -- emulated | nccl | host
+        interface VARCHAR,           -- the interface the env selects (GLOO/NCCL_SOCKET_IFNAME)
+        rate VARCHAR,                -- tc rate, e.g. 500mbit; NULL: not shaped or not known
+        delay VARCHAR,               -- tc netem delay, e.g. 1ms
+        rated_gbps DOUBLE,           -- rate in GB/s (1e9 B/s), comparable with busbw_gbps
+        description VARCHAR          -- one line for people
     """,
 }
 
@@ -239,15 +253,31 @@ VIEWS: dict[str, str] = {
     """,
     "variant_summary": """
         SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, link, placement,
-               n_runs, n_excluded, median_step_time_s, ci_low_s, ci_high_s,
+               n_runs, n_excluded, median_step_time_s, ci_low_s, ci_high_s, interval_kind,
                samples_per_s, tokens_per_s, comm_bytes_per_step, expected_comm_bytes_per_step,
                predicted_comm_s_per_step, peak_mem_bytes
         FROM variant_stats
     """,
     "link_sensitivity": """
         SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, placement, link, baseline_link,
-               slowdown, ci_low, ci_high
+               slowdown, ci_low, ci_high, interval_kind
         FROM sensitivity_stats
+    """,
+    # Every link of a sweep described: its recorded shape, its measured all_reduce busbw at the
+    # largest message the microbenchmark sent, and the topology class and transport its runs saw.
+    "link_overview": """
+        SELECT d.sweep_id, d.link, d.kind, d.interface, d.rate, d.delay, d.rated_gbps,
+               d.description, bw.msg_bytes AS measured_msg_bytes,
+               bw.busbw_gbps AS measured_busbw_gbps, r.link_classes, r.transports
+        FROM link_descriptions d
+        LEFT JOIN (SELECT sweep_id, link, max(msg_bytes) AS msg_bytes,
+                          arg_max(busbw_gbps, msg_bytes) AS busbw_gbps
+                   FROM link_bandwidth WHERE collective = 'all_reduce'
+                   GROUP BY sweep_id, link) bw USING (sweep_id, link)
+        LEFT JOIN (SELECT sweep_id, link,
+                          string_agg(DISTINCT link_class, ', ') AS link_classes,
+                          string_agg(DISTINCT effective_transport, ', ') AS transports
+                   FROM runs GROUP BY sweep_id, link) r USING (sweep_id, link)
     """,
     # The link microbenchmark's figure per (link, placement, collective, size): medians over
     # iterations. Computed here only; the driver prices communication from this view.
@@ -261,6 +291,19 @@ VIEWS: dict[str, str] = {
         GROUP BY ALL
     """,
 }
+
+# v3's migration recomputes v2's intervals from the stored run figures (included runs only).
+_V2_FIGURES = """SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, link, placement,
+                        count(*) AS n, min(median_step_time_s) AS lo,
+                        max(median_step_time_s) AS hi
+                 FROM runs
+                 WHERE status = 'ok' AND NOT coalesce(throttled, false)
+                   AND median_step_time_s IS NOT NULL
+                 GROUP BY ALL"""
+_V2_KEY_MATCH = """{t}.sweep_id = {a}.sweep_id AND {t}.strategy = {a}.strategy
+             AND {t}.offload = {a}.offload AND {t}.grad_accum = {a}.grad_accum
+             AND {t}.bucket_mb = {a}.bucket_mb AND {t}.link = {a}.link
+             AND {t}.placement = {a}.placement"""
 
 # version -> SQL statements that bring a database from version-1 to version.
 MIGRATIONS: dict[int, list[str]] = {
@@ -312,5 +355,28 @@ MIGRATIONS: dict[int, list[str]] = {
              AND variant_stats.offload = f.offload AND variant_stats.grad_accum = f.grad_accum
              AND variant_stats.bucket_mb = f.bucket_mb AND variant_stats.link = f.link
              AND variant_stats.placement = f.placement""",
+    ],
+    # v3: intervals say what they are (interval_kind); below 5 runs they are the range of the
+    # runs, so rows stored by v2 (a percentile bootstrap at any n) are relabelled or recomputed
+    # from the stored run figures. New table link_descriptions (created from TABLES).
+    3: [
+        "ALTER TABLE variant_stats ADD COLUMN interval_kind VARCHAR",
+        "ALTER TABLE sensitivity_stats ADD COLUMN interval_kind VARCHAR",
+        f"""UPDATE variant_stats SET ci_low_s = f.lo, ci_high_s = f.hi, interval_kind = 'range'
+           FROM ({_V2_FIGURES}) f
+           WHERE {_V2_KEY_MATCH.format(t="variant_stats", a="f")} AND f.n < 5""",
+        """UPDATE variant_stats SET interval_kind = 'bootstrap95'
+           WHERE interval_kind IS NULL AND ci_low_s IS NOT NULL""",
+        f"""UPDATE sensitivity_stats SET ci_low = x.lo, ci_high = x.hi, interval_kind = 'range'
+           FROM (SELECT f.sweep_id, f.strategy, f.offload, f.grad_accum, f.bucket_mb,
+                        f.placement, f.link, b.link AS baseline_link,
+                        f.lo / b.hi AS lo, f.hi / b.lo AS hi
+                 FROM ({_V2_FIGURES}) f JOIN ({_V2_FIGURES}) b
+                   USING (sweep_id, strategy, offload, grad_accum, bucket_mb, placement)
+                 WHERE least(f.n, b.n) < 5 AND b.lo > 0) x
+           WHERE {_V2_KEY_MATCH.format(t="sensitivity_stats", a="x")}
+             AND sensitivity_stats.baseline_link = x.baseline_link""",
+        """UPDATE sensitivity_stats SET interval_kind = 'bootstrap95'
+           WHERE interval_kind IS NULL AND ci_low IS NOT NULL""",
     ],
 }

@@ -7,16 +7,20 @@ import numpy as np
 import pytest
 
 from orchestrator.stats import (
+    INTERVAL_LABELS,
     MEDIAN_COLUMNS,
+    MIN_RUNS_FOR_CI,
     RUN_FIGURE_COLUMNS,
     bootstrap_median_ci,
     bootstrap_ratio_ci,
     included,
     median,
     percentile,
+    ratio_interval,
     run_figure,
     run_figures,
     variant_and_sensitivity_rows,
+    variant_interval,
 )
 from workloads.contract import StepRecord
 
@@ -266,7 +270,8 @@ def test_variant_rows_count_exclusions_and_take_medians():
     base = by[("base", "pack")]
     assert (base["n_runs"], base["n_excluded"]) == (5, 2)  # the failed and the throttled run
     assert base["median_step_time_s"] == pytest.approx(1.1)
-    assert (base["ci_low_s"], base["ci_high_s"]) == bootstrap_median_ci([1.0, 1.2, 1.1], seed=0)
+    # 3 included runs < MIN_RUNS_FOR_CI: the interval is the range of the runs, and says so
+    assert (base["ci_low_s"], base["ci_high_s"], base["interval_kind"]) == (1.0, 1.2, "range")
     assert base["samples_per_s"] == pytest.approx(15.0)  # median of the present 20 and 10
     assert base["tokens_per_s"] == pytest.approx(15.0 * 32)
     assert base["predicted_comm_s_per_step"] == pytest.approx(0.5)  # the only present value
@@ -293,9 +298,9 @@ def test_slowdown_only_against_the_baseline_link():
     ]
     (row,) = sens_rows
     assert row["slowdown"] == pytest.approx(2.2 / 1.1)
-    assert (row["slowdown"], row["ci_low"], row["ci_high"]) == bootstrap_ratio_ci(
-        [2.0, 2.4, 2.2], [1.0, 1.2, 1.1], seed=0
-    )
+    # 3 runs a side: the range of the run-pair ratios, labelled as such
+    assert row["interval_kind"] == "range"
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((2.0 / 1.2, 2.4 / 1.0))
     assert row["ci_low"] <= row["slowdown"] <= row["ci_high"]
 
     # another baseline flips the ratio; the seed makes the interval reproducible
@@ -304,3 +309,52 @@ def test_slowdown_only_against_the_baseline_link():
     assert flipped[0]["slowdown"] == pytest.approx(1.1 / 2.2)
     again = variant_and_sensitivity_rows("s", _group_runs(), "base", seed=0)
     assert again == variant_and_sensitivity_rows("s", _group_runs(), "base", seed=0)
+
+
+# --------------------------------------------------------------------------------------------
+# Interval labelling: the range of the runs below MIN_RUNS_FOR_CI, the bootstrap from there on
+
+
+def test_min_runs_for_ci_is_five():
+    assert MIN_RUNS_FOR_CI == 5
+
+
+def test_interval_at_n2_is_the_range_of_the_two_runs():
+    # the case: DDP fast ga1 with runs 168 and 251 ms
+    assert variant_interval([0.251, 0.168]) == (0.168, 0.251, "range")
+    ratio, lo, hi, kind = ratio_interval([0.391, 0.411], [0.168, 0.251])
+    assert kind == "range"
+    assert ratio == pytest.approx(0.401 / 0.2095)
+    assert (lo, hi) == pytest.approx((0.391 / 0.251, 0.411 / 0.168))
+
+
+def test_interval_at_n6_is_the_bootstrap_and_inside_the_range():
+    xs = [1.00, 1.31, 1.05, 1.12, 0.97, 1.20]
+    lo, hi, kind = variant_interval(xs, seed=3)
+    assert kind == "bootstrap95"
+    assert (lo, hi) == bootstrap_median_ci(xs, seed=3)
+    assert min(xs) <= lo <= median(xs) <= hi <= max(xs)
+    assert (lo, hi) != (min(xs), max(xs))  # at n=6 the bootstrap is narrower than the range
+    den = [0.5, 0.52, 0.55, 0.49, 0.51, 0.5]
+    ratio, rlo, rhi, rkind = ratio_interval(xs, den, seed=3)
+    assert rkind == "bootstrap95"
+    assert (ratio, rlo, rhi) == bootstrap_ratio_ci(xs, den, seed=3)
+
+
+def test_ratio_interval_is_a_range_when_either_side_is_small():
+    six = [1.0, 1.1, 1.2, 1.3, 1.4, 1.5]
+    *_, kind = ratio_interval(six, [0.5, 0.6])
+    assert kind == "range"
+    *_, kind = ratio_interval([2.0, 2.2], six)
+    assert kind == "range"
+
+
+def test_variant_rows_at_n6_use_the_bootstrap():
+    runs = [_run("base", 1.0 + 0.01 * i) for i in range(6)] + [
+        _run("slow", 2.0 + 0.02 * i) for i in range(6)
+    ]
+    variant_rows, (sens,) = variant_and_sensitivity_rows("s", runs, "base", seed=0)
+    assert {r["interval_kind"] for r in variant_rows} == {"bootstrap95"}
+    assert sens["interval_kind"] == "bootstrap95"
+    assert INTERVAL_LABELS[sens["interval_kind"]] == "95% bootstrap CI"
+    assert INTERVAL_LABELS["range"] == "range of runs"
