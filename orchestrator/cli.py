@@ -101,11 +101,34 @@ def _print_summary(store, sweep_id: str) -> None:
             file=sys.stderr,
         )
     (c,) = store.rows(Q.TELEMETRY_COUNTS, sweep_id=sweep_id)
-    print(
-        f"telemetry: {c['throttled']} throttled and {c['hot']} hot run(s) of {c['total']} (kept, "
-        f"flagged, excluded from figures); {c['absent']} run(s) without GPU telemetry",
-        file=sys.stderr,
+    if c["absent"] == c["total"]:
+        throttling = "throttling not checked (no GPU telemetry on any run)"
+    else:
+        throttling = (
+            f"{c['throttled']} throttled and {c['hot']} hot run(s) of {c['total']} (kept, "
+            f"flagged, excluded from figures); throttling not checked on {c['absent']} run(s) "
+            "without GPU telemetry"
+        )
+    print(f"telemetry: {throttling}", file=sys.stderr)
+    _print_headline(store, sweep_id)
+
+
+def _print_headline(store, sweep_id: str) -> None:
+    """The links as described and measured, then the headline (orchestrator/headline.py)."""
+    from orchestrator.headline import build_headline
+    from orchestrator.links import link_label
+    from orchestrator.store import Q
+    from orchestrator.ui import print_headline
+
+    overview = store.rows(Q.REPORT_LINK_OVERVIEW, sweep_id=sweep_id)
+    for o in overview:
+        print(f"link {link_label(o['link'], o)}: {o['description']}")
+    headline = build_headline(
+        store.rows(Q.REPORT_SENSITIVITY, sweep_id=sweep_id),
+        store.rows(Q.REPORT_VARIANTS, sweep_id=sweep_id),
+        overview,
     )
+    print_headline(headline)
 
 
 def cmd_query(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -77,18 +78,69 @@ class SweepUI:
 
 
 def print_table(cols: list[str], rows: list[tuple], title: str | None = None, file=None) -> None:
-    console = Console(file=file or sys.stdout, width=200)
-    table = Table(title=title)
-    for c in cols:
-        table.add_column(c, overflow="fold")
-    for r in rows:
-        table.add_row(*(_fmt(v) for v in r))
-    console.print(table)
+    """A plain aligned table: every number in full (no e-notation, never cut or wrapped), numbers
+    right-aligned; a line is as long as its widest cell needs. ``--format csv`` for machines."""
+    out = file or sys.stdout
+    for line in format_table(cols, rows, title):
+        print(line, file=out)
 
 
-def _fmt(v) -> str:
+def format_table(cols: list[str], rows: list[tuple], title: str | None = None) -> list[str]:
+    cells = [[fmt_cell(v) for v in r] for r in rows]
+    numeric = [
+        bool(rows) and all(r[i] is None or _is_number(r[i]) for r in rows) for i in range(len(cols))
+    ]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(cols)]
+
+    def line(values: list[str]) -> str:
+        parts = [
+            v.rjust(w) if num else v.ljust(w)
+            for v, w, num in zip(values, widths, numeric, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    out = [title] if title else []
+    out.append(line(list(cols)))
+    out.append("  ".join("-" * w for w in widths))
+    out += [line(r) for r in cells]
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return out
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def fmt_cell(v) -> str:
+    """A value in full: floats positional, the shortest text that reads back as the same float
+    (13530000, 0.0000012), never 1.353e+07; None as empty."""
     if v is None:
         return ""
     if isinstance(v, float):
-        return f"{v:.4g}"
+        if v != v or v in (float("inf"), float("-inf")):
+            return str(v)
+        return np.format_float_positional(v, unique=True, trim="-")
     return str(v)
+
+
+def print_headline(headline, file=None) -> None:
+    """The headline (orchestrator/headline.py): per link, its sentences and the compact table
+    strategy x grad_accum -> slowdown [interval]; then the notes."""
+    if headline.empty:
+        return
+    console = Console(file=file or sys.stdout, width=120, highlight=False)
+    console.print("[bold]Headline[/]")
+    for h in headline.links:
+        for s in h.sentences:
+            console.print(s, markup=False)
+        table = Table(
+            title=f"slowdown on {h.link} ÷ {h.baseline} [{h.interval_label}]", title_justify="left"
+        )
+        table.add_column("strategy")
+        for ga in h.grad_accums:
+            table.add_column(f"grad_accum {ga}", justify="right", no_wrap=True)
+        for series, per in h.cells.items():
+            table.add_row(series, *(per[ga].text() if ga in per else "–" for ga in h.grad_accums))
+        console.print(table)
+    for note in headline.notes:
+        console.print(note, markup=False)

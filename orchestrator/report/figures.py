@@ -2,7 +2,8 @@
 the reason the figure is not drawn). One figure that fails to draw becomes a note, never an
 exception: the rest of the report is still written.
 
-May import ``plots``, ``draw`` and ``orchestrator.errors``; ``ReportData`` only for typing.
+May import ``plots``, ``compare``, ``findings``, ``draw`` and ``orchestrator.errors``;
+``ReportData`` only for typing.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import err
+from orchestrator.report.compare import plot_extra_vs_predicted
 from orchestrator.report.draw import figure_png
+from orchestrator.report.findings import extra_rows
 from orchestrator.report.plots import (
     plot_busbw,
     plot_bytes_per_step,
@@ -27,6 +30,7 @@ FIGURES = (
     "step_time_distributions.png",
     "bytes_per_step.png",
     "busbw_vs_msg_size.png",
+    "extra_vs_predicted.png",
 )
 
 
@@ -36,6 +40,10 @@ class FigureResult:
     title: str
     png: bytes | None
     note: str
+
+
+def _rated(data: ReportData) -> dict[str, float]:
+    return {o["link"]: o["rated_gbps"] for o in data.link_overview if o.get("rated_gbps")}
 
 
 def build_figures(data: ReportData) -> list[FigureResult]:
@@ -48,7 +56,9 @@ def build_figures(data: ReportData) -> list[FigureResult]:
         (FIGURES[2], "Communication bytes per optimizer step",
          lambda: plot_bytes_per_step(data.runs)),
         (FIGURES[3], "Link microbenchmark: bus bandwidth vs message size",
-         lambda: plot_busbw(data.bandwidth, data.link_order)),
+         lambda: plot_busbw(data.bandwidth, data.link_order, _rated(data))),
+        (FIGURES[4], "Measured extra step time vs predicted communication time",
+         lambda: plot_extra_vs_predicted(extra_rows(data))),
     ]  # fmt: skip
     out = []
     for name, title, draw in plan:

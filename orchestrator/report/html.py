@@ -12,6 +12,16 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from orchestrator.report.compare import extra_vs_predicted_html
+from orchestrator.report.findings import (
+    caveats_html,
+    extra_rows,
+    headline_html,
+    interval_note,
+    interval_words,
+    links_html,
+    throttling,
+)
 from orchestrator.report.fmt import fmt_value
 from orchestrator.report.markup import esc, html_table, missing, sorted_variants
 from orchestrator.report.sections import (
@@ -19,7 +29,6 @@ from orchestrator.report.sections import (
     attention_html,
     classic_tables,
     provenance_html,
-    telemetry_absent,
 )
 
 if TYPE_CHECKING:
@@ -42,6 +51,13 @@ nav a { margin-right: 14px; color: #2457a6; text-decoration: none; }
            margin: 8px 0; max-width: 980px; }
 .warn { background: #fdecec; border-left: 4px solid #c53030; padding: 8px 14px; margin: 10px 0; }
 .warn ul { margin: 4px 0; padding-left: 20px; }
+.headline { background: #eef4fc; border-left: 4px solid #2457a6; padding: 4px 16px 8px;
+            margin: 12px 0; }
+.headline h2 { border: 0; margin: 8px 0 6px; padding: 0; }
+.headline p { margin: 6px 0; max-width: 1080px; font-size: 15.5px; }
+.headline caption { caption-side: top; text-align: left; color: #4a5568; font-size: 13.5px; }
+.caveat { background: #fff4e0; border-left: 4px solid #dd8a00; padding: 8px 14px;
+          margin: 10px 0; max-width: 1080px; }
 .ok { background: #ebf8f0; border-left: 4px solid #2f855a; padding: 8px 14px; margin: 10px 0; }
 .scroll { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; font-size: 13.5px; margin: 6px 0 14px; }
@@ -78,13 +94,13 @@ def _figure_html(f: FigureResult) -> str:
 
 VARIANT_COLS = (
     "strategy", "offload", "grad_accum", "bucket_mb", "link", "placement", "n_runs",
-    "n_excluded", "median_step_time_s", "ci_low_s", "ci_high_s", "samples_per_s",
+    "n_excluded", "median_step_time_s", "ci_low_s", "ci_high_s", "interval_kind", "samples_per_s",
     "tokens_per_s", "comm_bytes_per_step", "expected_comm_bytes_per_step",
     "predicted_comm_s_per_step", "peak_mem_bytes",
 )  # fmt: skip
 SENS_COLS = (
     "strategy", "offload", "grad_accum", "bucket_mb", "placement", "link", "baseline_link",
-    "slowdown", "ci_low", "ci_high",
+    "slowdown", "ci_low", "ci_high", "interval_kind",
 )  # fmt: skip
 RUN_COLS = (
     "seq", "strategy", "offload", "grad_accum", "bucket_mb", "link", "placement", "repeat",
@@ -117,30 +133,30 @@ def render_html(data: ReportData, figures: Sequence[FigureResult]) -> str:
             + "</ul></div>"
         )
     else:
-        throttle = (
-            "throttling not checked (no GPU telemetry)"
-            if telemetry_absent(runs)
-            else "none throttled"
+        box = (
+            f"<div class='ok'>All {len(runs)} runs ok; throttling {throttling(runs)}; "
+            "no link mismatch.</div>"
         )
-        box = f"<div class='ok'>All {len(runs)} runs ok; {throttle}; no link mismatch.</div>"
-
-    links_env = spec.get("links") or {}
-    link_lines = "".join(
-        f"<li><b>{esc(name)}</b>: <code>{esc(' '.join(f'{k}={v}' for k, v in env.items()) or '(no env change)')}</code></li>"
-        for name, env in links_env.items()
-    )
     sections = [
-        ("classic", "Time per step by link (the classic table)",
-         (f"<ul class='note'>{link_lines}</ul>" if link_lines else "") + classic_tables(data)),
+        ("links", "Links: what each one is, rated and measured", links_html(data)
+         or missing("The sweep file names no links.")),
+        ("classic", "Time per step by link (the classic table)", classic_tables(data)),
+        ("predicted", "Measured extra step time vs predicted communication time",
+         "<p class='note'>Per variant: how much longer a step takes on the link than on the "
+         "baseline (medians), next to how much longer its communication should take at the "
+         "link's measured bandwidth. Also drawn in <code>extra_vs_predicted.png</code>.</p>"
+         + extra_vs_predicted_html(extra_rows(data))),
         ("figures", "Figures", "".join(_figure_html(f) for f in figures)),
         ("variants", "Variant summary",
-         "<p class='note'>view <code>variant_summary</code>: one row per variant.</p>"
+         "<p class='note'>view <code>variant_summary</code>: one row per variant. ci_low_s, "
+         f"ci_high_s: {esc(interval_words(data.variants))}. {esc(interval_note())}</p>"
          + (html_table(sorted_variants(data.variants, data.link_order), VARIANT_COLS, fold=True)
             if data.variants
             else missing("No variants: the sweep stored no runs."))),
         ("sensitivity", "Link sensitivity",
          "<p class='note'>view <code>link_sensitivity</code>: slowdown = median step time on "
-         "the link ÷ on the baseline link, 95% bootstrap interval.</p>"
+         "the link ÷ on the baseline link; ci_low, ci_high: "
+         f"{esc(interval_words(data.sensitivity))} (column interval_kind).</p>"
          + (html_table(sorted_variants(data.sensitivity, data.link_order), SENS_COLS, fold=True)
             if data.sensitivity else missing(
              "No link sensitivity rows: there is only one link, or no variant has ok runs on "
@@ -159,7 +175,8 @@ def render_html(data: ReportData, figures: Sequence[FigureResult]) -> str:
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>"
-        f"<h1>{esc(title)}</h1><p class='meta'>{esc(meta)}</p>{box}<nav>{nav}</nav>{body}"
+        f"<h1>{esc(title)}</h1><p class='meta'>{esc(meta)}</p>{headline_html(data)}"
+        f"{caveats_html(data)}{box}<nav>{nav}</nav>{body}"
         f"<p class='note'>Generated {generated} by <code>linksweep report</code>. "
         "Every number here is a query away: see the views in orchestrator/store/schema.py.</p>"
         "</main></body></html>\n"

@@ -41,7 +41,8 @@ def plot_slowdown(sensitivity: list[dict], link_order: Sequence[str]) -> tuple[A
     rows = [r for r in sensitivity if r.get("slowdown") is not None]
     if not rows:
         return None, (
-            "No link slowdowns: they need at least two links, each with ok, unthrottled runs "
+            "No link slowdowns: they need at least two links, each with ok runs not flagged "
+            "throttled "
             "of the same variant (strategy, offload, grad_accum, bucket, placement)."
         )
     import matplotlib
@@ -101,11 +102,16 @@ def plot_slowdown(sensitivity: list[dict], link_order: Sequence[str]) -> tuple[A
         legend_outside(fig, [handles[k] for k in keys], [" ".join(k) for k in keys], "strategy")
     note = (
         "Median step time on the link divided by the median on the baseline link, per variant; "
-        "error bars: 95% percentile-bootstrap interval over repeats (none where a side had a "
-        "single run). Above the dashed line at 1.0 the link costs time."
+        f"error bars: {' or '.join(sorted({_BARS.get(r.get('interval_kind'), 'interval') for r in rows}))}"
+        " (none where a side had a single run). Above the dashed line at 1.0 the link costs time."
     )
     return fig, note
 
+
+_BARS = {
+    "range": "range of the run-pair ratios (fewer than 5 runs a side: spread, not confidence)",
+    "bootstrap95": "95% percentile-bootstrap interval over repeats",
+}
 
 MAX_VARIANTS_ONE_PANEL = 24
 """Above this many variants the step-time figure gets one panel per strategy, two per row,
@@ -117,7 +123,7 @@ def plot_step_times(step_times: list[dict], link_order: Sequence[str]) -> tuple[
     rows = [r for r in step_times if r.get("step_time_s") is not None]
     if not rows:
         return None, (
-            "No timed steps: no run of this sweep finished ok and unthrottled (see failed and "
+            "No timed steps: no run of this sweep finished ok and unflagged (see failed and "
             "throttled runs below)."
         )
     import matplotlib
@@ -210,7 +216,7 @@ def plot_step_times(step_times: list[dict], link_order: Sequence[str]) -> tuple[
         legend_outside(fig, [Patch(facecolor=colors[x], alpha=0.6) for x in links], links, "link")
     n_runs = len({r["run_id"] for r in rows})
     note = (
-        f"Every timed step of {n_runs} ok, unthrottled run(s), pooled per variant: box = "
+        f"Every timed step of {n_runs} ok run(s) not flagged throttled, pooled per variant: box = "
         "quartiles, line = median, whiskers = 1.5 IQR, dots = outliers. A step's time is its "
         "slowest rank's; warmup steps are excluded."
     )
@@ -303,8 +309,12 @@ def plot_bytes_per_step(runs: list[dict]) -> tuple[Any | None, str]:
     return fig, note
 
 
-def plot_busbw(bandwidth: list[dict], link_order: Sequence[str]) -> tuple[Any | None, str]:
-    """Link microbenchmark: busbw vs message size, log-log, one panel per collective."""
+def plot_busbw(
+    bandwidth: list[dict], link_order: Sequence[str], rated: dict[str, float] | None = None
+) -> tuple[Any | None, str]:
+    """Link microbenchmark: busbw vs message size, log-log, one panel per collective; a link's
+    rated rate (``rated``: link -> GB/s, e.g. its tc rate) as a dashed line in its colour."""
+    rated = {k: v for k, v in (rated or {}).items() if v}
     rows = [
         r
         for r in bandwidth
@@ -364,6 +374,15 @@ def plot_busbw(bandwidth: list[dict], link_order: Sequence[str]) -> tuple[Any | 
                     color=colors[key],
                 )
                 handles.setdefault(key, h)
+                if key[0] in rated:
+                    ax.axhline(rated[key[0]], color=colors[key], linestyle="--", linewidth=1.2)
+                    ax.annotate(
+                        f"{key[0]} rated {rated[key[0]]:.3g} GB/s",
+                        (sizes[0] / 1.4, rated[key[0]]),
+                        fontsize=8,
+                        color=colors[key],
+                        va="bottom",
+                    )
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.xaxis.set_major_locator(FixedLocator(ticks))
@@ -388,4 +407,10 @@ def plot_busbw(bandwidth: list[dict], link_order: Sequence[str]) -> tuple[Any | 
         "comparable with the link's rated speed. Message size as in nccl-tests: the whole "
         "all_reduce buffer, all_gather's output, reduce_scatter's input."
     )
+    if rated:
+        note += (
+            " Dashed lines: each link's rated rate where known ("
+            + ", ".join(f"{k} {v:.3g} GB/s" for k, v in rated.items())
+            + "; for the emulated cluster the tc rate recorded at `cluster up`)."
+        )
     return fig, note

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from orchestrator.report.findings import interval_note, interval_words, labelled, throttling
 from orchestrator.report.fmt import first_line, fmt_time_ci, fmt_value
 from orchestrator.report.labels import (
     OFFLOAD_ORDER,
@@ -85,7 +86,11 @@ def classic_tables(data: ReportData) -> str:
         }
         head = [c for c in ("offload", "bucket_mb", "placement") if c in vary]
         head += ["grad_accum"]
-        head += [f"{x}{' (baseline)' if x == base else ''}: time / step [95% CI]" for x in links]
+        brackets = interval_words(vs)
+        head += [
+            f"{labelled(data, x)}{' (baseline)' if x == base else ''}: time / step [{brackets}]"
+            for x in links
+        ]
         head += [f"{x} ÷ {base}" for x in others]
         trs = []
         for off, bucket, placement, ga in row_keys:
@@ -140,9 +145,10 @@ def classic_tables(data: ReportData) -> str:
         )
     out.append(
         "<p class='note'>Time per optimizer step: median over repeats of each run's median step "
-        "(slowest rank, warmup excluded), with a 95% percentile-bootstrap interval. Ratios in "
-        "red: the interval lies above 1 (the link is slower beyond the spread); green: below 1."
-        " Failed and throttled runs are excluded and counted.</p>"
+        "(slowest rank, warmup excluded). "
+        + esc(interval_note())
+        + " Ratios in red: the interval lies above 1 (the link is slower beyond the spread); "
+        "green: below 1. Failed and throttled runs are excluded and counted.</p>"
     )
     return "".join(out)
 
@@ -189,11 +195,7 @@ def telemetry_absent(runs: list[dict]) -> bool:
 
 def attention_html(data: ReportData) -> str:
     runs = data.runs
-    no_throttle = "No run was throttled" + (
-        " (GPU telemetry absent on some or all runs: see provenance)."
-        if telemetry_absent(runs)
-        else "."
-    )
+    no_throttle = f"Throttling: {throttling(runs)}."
     parts = [
         "<h3>Failed runs</h3>",
         _failed_runs_html(runs),

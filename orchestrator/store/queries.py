@@ -67,7 +67,7 @@ LINK_ALGBW = _q(
 VARIANT_SUMMARY_TABLE = _q(
     "variant_summary_table",
     """SELECT strategy, offload, grad_accum AS ga, link, placement, n_runs, n_excluded AS excl,
-              median_step_time_s AS step_s, ci_low_s, ci_high_s, samples_per_s,
+              median_step_time_s AS step_s, ci_low_s, ci_high_s, interval_kind, samples_per_s,
               tokens_per_s, comm_bytes_per_step AS comm_B_per_step
        FROM variant_summary WHERE sweep_id = $sweep_id
        ORDER BY strategy, offload, grad_accum, link, placement""",
@@ -75,7 +75,7 @@ VARIANT_SUMMARY_TABLE = _q(
 SENSITIVITY_TABLE = _q(
     "sensitivity_table",
     """SELECT strategy, offload, grad_accum AS ga, placement, link, baseline_link,
-              slowdown, ci_low, ci_high
+              slowdown, ci_low, ci_high, interval_kind
        FROM link_sensitivity WHERE sweep_id = $sweep_id
        ORDER BY strategy, offload, grad_accum, placement, link""",
 )
@@ -121,6 +121,9 @@ REPORT_BENCH_FAILURES = _q(
     """SELECT link, placement, op, status, count(*) AS n_rows, min(error) AS error
        FROM link_bench WHERE sweep_id = $sweep_id AND status <> 'ok'
        GROUP BY ALL ORDER BY link, placement, op""",
+)
+REPORT_LINK_OVERVIEW = _q(
+    "report_link_overview", "SELECT * FROM link_overview WHERE sweep_id = $sweep_id ORDER BY link"
 )
 REPORT_NODES = _q("report_nodes", "SELECT * FROM nodes WHERE sweep_id = $sweep_id ORDER BY node")
 REPORT_GPUS = _q(

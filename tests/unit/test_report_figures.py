@@ -68,6 +68,7 @@ def _sensitivity_rows() -> list[dict]:
             "slowdown": slowdown,
             "ci_low": slowdown - 0.05,
             "ci_high": None if ga == 4 else slowdown + 0.05,  # a missing bound draws no bar
+            "interval_kind": "bootstrap95" if strategy == "ddp" else "range",
         }
         for strategy, ga, slowdown in (("ddp", 1, 1.5), ("ddp", 4, 1.1), ("zero3", 1, 1.9))
     ]
@@ -76,6 +77,7 @@ def _sensitivity_rows() -> list[dict]:
 def test_slowdown_figure_from_rows():
     fig, note = report.plot_slowdown(_sensitivity_rows(), ["default", "no_p2p"])
     assert fig is not None and "bootstrap" in note
+    assert "range of the run-pair ratios (fewer than 5 runs a side" in note  # zero3's kind
     (ax,) = fig.axes
     assert ax.get_title() == "link no_p2p vs default"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "4"]
@@ -103,7 +105,7 @@ def _step_rows(n_variants: int) -> list[dict]:
 
 def test_step_time_figure_one_panel_or_one_per_strategy():
     fig, note = report.plot_step_times(_step_rows(4), ["default", "no_p2p"])
-    assert len(fig.axes) == 1 and "4 ok, unthrottled run(s)" in note
+    assert len(fig.axes) == 1 and "4 ok run(s) not flagged throttled" in note
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert labels[0] == "ddp ga=1 default"  # strategy first, then grad_accum, then link
     n = MAX_VARIANTS_ONE_PANEL + 2
@@ -178,7 +180,7 @@ def test_render_html_from_rows():
     assert "<code>ValueError: boom</code>" in page and "full error" in page
     assert "Only one link (default)" in page
     assert "no ok run (0 of 1 runs)" in page
-    assert "GPU telemetry absent" in page
+    assert "Throttling: not checked (no GPU telemetry)." in page
     assert "No topology was recorded" in page
     refs = re.findall(r"""(?:src|href)\s*=\s*['"]([^'"]*)['"]""", page)
     assert refs and all(r.startswith("#") for r in refs)  # no figure drawn, in-page links only

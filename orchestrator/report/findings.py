@@ -1,0 +1,172 @@
+"""The report's first screen: the headline, the caveats box and the links, described.
+
+``headline_html`` renders ``orchestrator.headline.build_headline`` (sentences per link plus the
+compact strategy x grad_accum table); ``caveats_html`` is the amber box a CPU/gloo or emulated
+sweep gets, saying what its numbers do and do not show; ``links_html`` lists each link with its
+physical description, rated rate and measured busbw (view ``link_overview``); ``throttling``
+says "not checked" wherever GPU telemetry is absent, in every place the report mentions it.
+Pure string functions. May import ``markup`` of this package, ``orchestrator.headline``,
+``orchestrator.links`` and ``orchestrator.stats``; ``ReportData`` only for typing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from orchestrator.headline import Headline, build_headline, extra_vs_predicted
+from orchestrator.links import fmt_gbps, link_label
+from orchestrator.report.markup import esc
+from orchestrator.stats import INTERVAL_BOOTSTRAP, INTERVAL_LABELS, MIN_RUNS_FOR_CI
+
+if TYPE_CHECKING:
+    from orchestrator.report.data import ReportData
+
+
+def overview_by_link(data: ReportData) -> dict[str, dict]:
+    return {o["link"]: o for o in data.link_overview}
+
+
+def labelled(data: ReportData, link: str | None) -> str:
+    """A link's name with its rated rate and measured busbw, where the sweep recorded them."""
+    return link_label(str(link), overview_by_link(data).get(link))
+
+
+def headline(data: ReportData) -> Headline:
+    return build_headline(
+        data.sensitivity, data.variants, data.link_overview, list(data.link_order)
+    )
+
+
+def headline_html(data: ReportData) -> str:
+    h = headline(data)
+    if h.empty:
+        return (
+            "<div class='headline'><b>No finding yet:</b> the headline compares links, and this "
+            "sweep has no slowdown (one link only, or no variant with ok runs on both a link "
+            "and the baseline link).</div>"
+        )
+    parts = ["<div class='headline'><h2 id='headline'>What this sweep found</h2>"]
+    for lh in h.links:
+        parts.append("".join(f"<p>{esc(s)}</p>" for s in lh.sentences))
+        head = "".join(f"<th>grad_accum {ga}</th>" for ga in lh.grad_accums)
+        trs = []
+        for series, per in lh.cells.items():
+            tds = []
+            for ga in lh.grad_accums:
+                c = per.get(ga)
+                cls = "num" + (" slower" if c is not None and c.beyond_spread else "")
+                tds.append(f"<td class='{cls}'>{esc(c.text() if c else '–')}</td>")
+            trs.append(f"<tr><td>{esc(series)}</td>{''.join(tds)}</tr>")
+        parts.append(
+            f"<table class='classic'><caption>slowdown = time per step on {esc(lh.link)} ÷ on "
+            f"{esc(lh.baseline)}, [{esc(lh.interval_label)}]</caption><thead><tr><th>strategy"
+            f"</th>{head}</tr></thead><tbody>{''.join(trs)}</tbody></table>"
+        )
+    parts += [f"<p class='note'>{esc(n)}</p>" for n in h.notes]
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def interval_words(rows: list[dict]) -> str:
+    """What the brackets in a set of variant or slowdown rows are."""
+    kinds = sorted({r.get("interval_kind") for r in rows if r.get("interval_kind")})
+    return " or ".join(INTERVAL_LABELS.get(k, k) for k in kinds) or "interval"
+
+
+def interval_note() -> str:
+    return (
+        f"Brackets: with fewer than {MIN_RUNS_FOR_CI} ok runs per variant, the range of the runs "
+        "(min–max; for a ratio, the smallest and largest ratio of any run pair): it shows "
+        f"spread, not confidence. From {MIN_RUNS_FOR_CI} runs on, the "
+        f"{INTERVAL_LABELS[INTERVAL_BOOTSTRAP]} (percentile bootstrap of the median, 2000 "
+        "resamples, fixed seed). Column interval_kind says which."
+    )
+
+
+def is_emulated_or_cpu(data: ReportData) -> tuple[bool, bool]:
+    """(runs on CPU with gloo, links are the emulated cluster's)."""
+    cpu = any(r.get("backend") == "gloo" for r in data.runs) or (not data.gpus and bool(data.runs))
+    emulated = any(o.get("kind") == "emulated" for o in data.link_overview) or any(
+        "GLOO_SOCKET_IFNAME" in (env or {}) for env in (data.spec.get("links") or {}).values()
+    )
+    return cpu, emulated
+
+
+def caveats_html(data: ReportData) -> str:
+    cpu, emulated = is_emulated_or_cpu(data)
+    if not cpu and not emulated:
+        return ""
+    model = data.spec.get("model", "the model")
+    where = (
+        "separate network namespaces (one per emulated node) joined by veth links shaped with tc"
+        if emulated
+        else "one machine, where every link variant is the same loopback, so link differences "
+        "are noise"
+    )
+    return (
+        "<div class='caveat'><b>What these numbers are, and are not.</b> "
+        f"This sweep ran {esc(model)} on CPU processes talking over gloo (TCP), placed on "
+        f"{esc(where)}. <b>They show</b> how much traffic each strategy sends per optimizer step "
+        "and how a slower link turns that traffic into step time, and how grad_accum changes "
+        "both. <b>They do not show</b> GPU step times, NVLink/PCIe/InfiniBand speeds or NCCL's "
+        "behaviour: CPU compute is far slower than a GPU's, so the link's share of each step "
+        "(and with it every slowdown) will differ on real hardware. Run the same sweep file on "
+        "GPUs for those numbers. Throttling: "
+        f"{esc(throttling(data.runs))}.</div>"
+    )
+
+
+def throttling(runs: list[dict]) -> str:
+    """One consistent phrase: "not checked (no GPU telemetry)", or what the telemetry found."""
+    absent = [r for r in runs if str(r.get("telemetry") or "absent").startswith("absent")]
+    if runs and len(absent) == len(runs):
+        return "not checked (no GPU telemetry)"
+    n = sum(1 for r in runs if r.get("throttled"))
+    checked = len(runs) - len(absent)
+    text = f"{n} of {checked} checked run(s) throttled"
+    if absent:
+        text += f"; not checked on {len(absent)} run(s) without GPU telemetry"
+    return text
+
+
+def links_html(data: ReportData) -> str:
+    """Each link: what it physically is, its rated rate, the busbw measured on it."""
+    env_of = data.spec.get("links") or {}
+    ov = overview_by_link(data)
+    names = [x for x in data.link_order if x in env_of] + [
+        x for x in env_of if x not in data.link_order
+    ]
+    if not names:
+        return ""
+    trs = []
+    for name in names:
+        o = ov.get(name, {})
+        env = " ".join(f"{k}={v}" for k, v in (env_of.get(name) or {}).items()) or "(no env)"
+        rated = (
+            f"{o['rate']} = {fmt_gbps(o['rated_gbps'])} GB/s"
+            if o.get("rate") and o.get("rated_gbps")
+            else ("unshaped" if o.get("kind") == "emulated" else "not known")
+        )
+        measured = (
+            f"{fmt_gbps(o['measured_busbw_gbps'])} GB/s"
+            if o.get("measured_busbw_gbps") is not None
+            else "not measured"
+        )
+        seen = ", ".join(x for x in (o.get("link_classes"), o.get("transports")) if x) or "–"
+        base = " (baseline)" if name == data.baseline_link else ""
+        trs.append(
+            f"<tr><td><b>{esc(name)}</b>{esc(base)}</td><td>{esc(o.get('description') or '–')}"
+            f"</td><td><code>{esc(env)}</code></td><td class='num'>{esc(rated)}</td>"
+            f"<td class='num'>{esc(measured)}</td><td>{esc(seen)}</td></tr>"
+        )
+    return (
+        "<div class='scroll'><table><thead><tr><th>link</th><th>what it is</th><th>env</th>"
+        "<th>rated rate</th><th>measured busbw (all_reduce, largest message)</th>"
+        "<th>topology class, transport seen</th></tr></thead><tbody>"
+        + "".join(trs)
+        + "</tbody></table></div>"
+    )
+
+
+def extra_rows(data: ReportData) -> list[dict]:
+    return extra_vs_predicted(data.variants, data.baseline_link)
