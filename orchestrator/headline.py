@@ -143,6 +143,15 @@ def _path(cells: dict[int, Cell], base: str | None = None) -> str:
     return head + (", " + ", ".join(tail[:-1]) if len(tail) > 1 else "") + f" and {tail[-1]}"
 
 
+def _aside(cells: dict[int, Cell]) -> str:
+    """`` (falling; not slower beyond the spread at 8)``: a trend and any slowdown within noise."""
+    notes = {"grows": ["growing"], "falls": ["falling"], "same": []}[_trend(cells)]
+    flat = [str(g) for g in sorted(cells) if not cells[g].beyond_spread]
+    if flat:
+        notes.append(f"not slower beyond the spread at {', '.join(flat)}")
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
 _TREND_WORDS = {
     "grows": "and more as grad_accum grows",
     "falls": "and less as grad_accum grows",
@@ -186,11 +195,7 @@ def _sentences(
         f"take {_path(cells[most], base)}"
     )
     others = [s for s in cells if s != most]
-    rest = "; ".join(
-        f"{s}'s take {_path(cells[s])}"
-        + {"grows": " (growing)", "falls": " (falling)", "same": ""}[_trend(cells[s])]
-        for s in others
-    )
+    rest = "; ".join(f"{s}'s take {_path(cells[s])}{_aside(cells[s])}" for s in others)
     out = [f"{first}; {rest}."]
     tied = [ga for ga in gas if ga not in clear]
     if tied:

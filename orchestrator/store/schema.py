@@ -263,6 +263,17 @@ VIEWS: dict[str, str] = {
                slowdown, ci_low, ci_high, interval_kind
         FROM sensitivity_stats
     """,
+    # The link microbenchmark's figure per (link, placement, collective, size): medians over
+    # iterations. Computed here only; the driver prices communication from this view.
+    "link_bandwidth": """
+        SELECT sweep_id, link, placement, backend, world_size, op AS collective, msg_bytes,
+               count(*) AS iterations,
+               median(time_s) AS time_s,
+               median(algbw_gbps) AS algbw_gbps,
+               median(busbw_gbps) AS busbw_gbps
+        FROM link_bench WHERE status = 'ok'
+        GROUP BY ALL
+    """,
     # Every link of a sweep described: its recorded shape, its measured all_reduce busbw at the
     # largest message the microbenchmark sent, and the topology class and transport its runs saw.
     "link_overview": """
@@ -278,17 +289,6 @@ VIEWS: dict[str, str] = {
                           string_agg(DISTINCT link_class, ', ') AS link_classes,
                           string_agg(DISTINCT effective_transport, ', ') AS transports
                    FROM runs GROUP BY sweep_id, link) r USING (sweep_id, link)
-    """,
-    # The link microbenchmark's figure per (link, placement, collective, size): medians over
-    # iterations. Computed here only; the driver prices communication from this view.
-    "link_bandwidth": """
-        SELECT sweep_id, link, placement, backend, world_size, op AS collective, msg_bytes,
-               count(*) AS iterations,
-               median(time_s) AS time_s,
-               median(algbw_gbps) AS algbw_gbps,
-               median(busbw_gbps) AS busbw_gbps
-        FROM link_bench WHERE status = 'ok'
-        GROUP BY ALL
     """,
 }
 

@@ -188,3 +188,20 @@ def test_cluster_up_state_gives_each_interface_its_shape():
     assert set(shapes) == {"ls-fast", "ls-slow"}  # not ctl, Ray's own link
     assert shapes["ls-slow"]["rated_gbps"] == pytest.approx(0.0625)
     assert shapes["ls-slow"]["rate"] == "500mbit"
+
+
+def test_quickstart_like_numbers_flag_a_slowdown_within_noise():
+    # the shape of a real quickstart database (2 repeats: range intervals)
+    sens = [
+        _sens("ddp", 1, 1.90, 1.43, 2.71),
+        _sens("ddp", 8, 0.98, 0.90, 1.09),
+        _sens("zero3", 1, 2.49, 2.02, 3.15),
+        _sens("zero3", 8, 2.49, 2.42, 2.55),
+    ]
+    (link,) = build_headline(sens, VARIANTS, (), ["fast", "slow"]).links
+    assert link.sentences[0] == (
+        "On slow, ZeRO-3 is hurt most, about as much at every grad_accum (within the spread): "
+        "its steps take 2.49× as long as on fast at grad_accum 1 and 2.49× at 8; DDP's take "
+        "1.90× at grad_accum 1 and 0.98× at 8 (falling; not slower beyond the spread at 8)."
+    )
+    assert link.sentences[1] == f"At grad_accum 1 the strategies show {NO_DIFFERENCE}."
