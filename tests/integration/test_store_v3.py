@@ -1,0 +1,102 @@
+"""Schema v3: a v2 database is upgraded (intervals relabelled, or recomputed as the range of the
+runs below 5 runs); link descriptions are stored at run start and shown with the measured busbw.
+DuckDB only: no Ray."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.emulated.describe import shapes_by_interface
+from orchestrator.links import describe_links, link_label
+from orchestrator.store import Q, Reader, Store, read_query
+
+KEY = {"sweep_id": "s", "strategy": "ddp", "offload": "none", "bucket_mb": 25,
+       "placement": "spread"}  # fmt: skip
+FIGS = {  # (grad_accum, link) -> run figures
+    (1, "fast"): [0.17, 0.30],
+    (1, "slow"): [0.43, 0.47],
+    (8, "fast"): [1.0, 1.1, 1.2, 1.0, 1.1, 1.2],
+    (8, "slow"): [2.0, 2.1, 2.2, 2.0, 2.1, 2.2],
+}
+
+
+def _as_v2(db: str) -> None:
+    """A database in v2's shape: v3's additions removed, version 2, intervals from v2's
+    bootstrap (here: deliberately wrong numbers, to see which rows the upgrade recomputes)."""
+    with Store(db) as s, s.transaction():
+        i = 0
+        for (ga, link), xs in FIGS.items():
+            for x in xs:
+                i += 1
+                s.insert("runs", [KEY | {"run_id": f"r{i}", "grad_accum": ga, "link": link,
+                                         "status": "ok", "median_step_time_s": x}])  # fmt: skip
+            s.insert("variant_stats", [KEY | {"grad_accum": ga, "link": link, "n_runs": len(xs),
+                                              "n_excluded": 0, "median_step_time_s": 1.0,
+                                              "ci_low_s": -1.0, "ci_high_s": -2.0}])  # fmt: skip
+        for ga in (1, 8):
+            s.insert("sensitivity_stats", [KEY | {"grad_accum": ga, "link": "slow",
+                                                  "baseline_link": "fast", "slowdown": 2.0,
+                                                  "ci_low": -1.0, "ci_high": -2.0}])  # fmt: skip
+        for stmt in (
+            "DROP VIEW link_overview",
+            "DROP VIEW variant_summary",
+            "DROP VIEW link_sensitivity",
+            "DROP TABLE link_descriptions",
+            "ALTER TABLE variant_stats DROP COLUMN interval_kind",
+            "ALTER TABLE sensitivity_stats DROP COLUMN interval_kind",
+            "UPDATE meta SET value = '2' WHERE key = 'schema_version'",
+        ):
+            s.query(stmt)
+
+
+def test_v2_database_upgrades_intervals_truthfully(tmp_path):
+    db = str(tmp_path / "v2.duckdb")
+    _as_v2(db)
+    with Reader(db) as r:  # a reader upgrades an older database once
+        variants = {
+            (v["grad_accum"], v["link"]): v for v in r.rows(Q.REPORT_VARIANTS, sweep_id="s")
+        }
+        sens = {v["grad_accum"]: v for v in r.rows(Q.REPORT_SENSITIVITY, sweep_id="s")}
+    assert read_query(db, "SELECT value FROM meta")[1] == [("3",)]
+    # 2 runs: the interval becomes the range of the runs, labelled so
+    v = variants[(1, "fast")]
+    assert (v["ci_low_s"], v["ci_high_s"], v["interval_kind"]) == (0.17, 0.30, "range")
+    s1 = sens[1]
+    assert s1["interval_kind"] == "range"
+    assert (s1["ci_low"], s1["ci_high"]) == pytest.approx((0.43 / 0.30, 0.47 / 0.17))
+    # 6 runs: v2's bootstrap interval stays, labelled bootstrap95
+    v8 = variants[(8, "slow")]
+    assert (v8["ci_low_s"], v8["ci_high_s"], v8["interval_kind"]) == (-1.0, -2.0, "bootstrap95")
+    assert (sens[8]["ci_low"], sens[8]["interval_kind"]) == (-1.0, "bootstrap95")
+    # the new table and view exist and are empty for the old sweep
+    assert read_query(db, "SELECT count(*) FROM link_overview")[1] == [(0,)]
+
+
+def test_emulated_link_tc_rate_is_stored_and_shown_with_busbw(tmp_path):
+    db = str(tmp_path / "r.duckdb")
+    state = {"plan": {"links": [{"name": "ctl", "rate": None, "delay": None},
+                                {"name": "fast", "rate": None, "delay": None},
+                                {"name": "slow", "rate": "500mbit", "delay": None}]}}  # fmt: skip
+    links = {"fast": {"GLOO_SOCKET_IFNAME": "ls-fast"}, "slow": {"GLOO_SOCKET_IFNAME": "ls-slow"}}
+    with Store(db) as s, s.transaction():
+        s.insert("link_descriptions", describe_links(links, shapes_by_interface(state), "s"))
+        s.insert(
+            "link_bench",
+            [
+                {"sweep_id": "s", "link": "slow", "placement": "spread", "backend": "gloo",
+                 "world_size": 2, "op": "all_reduce", "msg_bytes": size, "iteration": it,
+                 "time_s": 1.0, "algbw_gbps": bw, "busbw_gbps": bw, "status": "ok",
+                 "error": None}
+                for size, bw in ((2**20, 0.04), (2**23, 0.0601)) for it in (0, 1)
+            ],
+        )  # fmt: skip
+        s.insert("runs", [{"run_id": "r", "sweep_id": "s", "link": "slow", "status": "ok",
+                           "link_class": "unknown", "effective_transport": "gloo/tcp"}])  # fmt: skip
+    with Reader(db) as r:
+        ov = {o["link"]: o for o in r.rows(Q.REPORT_LINK_OVERVIEW, sweep_id="s")}
+    slow = ov["slow"]
+    assert (slow["kind"], slow["rate"], slow["rated_gbps"]) == ("emulated", "500mbit", 0.0625)
+    assert (slow["measured_msg_bytes"], slow["measured_busbw_gbps"]) == (2**23, 0.0601)
+    assert slow["transports"] == "gloo/tcp"
+    assert link_label("slow", slow) == "slow (tc 500mbit = 0.0625 GB/s; measured busbw 0.0601 GB/s)"
+    assert ov["fast"]["rate"] is None and ov["fast"]["measured_busbw_gbps"] is None
