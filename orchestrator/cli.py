@@ -11,6 +11,14 @@ import csv
 import json
 import sys
 
+from orchestrator.cli_help import (
+    ADDRESS_HELP,
+    DB_HELP,
+    EXIT_CODES,
+    QUERY_EPILOG,
+    SQL_HELP,
+    WORKFLOW,
+)
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, err
 
 
@@ -196,78 +204,171 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     )
 
 
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("linksweep")
+    except Exception:  # noqa: BLE001 - not installed: the source tree's own number
+        from orchestrator import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
+    raw = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(
         prog="linksweep",
-        description="Measure how the GPU interconnect shapes gpt2 training (DDP, ZeRO) on Ray.",
+        description="Measure how the GPU interconnect shapes gpt2 training (DDP, ZeRO) on Ray; "
+        "every step of every run goes into DuckDB.",
+        epilog=WORKFLOW,
+        formatter_class=raw,
     )
-    sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument("--version", action="version", version=f"linksweep {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    r = sub.add_parser("run", help="run a sweep file and store every run in DuckDB")
-    r.add_argument("sweep", help="sweep file (YAML)")
-    r.add_argument("--db", default="results.duckdb", help="DuckDB file (default ./results.duckdb)")
-    r.add_argument(
-        "--address",
-        default=None,
-        help="Ray cluster address; default RAY_ADDRESS, else an embedded Ray on this machine",
+    r = sub.add_parser(
+        "run",
+        help="run a sweep file and store every run in DuckDB",
+        description="Run every variant of a sweep file, repeats interleaved, storing each run "
+        "as it ends; print the variant and slowdown tables, the links and the headline.",
+        epilog=f"{EXIT_CODES}\n\nthen: linksweep report [--db PATH]",
+        formatter_class=raw,
     )
+    r.add_argument("sweep", help="sweep file (YAML), e.g. sweeps/quickstart.yaml")
+    r.add_argument("--db", default="results.duckdb", help=DB_HELP)
+    r.add_argument("--address", default=None, help=ADDRESS_HELP)
     r.set_defaults(func=cmd_run)
 
     lb = sub.add_parser(
-        "linkbench", help="run only the link microbenchmark of a sweep file (each link x placement)"
+        "linkbench",
+        help="run only the link microbenchmark of a sweep file (each link x placement)",
+        description="all_reduce, all_gather and reduce_scatter over each link of a sweep file, "
+        "from 1 KiB to linkbench_max_mb; stored in link_bench, read through link_bandwidth.",
+        epilog=EXIT_CODES,
+        formatter_class=raw,
     )
-    lb.add_argument("sweep")
-    lb.add_argument("--db", default="results.duckdb")
-    lb.add_argument("--address", default=None)
+    lb.add_argument("sweep", help="sweep file (YAML); its links and placements are measured")
+    lb.add_argument("--db", default="results.duckdb", help=DB_HELP)
+    lb.add_argument("--address", default=None, help=ADDRESS_HELP)
     lb.set_defaults(func=cmd_linkbench)
 
-    q = sub.add_parser("query", help="run read-only SQL against the results database")
-    q.add_argument("sql")
-    q.add_argument("--db", default="results.duckdb")
-    q.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    q = sub.add_parser(
+        "query",
+        help="run read-only SQL against the results database",
+        description="Run one SQL statement, read-only (refused with a clear message while a "
+        "sweep is writing the database). Numbers are printed in full, never abbreviated; use "
+        "--format csv or json for other programs.",
+        epilog=QUERY_EPILOG,
+        formatter_class=raw,
+    )
+    q.add_argument("sql", help=SQL_HELP)
+    q.add_argument("--db", default="results.duckdb", help=DB_HELP)
+    q.add_argument(
+        "--format",
+        choices=["table", "csv", "json"],
+        default="table",
+        help="table: aligned, numbers in full; csv or json: for other programs (default: table)",
+    )
     q.set_defaults(func=cmd_query)
 
     t = sub.add_parser("topo", help="print each node's nvidia-smi topo -m matrix and inventory")
-    t.add_argument("--address", default=None)
-    t.add_argument("--parse", metavar="FILE", help="parse a saved `nvidia-smi topo -m` output")
-    t.add_argument("--json", action="store_true", help="with --parse: print JSON")
+    t.add_argument("--address", default=None, help=ADDRESS_HELP)
+    t.add_argument(
+        "--parse",
+        metavar="FILE",
+        default=None,
+        help="parse a saved `nvidia-smi topo -m` output instead of asking the nodes "
+        "(default: ask the nodes)",
+    )
+    t.add_argument(
+        "--json", action="store_true", help="with --parse: print JSON (default: a table)"
+    )
     t.set_defaults(func=cmd_topo)
 
     tr = sub.add_parser("transports", help="parse an NCCL_DEBUG=INFO log: version, transports")
-    tr.add_argument("--parse", metavar="LOGFILE", required=True)
-    tr.add_argument("--json", action="store_true")
+    tr.add_argument(
+        "--parse", metavar="LOGFILE", required=True, help="an NCCL_DEBUG=INFO log (required)"
+    )
+    tr.add_argument("--json", action="store_true", help="print JSON (default: a table)")
     tr.set_defaults(func=cmd_transports)
 
-    d = sub.add_parser("doctor", help="preflight: what would invalidate a link comparison")
-    d.add_argument("--address", default=None)
+    d = sub.add_parser(
+        "doctor",
+        help="preflight: what would invalidate a link comparison",
+        description="Per node: GPUs and topology, P2P access, PCIe links below their max, power "
+        "limits, temperatures, NCCL/CUDA/driver versions. On a CPU-only machine it says so.",
+        epilog="exit codes: 0 nothing found (or no GPUs); 1 something would invalidate a link "
+        "comparison; 2 bad input",
+        formatter_class=raw,
+    )
+    d.add_argument("--address", default=None, help=ADDRESS_HELP)
     d.set_defaults(func=cmd_doctor)
 
-    rp = sub.add_parser("report", help="write a self-contained report.html and PNG figures")
-    rp.add_argument("--db", default="results.duckdb")
-    rp.add_argument("--sweep", default=None, help="sweep id (default: the latest)")
-    rp.add_argument("--out", default="report", help="output folder (default ./report)")
+    rp = sub.add_parser(
+        "report",
+        help="write a self-contained report.html (headline first) and PNG figures",
+        description="One sweep's report: the headline, caveats, links, the classic table, "
+        "figures, the views, runs needing attention and provenance, in one offline HTML file.",
+        epilog="exit codes: 0 written; 2 no such database or sweep, or --out not writable",
+        formatter_class=raw,
+    )
+    rp.add_argument("--db", default="results.duckdb", help=DB_HELP)
+    rp.add_argument(
+        "--sweep", default=None, help="sweep id, as `run` printed it (default: the latest sweep)"
+    )
+    rp.add_argument(
+        "--out", default="report", help="output folder, created if missing (default: ./report)"
+    )
     rp.set_defaults(func=cmd_report)
 
     ex = sub.add_parser("export", help="write every table and view as parquet or csv")
-    ex.add_argument("outdir")
-    ex.add_argument("--format", choices=["parquet", "csv"], default="parquet")
-    ex.add_argument("--db", default="results.duckdb")
+    ex.add_argument("outdir", help="output folder, created if missing; one file per table/view")
+    ex.add_argument(
+        "--format",
+        choices=["parquet", "csv"],
+        default="parquet",
+        help="file format (default: parquet)",
+    )
+    ex.add_argument("--db", default="results.duckdb", help=DB_HELP)
     ex.set_defaults(func=cmd_export)
 
-    c = sub.add_parser("cluster", help="bring an emulated multi-node cluster up or down")
-    c.add_argument("action", choices=["up", "down", "status", "check"])
-    c.add_argument("--emulated", action="store_true", help="network namespaces + tc on this box")
-    c.add_argument("--nodes", type=int, default=2)
+    c = sub.add_parser(
+        "cluster",
+        help="manage the emulated multi-node cluster: up, down, status, check",
+        description="up: build an emulated cluster (network namespaces, tc-shaped links, Ray "
+        "nodes; needs root) and print RAY_ADDRESS; down: remove everything up made; status: "
+        "nodes and link shapes; check: one gloo all_reduce through each link against its rate.",
+        epilog="exit codes: 0 ok; 1 failed (status: not up); 2 bad input (bad link, not root)",
+        formatter_class=raw,
+    )
+    c.add_argument("action", choices=["up", "down", "status", "check"], help="what to do")
+    c.add_argument(
+        "--emulated",
+        action="store_true",
+        help="required: the cluster is network namespaces + tc on this machine (real fleets: "
+        "clusters/README.md)",
+    )
+    c.add_argument("--nodes", type=int, default=2, help="emulated nodes, for up (default: 2)")
     c.add_argument(
         "--link",
         action="append",
         default=[],
         metavar="NAME=RATE[,DELAY]",
-        help="a shaped link, e.g. slow=100mbit,1ms (repeatable; default: fast and slow=100mbit)",
+        help="a link, for up; repeatable; RATE a tc bit rate, DELAY one-way, e.g. slow=500mbit "
+        "or slow=500mbit,1ms (default: fast, unshaped, and slow=500mbit)",
     )
-    c.add_argument("--state-dir", default="/tmp/linksweep-emulated")
-    c.add_argument("--cpus-per-node", type=int, default=1)
-    c.add_argument("--gpus-per-node", type=int, default=0)
+    c.add_argument(
+        "--state-dir",
+        default="/tmp/linksweep-emulated",
+        help="where up records the cluster (default: /tmp/linksweep-emulated)",
+    )
+    c.add_argument(
+        "--cpus-per-node", type=int, default=1, help="Ray CPUs per node, for up (default: 1)"
+    )
+    c.add_argument(
+        "--gpus-per-node", type=int, default=0, help="Ray GPUs per node, for up (default: 0)"
+    )
     c.set_defaults(func=cmd_cluster)
     return p
 

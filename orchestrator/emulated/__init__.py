@@ -2,7 +2,7 @@
 
 Manual
 ------
-    linksweep cluster up --emulated --nodes 2 --link fast --link slow=100mbit
+    linksweep cluster up --emulated --nodes 2 --link fast --link slow=500mbit
     export RAY_ADDRESS=...            # the one line `up` prints last
     linksweep run sweeps/emulated.yaml
     linksweep cluster check --emulated    # a gloo all_reduce through each link
@@ -12,8 +12,8 @@ Manual
 `python -m orchestrator.emulated up|down|status|check ...` does the same without the
 linksweep CLI. Needs root (it creates network namespaces) plus `ip` and `tc` from iproute2.
 `--link` takes NAME, NAME=RATE, NAME=RATE,DELAY or NAME=,DELAY (RATE a tc bit rate such as
-100mbit, DELAY a tc time such as 1ms); without `--link` the links are `fast` and
-`slow=100mbit`, the ones sweeps/emulated.yaml names. Exit codes: 0 ok, 1 failed (or, for
+500mbit, DELAY a tc time such as 1ms); without `--link` the links are `fast` and
+`slow=500mbit`, the ones sweeps/emulated.yaml names. Exit codes: 0 ok, 1 failed (or, for
 `status`, not up), 2 bad input (bad link, not root).
 
 Glossary (the same words as the rest of linksweep):
@@ -28,7 +28,7 @@ Glossary (the same words as the rest of linksweep):
     ctl     the link Ray's own traffic uses (unshaped); a node's Ray IP is its
             `ls-ctl` address.
 
-Topology for `--nodes 2 --link fast --link slow=100mbit` (prefix "ls"):
+Topology for `--nodes 2 --link fast --link slow=500mbit` (prefix "ls"):
 
     root namespace            lssw (switch namespace)     lsn0, lsn1 (nodes)
     ls-host 198.18.0.254 -- h-0 --+ br-ctl  +-- n0-0 ---- ls-ctl  198.18.0.1, .2

@@ -116,7 +116,7 @@ def cluster_command(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m orchestrator.emulated up --nodes 2 --link fast --link slow=100mbit`;
+    """`python -m orchestrator.emulated up --nodes 2 --link fast --link slow=500mbit`;
     the same as `linksweep cluster ... --emulated`, for use without the linksweep CLI."""
     import argparse
 

@@ -37,7 +37,7 @@ MAX_NODES = 32  # each node is a full raylet (~300 MB RSS with its agents)
 MAX_LINKS = 16  # user links, besides ctl
 IFNAMSIZ = 15  # Linux interface names are at most 15 characters
 
-DEFAULT_LINKS = ("fast", "slow=100mbit")  # what sweeps/emulated.yaml expects
+DEFAULT_LINKS = ("fast", "slow=500mbit")  # what sweeps/emulated.yaml and the quickstart expect
 
 
 class EmulatedError(RuntimeError):
