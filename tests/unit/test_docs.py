@@ -1,0 +1,81 @@
+"""The docs cannot go stale: docs/schema.md matches the real schema (every table, view and
+column it documents exists, and every one that exists is documented), every view or table the
+README and docs name exists, and the README keeps the two commands a fresh machine runs.
+The schema is built in an in-memory DuckDB (no file)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from orchestrator.store import TABLES, VIEWS
+from orchestrator.store.schema_doc import columns, render
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA_MD = REPO / "docs" / "schema.md"
+REGENERATE = "regenerate it: .venv/bin/python -m orchestrator.store.schema_doc > docs/schema.md"
+
+
+def _documented() -> dict[str, set[str]]:
+    """`### `name` (view|table)` headings -> the columns of the table under each."""
+    out: dict[str, set[str]] = {}
+    current = None
+    for line in SCHEMA_MD.read_text().splitlines():
+        m = re.match(r"### `([a-z_0-9]+)` \((view|table)\)", line)
+        if m:
+            current = m.group(1)
+            out[current] = set()
+        elif current and (c := re.match(r"\| `([a-z_0-9]+)` \|", line)):
+            out[current].add(c.group(1))
+    return out
+
+
+@pytest.fixture(scope="module")
+def real() -> dict[str, set[str]]:
+    return {name: {c for c, _ in cols} for name, cols in columns().items()}
+
+
+def test_every_documented_view_table_and_column_exists(real):
+    documented = _documented()
+    assert documented, "docs/schema.md documents nothing"
+    assert set(documented) - set(real) == set(), REGENERATE
+    missing_cols = {n: sorted(cols - real[n]) for n, cols in documented.items() if cols - real[n]}
+    assert missing_cols == {}, REGENERATE
+
+
+def test_every_view_table_and_column_is_documented(real):
+    documented = _documented()
+    assert set(real) - set(documented) == set(), REGENERATE
+    undocumented = {n: sorted(real[n] - documented[n]) for n in real if real[n] - documented[n]}
+    assert undocumented == {}, REGENERATE
+
+
+def test_schema_md_is_the_generated_text():
+    assert SCHEMA_MD.read_text() == render(), REGENERATE
+
+
+def _markdown_files() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+SQL_NAME = re.compile(r"\b(?:FROM|JOIN)\s+([a-z_][a-z_0-9]*)", re.I)
+VIEWISH = re.compile(r"`([a-z]+_(?:summary|sensitivity|bandwidth|overview|times|stats))`")
+
+
+@pytest.mark.parametrize("path", _markdown_files(), ids=lambda p: p.relative_to(REPO).as_posix())
+def test_every_view_named_in_the_docs_exists(path):
+    text = path.read_text()
+    known = set(TABLES) | set(VIEWS)
+    named = set(VIEWISH.findall(text))
+    for block in re.findall(r"```sql\n(.*?)```", text, flags=re.S):
+        named |= {n for n in SQL_NAME.findall(block) if n.lower() != "select"}
+    assert named - known == set()
+
+
+def test_readme_starts_with_the_two_commands():
+    text = (REPO / "README.md").read_text()
+    head = text[: text.index("\n## ")]
+    assert "bash scripts/quickstart.sh" in head
+    assert ".venv/bin/python -m pytest -q" in head
