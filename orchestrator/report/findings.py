@@ -23,7 +23,14 @@ if TYPE_CHECKING:
 
 
 def overview_by_link(data: ReportData) -> dict[str, dict]:
-    return {o["link"]: o for o in data.link_overview}
+    """view ``link_overview`` by link; a sweep stored before it (no link_descriptions) still gets
+    each link's measured busbw, from the microbenchmark rows."""
+    out = {o["link"]: o for o in data.link_overview}
+    described = set(out)
+    for r in sorted(data.bandwidth, key=lambda r: r.get("msg_bytes") or 0):  # largest last
+        if r.get("collective") == "all_reduce" and r["link"] not in described:
+            out[r["link"]] = {"link": r["link"], "measured_busbw_gbps": r.get("busbw_gbps")}
+    return out
 
 
 def labelled(data: ReportData, link: str | None) -> str:
