@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -124,17 +125,20 @@ def fmt_cell(v) -> str:
 
 
 def print_headline(headline, file=None) -> None:
-    """The headline (orchestrator/headline.py): per link, its sentences and the compact table
-    strategy x grad_accum -> slowdown [interval]; then the notes."""
+    """The headline (orchestrator/headline.py): per link, its sentences (one line each, never
+    wrapped mid-number) and the compact table strategy x grad_accum -> slowdown [interval];
+    then the notes."""
     if headline.empty:
         return
-    console = Console(file=file or sys.stdout, width=120, highlight=False)
-    console.print("[bold]Headline[/]")
+    out = file or sys.stdout
+    console = Console(file=out, width=120, highlight=False)
+    print("\nHeadline", file=out)
     for h in headline.links:
         for s in h.sentences:
-            console.print(s, markup=False)
+            print(s, file=out)
         table = Table(
-            title=f"slowdown on {h.link} ÷ {h.baseline} [{h.interval_label}]", title_justify="left"
+            title=escape(f"slowdown on {h.link} ÷ {h.baseline} [{h.interval_label}]"),
+            title_justify="left",
         )
         table.add_column("strategy")
         for ga in h.grad_accums:
@@ -143,4 +147,4 @@ def print_headline(headline, file=None) -> None:
             table.add_row(series, *(per[ga].text() if ga in per else "–" for ga in h.grad_accums))
         console.print(table)
     for note in headline.notes:
-        console.print(note, markup=False)
+        print(note, file=out)

@@ -205,3 +205,24 @@ def test_quickstart_like_numbers_flag_a_slowdown_within_noise():
         "1.90× at grad_accum 1 and 0.98× at 8 (falling; not slower beyond the spread at 8)."
     )
     assert link.sentences[1] == f"At grad_accum 1 the strategies show {NO_DIFFERENCE}."
+
+
+def test_run_prints_the_headline_sentences_whole_and_the_interval_kind():
+    import io
+
+    from orchestrator.ui import print_headline
+
+    sens = [
+        _sens("ddp", 1, 1.91, 1.60, 2.00),
+        _sens("ddp", 8, 1.19, 1.10, 1.30),
+        _sens("zero3", 1, 2.29, 2.10, 2.40),
+        _sens("zero3", 8, 3.15, 2.90, 3.40),
+    ]
+    h = build_headline(sens, VARIANTS, OVERVIEW, ["fast", "slow"])
+    buf = io.StringIO()
+    print_headline(h, file=buf)
+    text = buf.getvalue()
+    lines = text.splitlines()
+    assert h.links[0].sentences[0] in lines and h.links[0].sentences[-1] in lines
+    assert "slowdown on slow ÷ fast [range of runs]" in text  # not eaten as rich markup
+    assert "3.15× [2.90–3.40]" in text and "repeats: 5 or more" in text
