@@ -79,3 +79,24 @@ def test_readme_starts_with_the_two_commands():
     head = text[: text.index("\n## ")]
     assert "bash scripts/quickstart.sh" in head
     assert ".venv/bin/python -m pytest -q" in head
+
+
+def test_readme_examples_are_real_sweep_files():
+    text = (REPO / "README.md").read_text()
+    shown = re.findall(r"`(sweeps/[a-z0-9_.-]+\.yaml)`:\n\n```yaml\n(.*?)```", text, flags=re.S)
+    assert shown, "README shows no sweep file"
+    for path, body in shown:
+        assert body == (REPO / path).read_text(), f"README's {path} differs from the file"
+    for path in set(re.findall(r"\bsweeps/[a-z0-9_.-]+\.yaml\b", text)):
+        assert (REPO / path).exists(), path
+
+
+def test_one_default_slow_rate():
+    from orchestrator.emulated.shapes import DEFAULT_LINKS
+
+    default = dict(s.partition("=")[::2] for s in DEFAULT_LINKS)["slow"]
+    quickstart = (REPO / "scripts" / "quickstart.sh").read_text()
+    readme = (REPO / "README.md").read_text()
+    assert f"--link slow={default}" in quickstart
+    rates = set(re.findall(r"slow=(\d+[kmg]bit)", readme))
+    assert rates == {default}, rates
