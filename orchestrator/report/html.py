@@ -178,6 +178,6 @@ def render_html(data: ReportData, figures: Sequence[FigureResult]) -> str:
         f"<h1>{esc(title)}</h1><p class='meta'>{esc(meta)}</p>{headline_html(data)}"
         f"{caveats_html(data)}{box}<nav>{nav}</nav>{body}"
         f"<p class='note'>Generated {generated} by <code>linksweep report</code>. "
-        "Every number here is a query away: see the views in orchestrator/store/schema.py.</p>"
+        "Every number here is a query away: see the views in docs/schema.md.</p>"
         "</main></body></html>\n"
     )
