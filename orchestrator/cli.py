@@ -87,7 +87,7 @@ def _print_table(store, query, sweep_id: str, title: str, if_empty: bool = True)
 
     cols, rows = store.table(query, sweep_id=sweep_id)
     if rows or if_empty:
-        print_table(cols, rows, title=title)
+        print_table(cols, rows, title=title, digits=4)
 
 
 def _print_summary(store, sweep_id: str) -> None:

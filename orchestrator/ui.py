@@ -78,16 +78,21 @@ class SweepUI:
         self.console.print(f"sweep {sweep_id} {status}; {self.failed} run(s) failed")
 
 
-def print_table(cols: list[str], rows: list[tuple], title: str | None = None, file=None) -> None:
-    """A plain aligned table: every number in full (no e-notation, never cut or wrapped), numbers
-    right-aligned; a line is as long as its widest cell needs. ``--format csv`` for machines."""
+def print_table(
+    cols: list[str], rows: list[tuple], title: str | None = None, file=None, digits=None
+) -> None:
+    """A plain aligned table: numbers never in e-notation, never cut or wrapped, right-aligned;
+    a line is as long as its widest cell needs. ``digits``: significant digits of floats (None:
+    every digit, as ``linksweep query`` prints them). ``--format csv`` for machines."""
     out = file or sys.stdout
-    for line in format_table(cols, rows, title):
+    for line in format_table(cols, rows, title, digits):
         print(line, file=out)
 
 
-def format_table(cols: list[str], rows: list[tuple], title: str | None = None) -> list[str]:
-    cells = [[fmt_cell(v) for v in r] for r in rows]
+def format_table(
+    cols: list[str], rows: list[tuple], title: str | None = None, digits: int | None = None
+) -> list[str]:
+    cells = [[fmt_cell(v, digits) for v in r] for r in rows]
     numeric = [
         bool(rows) and all(r[i] is None or _is_number(r[i]) for r in rows) for i in range(len(cols))
     ]
@@ -112,15 +117,20 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def fmt_cell(v) -> str:
-    """A value in full: floats positional, the shortest text that reads back as the same float
-    (13530000, 0.0000012), never 1.353e+07; None as empty."""
+def fmt_cell(v, digits: int | None = None) -> str:
+    """A value as text: floats positional, never 1.353e+07; without ``digits`` the shortest text
+    that reads back as the same float (13530000, 0.0000012), with it that many significant
+    digits (0.2348, 13530000); None as empty."""
     if v is None:
         return ""
     if isinstance(v, float):
         if v != v or v in (float("inf"), float("-inf")):
             return str(v)
-        return np.format_float_positional(v, unique=True, trim="-")
+        if digits is None:
+            return np.format_float_positional(v, unique=True, trim="-")
+        return np.format_float_positional(
+            v, precision=digits, unique=True, fractional=False, trim="-"
+        )
     return str(v)
 
 

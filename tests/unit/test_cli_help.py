@@ -64,3 +64,10 @@ def test_query_table_prints_numbers_in_full_on_one_line():
     assert "e+" not in text and "e-" not in text and "…" not in text
     assert len(lines) == 2 + len(rows) + 1  # header, rule, one line per row, count
     assert fmt_cell(1.353e7) == "13530000" and fmt_cell(None) == "" and fmt_cell(True) == "True"
+
+
+def test_run_summary_rounds_to_significant_digits_without_e_notation():
+    assert fmt_cell(0.2348249207502704, 4) == "0.2348"
+    assert fmt_cell(13530000.0, 4) == "13530000"
+    assert fmt_cell(216530123.0, 4) == "216500000"
+    assert fmt_cell(0.000012345, 4) == "0.00001234"
