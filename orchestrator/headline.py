@@ -13,7 +13,9 @@ their intervals, with these rules:
 - a slowdown *grows* (*falls*) with grad_accum when its interval at the largest grad_accum lies
   above (below) its interval at the smallest; otherwise it stays the same within the spread;
 - when no interval lies above 1, or the strategies' intervals overlap at every grad_accum, the
-  sentence says "no difference beyond the spread".
+  sentence says "no difference beyond the spread";
+- a slowdown from one run a side has no interval (a point says nothing of spread); when no
+  slowdown has one, the sentence says there is no finding yet.
 
 The report puts the headline first; ``linksweep run`` prints it last (``orchestrator/ui.py``).
 ``extra_vs_predicted`` pairs each link's measured extra step time with the predicted
@@ -163,6 +165,13 @@ def _sentences(
     label: str, base: str, cells: dict[str, dict[int, Cell]], gas: list[int]
 ) -> list[str]:
     every = [c for per in cells.values() for c in per.values()]
+    if all(c.low is None or c.high is None for c in every):
+        return [
+            f"On {label}, no finding yet: slowdowns "
+            + "; ".join(f"{s} {_path(per)}" for s, per in cells.items())
+            + ", but from single runs, so nothing is known of their spread (run repeats: "
+            f"{MIN_RUNS_FOR_CI} or more)."
+        ]
     if not any(c.beyond_spread for c in every):
         lo = min(c.slowdown for c in every)
         hi = max(c.slowdown for c in every)
@@ -252,8 +261,11 @@ def build_headline(
         base = mine[0]["baseline_link"]
         cells: dict[str, dict[int, Cell]] = {}
         for r in mine:
+            lo, hi = r.get("ci_low"), r.get("ci_high")
+            if lo is not None and lo == hi:  # one run a side: a point says nothing of spread
+                lo = hi = None
             cells.setdefault(_series(r, vary), {})[int(r["grad_accum"])] = Cell(
-                r["slowdown"], r.get("ci_low"), r.get("ci_high"), r.get("interval_kind")
+                r["slowdown"], lo, hi, r.get("interval_kind")
             )
             kinds.add(r.get("interval_kind"))
         gas = sorted({g for per in cells.values() for g in per})

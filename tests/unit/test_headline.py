@@ -226,3 +226,11 @@ def test_run_prints_the_headline_sentences_whole_and_the_interval_kind():
     assert h.links[0].sentences[0] in lines and h.links[0].sentences[-1] in lines
     assert "slowdown on slow ÷ fast [range of runs]" in text  # not eaten as rich markup
     assert "3.15× [2.90–3.40]" in text and "repeats: 5 or more" in text
+
+
+def test_single_runs_give_no_finding():
+    sens = [_sens("ddp", 1, 1.9, 1.9, 1.9), _sens("zero3", 1, 2.5, 2.5, 2.5)]
+    (link,) = build_headline(sens, VARIANTS, (), ["fast", "slow"]).links
+    assert link.sentences[0].startswith("On slow, no finding yet: slowdowns DDP 1.90×")
+    assert "single runs" in link.sentences[0] and "hurt most" not in link.sentences[0]
+    assert link.cells["DDP"][1].text() == "1.90×"
