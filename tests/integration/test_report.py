@@ -352,8 +352,11 @@ def test_report_classic_table(full_report):
     assert "<h3>DDP <small>(bucket 25 MB, placement pack)</small></h3>" in classic
     assert "<h3>ZeRO-3 <small>" in classic
     ddp = classic.split("<h3>DDP")[1].split("<h3>")[0]
-    assert "default (baseline): time / step [range of runs]" in ddp
-    assert "no_p2p: time / step [range of runs]" in ddp
+    # each link with its measured busbw; the brackets say what they are (3 runs: the range)
+    assert re.search(
+        r"default \(measured busbw [\d.]+ GB/s\) \(baseline\): time / step \[range of runs\]", ddp
+    )
+    assert re.search(r"no_p2p \(measured busbw [\d.]+ GB/s\): time / step \[range of runs\]", ddp)
     assert "no_p2p ÷ default" in ddp
     # ddp ga=1: 90 ms on default, 135 ms through SHM -> 1.5x, clearly slower
     assert re.search(r"<td class='num slower'>1\.[45]\d×", ddp)
