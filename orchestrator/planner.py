@@ -194,6 +194,7 @@ def nvme_dir_for(spec: SweepSpec, v: Variant, run_id: str) -> str | None:
 def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
     """What every rank of one run receives: everything it needs, nothing it must look up."""
     nvme_dir = nvme_dir_for(spec, v, run_id)
+    given_bucket = v.bucket_mb if v.bucket_mb in spec.grid.bucket_mb else None  # else "default"
     ds_config = None
     if v.strategy != "ddp":
         ds_config = deepspeed_config(
@@ -204,7 +205,7 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
             precision=spec.precision,
             offload=v.offload,
             # the grid's explicit sizes only; "default" leaves DeepSpeed's (or the block's)
-            bucket_mb=v.bucket_mb if v.bucket_mb in spec.grid.bucket_mb else None,
+            bucket_mb=given_bucket,
             nvme_path=nvme_dir,
             overlap_comm=v.overlap_comm,
             user=spec.deepspeed,
@@ -215,7 +216,7 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
         run_id=run_id,
         strategy=v.strategy,
         grad_accum=v.grad_accum,
-        bucket_mb=v.bucket_mb,
+        bucket_mb=given_bucket,
         offload=v.offload,
         overlap_comm=v.overlap_comm,
         model=spec.model,

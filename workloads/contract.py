@@ -91,8 +91,9 @@ class RunConfig:
     """ddp | zero1 | zero2 | zero3"""
     grad_accum: int
     """Micro-steps per optimizer step."""
-    bucket_mb: int
-    """DDP bucket_cap_mb (DeepSpeed's bucket sizes are already in ``ds_config``)."""
+    bucket_mb: int | None
+    """DDP bucket_cap_mb; None: DDP's own default (25 MiB, and its smaller first bucket).
+    DeepSpeed's bucket sizes are already in ``ds_config``."""
     offload: str
     """none | cpu | nvme (ZeRO only)."""
     model: str

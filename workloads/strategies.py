@@ -26,6 +26,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)  # note: a CPU-GPU sync point, only used around clocks
 
 
+DDP_DEFAULT_BUCKET_MIB = 25  # torch/nn/parallel/distributed.py _DEFAULT_BUCKET_CAP_MB
+
+
 class CommCounter:
     """Aggregates collectives by (op, msg_bytes): count and total time."""
 
@@ -63,7 +66,8 @@ class DDPStrategy:
         self.device = device
         self.grad_accum = cfg.grad_accum
         self.overlap = cfg.overlap_comm != "false"
-        self.bucket_bytes = int(cfg.bucket_mb * 1024 * 1024)  # DDP's bucket_cap_mb is MiB
+        # DDP's bucket_cap_mb is MiB; None is DDP's own default, 25 MiB
+        self.bucket_bytes = int((cfg.bucket_mb or DDP_DEFAULT_BUCKET_MIB) * 1024 * 1024)
         self.autocast_dtype = autocast_dtype
         ids = [device.index] if device.type == "cuda" else None
         self.model = DDP(model.to(device), device_ids=ids, bucket_cap_mb=cfg.bucket_mb)
