@@ -112,8 +112,8 @@ REPORT_SENSITIVITY = _q(
 )
 REPORT_STEP_TIMES = _q(
     "report_step_times",
-    f"""SELECT r.strategy, r.offload, r.grad_accum, r.bucket_mb, r.link, r.placement,
-               r.run_id, st.step, st.step_time_s
+    f"""SELECT r.strategy, r.offload, r.grad_accum, r.bucket_mb, r.overlap_comm, r.link,
+               r.placement, r.run_id, st.step, st.step_time_s
         FROM step_times st JOIN runs r ON r.run_id = st.run_id
         WHERE r.sweep_id = $sweep_id AND {included_run_sql("r")}""",
 )
