@@ -308,9 +308,10 @@ def run_expectation(
     communication dtype, or no effective config): measured bytes stay the ground truth.
 
     DDP reduces fp32 gradients (autocast keeps fp32 master grads), whether it overlaps or not.
-    ZeRO-1 reduces at the accumulation boundary only, unless ``overlap_comm`` is on: then its
-    gradient hooks reduce in every micro-step (``stage_1_and_2.py`` ``process_gradients``), like
-    ZeRO-2. ZeRO-3 gathers once or twice per micro-step (:func:`_zero3_gathers`).
+    ZeRO-1 reduces at the accumulation boundary only, with or without ``overlap_comm`` (with it,
+    the gradient hooks reduce during the boundary backward: ``stage_1_and_2.py``
+    ``reduce_ready_partitions_and_remove_grads``; measured flat in grad_accum on 2 gloo ranks).
+    ZeRO-3 gathers once or twice per micro-step (:func:`_zero3_gathers`).
     """
     if world_size < 2:
         return None, None
@@ -326,11 +327,12 @@ def run_expectation(
         return None, f"communication_data_type={cdt!r}: unknown element size"
     psi = n_params * bytes_per_param
     if strategy == "zero1" and zero.get("overlap_comm"):
-        exp = expected_comm("zero2", grad_accum, psi, world_size)  # same schedule as ZeRO-2
+        exp = expected_comm("zero1", grad_accum, psi, world_size)
         note = (
-            "ZeRO-1 with overlap_comm: gradient hooks all_reduce in every micro-step "
-            "(stage_1_and_2.py process_gradients), updated partitions all_gathered after the "
-            "step; grows with grad_accum"
+            "ZeRO-1 with overlap_comm: the gradient hooks reduce during the boundary "
+            "micro-step's backward only (stage_1_and_2.py reduce_ready_partitions_and_remove_"
+            "grads), so the bytes are those without overlap: all_reduce Psi + all_gather Psi "
+            "after the step; flat in grad_accum"
         )
         return exp, note
     if strategy != "zero3":

@@ -89,10 +89,10 @@ def test_measured_bytes_match_the_model_where_it_can_say(overlap_sweep):
         else:
             assert abs(measured / expected - 1) <= 0.10, (strategy, overlap, measured, expected)
     by = {(s, o): m for s, o, m, _, _ in rows}
-    # DDP moves the same bytes whether it overlaps or not; ZeRO-1 with overlap reduces in every
-    # micro-step (grad_accum 2) instead of at the boundary only
+    # overlap changes when the bytes move, not how many: DDP and ZeRO-1 (which reduces during
+    # the boundary backward with overlap on) move the same bytes either way at grad_accum 2
     assert by[("ddp", "true")] == pytest.approx(by[("ddp", "false")], rel=0.02)
-    assert by[("zero1", "true")] > 1.4 * by[("zero1", "false")]
+    assert by[("zero1", "true")] == pytest.approx(by[("zero1", "false")], rel=0.02)
 
 
 def test_cpu_runs_report_tflops_without_mfu(overlap_sweep):

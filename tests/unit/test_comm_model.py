@@ -241,12 +241,14 @@ def test_run_expectation_dtype_and_zero3_gathers():
     assert run_expectation("ddp", 1, "fp32", 1, n) == (None, None)  # one rank: nothing crosses
 
 
-def test_run_expectation_follows_overlap_for_zero1():
+def test_run_expectation_zero1_is_flat_with_or_without_overlap():
     n = 1000
     off, _ = run_expectation("zero1", 4, "fp32", 2, n, _ds(overlap_comm=False))
     on, note = run_expectation("zero1", 4, "fp32", 2, n, _ds(overlap_comm=True))
-    assert off.per_op["all_reduce"] == 4 * n  # at the boundary only
-    assert on.per_op["all_reduce"] == 4 * 4 * n and "overlap_comm" in note  # every micro-step
+    # at the boundary only either way: with overlap the hooks reduce during the boundary
+    # backward (measured: tests/integration/test_overlap.py)
+    assert off.per_op == on.per_op == {"all_reduce": 4 * n, "all_gather": 4 * n}
+    assert "overlap_comm" in note and "boundary" in note
 
 
 @pytest.mark.parametrize(
