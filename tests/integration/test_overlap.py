@@ -111,3 +111,21 @@ def test_users_reduce_bucket_reaches_deepspeed_and_the_wire(bucket_sweep, overla
     (default,) = q(overlap_sweep[1], largest)[0]
     assert user <= 500_000 * 4  # fp32 elements: no bucket larger than the user's
     assert default > 3 * user  # DeepSpeed's 5e8-element bucket holds the whole tiny model
+
+
+def test_ddp_without_overlap_trains_the_same_model(overlap_sweep):
+    """The explicit after-backward all-reduce averages gradients exactly as DDP's own hook: the
+    same seed and data give the same losses, step by step (only summation order differs)."""
+    _, db = overlap_sweep
+    losses = {}
+    for overlap in ("true", "false"):
+        losses[overlap] = [
+            r[0]
+            for r in q(
+                db,
+                "SELECT s.loss FROM steps s JOIN runs r USING (run_id) WHERE r.strategy = 'ddp' "
+                f"AND r.overlap_comm = '{overlap}' AND s.rank = 0 ORDER BY s.step",
+            )
+        ]
+    assert len(losses["true"]) == 3  # warmup + 2 timed steps
+    assert losses["false"] == pytest.approx(losses["true"], rel=1e-4)
