@@ -247,7 +247,8 @@ VIEWS: dict[str, str] = {
                p90_step_time_s, samples_per_s, tokens_per_s,
                comm_bytes_per_step, expected_comm_bytes_per_step,
                predicted_comm_s_per_step, peak_mem_bytes, startup_s, comm_note,
-               gpu_name, model_flops_per_step, achieved_tflops_per_gpu, peak_tflops, mfu
+               gpu_name, model_flops_per_step, achieved_tflops_per_gpu, peak_tflops,
+               peak_source, mfu
         FROM runs
     """,
     "variant_summary": """
