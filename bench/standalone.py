@@ -72,6 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build_variant(spec, args: argparse.Namespace):
     """The grid point from the flags, each defaulting to the sweep grid's first value."""
+    from orchestrator.ds_config import default_bucket_mb
     from orchestrator.planner import Variant
     from orchestrator.spec import OFFLOAD_RULE, SpecError, offload_applies
 
@@ -92,7 +93,13 @@ def build_variant(spec, args: argparse.Namespace):
         link=link,
         placement="pack",  # torchrun --nproc_per_node: every rank on this node
         offload=offload,
-        bucket_mb=args.bucket_mb or g.bucket_mb[0],
+        bucket_mb=args.bucket_mb
+        or (
+            g.bucket_mb[0]
+            if g.bucket_mb[0] != "default"
+            else default_bucket_mb(strategy, spec.precision, spec.deepspeed, spec.deepspeed_preset)
+        ),
+        overlap_comm=g.overlap_comm[0],
     )
 
 

@@ -36,6 +36,11 @@ def _run(args: argparse.Namespace, train: bool) -> int:
 
     try:
         spec = load_spec(args.sweep)
+        if train and any(s != "ddp" for s in spec.grid.strategy):
+            from orchestrator.ds_check import check_deepspeed
+
+            if problems := check_deepspeed(spec):  # DeepSpeed's own models, before any work
+                raise SpecError(problems, args.sweep)
         check_writable(args.db)
     except (SpecError, StoreError) as exc:
         err(str(exc))

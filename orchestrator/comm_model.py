@@ -34,7 +34,7 @@ size to the nccl-tests convention (x n for the all_gather family). (DeepSpeed's 
 n times too high; and it reports all_reduce "tput" as 2S/t, in Gbit/s. We recompute from sizes
 and latencies instead of using its bandwidth fields.)
 
-What DeepSpeed 0.19.8 actually issues per step (our config: overlap_comm False,
+What DeepSpeed 0.19.8 actually issues per step (with the ``serialized`` preset: overlap_comm False,
 contiguous_gradients True, reduce_scatter True, allgather_partitions True, DeepSpeed's default
 use_multi_rank_bucket_allreduce True; read in the installed source and confirmed with the comms
 logger on 2 gloo ranks, tiny gpt2, fp32 and bf16, offload none and cpu):
@@ -246,37 +246,103 @@ def expected_wire_bytes_per_step(
     ).wire_bytes_per_step
 
 
+COMM_DTYPE_BYTES = {
+    "fp32": 4,
+    "float32": 4,
+    "torch.float32": 4,
+    "bf16": 2,
+    "bfloat16": 2,
+    "torch.bfloat16": 2,
+    "fp16": 2,
+    "float16": 2,
+    "torch.float16": 2,
+}
+
+
+def _zero_bytes_per_param(precision: str, ds_config: dict) -> int | None:
+    """Bytes per element DeepSpeed communicates in: its communication_data_type if set, else the
+    model's dtype (bf16 models reduce and gather in bf16). None when we cannot tell."""
+    cdt = ds_config.get("communication_data_type")
+    if cdt is None:
+        return 2 if precision == "bf16" else 4
+    return COMM_DTYPE_BYTES.get(str(cdt).lower())
+
+
+def _zero3_gathers(zero: dict, n_params: int) -> tuple[float | None, str]:
+    """How often ZeRO-3 gathers each parameter per micro-step, from the effective config."""
+    threshold = int(zero.get("stage3_param_persistence_threshold") or 0)
+    if threshold > 0:
+        return None, (
+            f"ZeRO-3 keeps every parameter under stage3_param_persistence_threshold={threshold} "
+            "elements whole on every rank (never gathered); which parameters that covers "
+            "depends on their shapes, which this model does not track: measured bytes only"
+        )
+    reuse = int(zero.get("stage3_max_reuse_distance") or 0)
+    prefetch = int(zero.get("stage3_prefetch_bucket_size") or 0)
+    if reuse >= n_params or prefetch >= n_params:
+        return 1.0, (
+            f"stage3_max_reuse_distance={reuse} or stage3_prefetch_bucket_size={prefetch} "
+            f"covers the model ({n_params} parameters): gathered once per micro-step"
+        )
+    if reuse == 0:
+        return 2.0, "stage3_max_reuse_distance=0: gathered in forward and again in backward"
+    return None, (
+        f"stage3_max_reuse_distance={reuse} is between 0 and the model size: whether backward "
+        "re-gathers a parameter depends on DeepSpeed's trace: measured bytes only"
+    )
+
+
 def run_expectation(
     strategy: str,
     grad_accum: int,
-    bucket_mb: int,
     precision: str,
     world_size: int,
     n_params: int,
-) -> CommExpectation | None:
-    """The analytic bytes per optimizer step for one run; None with one rank (nothing crosses).
+    ds_config: dict | None = None,
+) -> tuple[CommExpectation | None, str | None]:
+    """(analytic bytes per optimizer step, note) for one run, following the run's effective
+    DeepSpeed config (``runs.ds_config``, what DeepSpeed parsed after its defaults).
 
-    Psi is in the dtype that travels: DDP reduces fp32 gradients (autocast keeps fp32 master
-    grads); DeepSpeed reduces and gathers bf16 models in bf16. ZeRO-3 gathers each parameter in
-    forward and again in backward unless its prefetch window (one bucket) covers the whole model,
-    in which case DeepSpeed keeps them gathered from forward to backward (measured; see this
-    module's docstring), so 1 gather per micro-step for models under one bucket.
+    (None, None) with one rank (nothing crosses a link). (None, why) where the model cannot say
+    (ZeRO-3 with a persistence threshold, an intermediate reuse distance, an unknown
+    communication dtype, or no effective config): measured bytes stay the ground truth.
+
+    DDP reduces fp32 gradients (autocast keeps fp32 master grads), whether it overlaps or not.
+    ZeRO-1 reduces at the accumulation boundary only, with or without ``overlap_comm`` (with it,
+    the gradient hooks reduce during the boundary backward: ``stage_1_and_2.py``
+    ``reduce_ready_partitions_and_remove_grads``; measured flat in grad_accum on 2 gloo ranks).
+    ZeRO-3 gathers once or twice per micro-step (:func:`_zero3_gathers`).
     """
-    from orchestrator.ds_config import bucket_elements
-
     if world_size < 2:
-        return None
-    bytes_per_param = 2 if precision == "bf16" and strategy != "ddp" else 4
-    gathers = 2.0
-    if strategy == "zero3" and n_params <= bucket_elements(bucket_mb, precision):
-        gathers = 1.0
-    return expected_comm(
-        strategy,
-        grad_accum,
-        n_params * bytes_per_param,
-        world_size,
-        zero3_gathers_per_micro_step=gathers,
-    )
+        return None, None
+    if strategy == "ddp":
+        exp = expected_comm("ddp", grad_accum, n_params * 4, world_size)
+        return exp, exp.note
+    if not ds_config:
+        return None, "no effective DeepSpeed config was reported for this run"
+    zero = ds_config.get("zero_optimization") or {}
+    bytes_per_param = _zero_bytes_per_param(precision, ds_config)
+    if bytes_per_param is None:
+        cdt = ds_config.get("communication_data_type")
+        return None, f"communication_data_type={cdt!r}: unknown element size"
+    psi = n_params * bytes_per_param
+    if strategy == "zero1" and zero.get("overlap_comm"):
+        exp = expected_comm("zero1", grad_accum, psi, world_size)
+        note = (
+            "ZeRO-1 with overlap_comm: the gradient hooks reduce during the boundary "
+            "micro-step's backward only (stage_1_and_2.py reduce_ready_partitions_and_remove_"
+            "grads), so the bytes are those without overlap: all_reduce Psi + all_gather Psi "
+            "after the step; flat in grad_accum"
+        )
+        return exp, note
+    if strategy != "zero3":
+        exp = expected_comm(strategy, grad_accum, psi, world_size)
+        return exp, exp.note
+    gathers, why = _zero3_gathers(zero, n_params)
+    if gathers is None:
+        return None, why
+    exp = expected_comm("zero3", grad_accum, psi, world_size, zero3_gathers_per_micro_step=gathers)
+    return exp, f"{exp.note} ({why})"
 
 
 def bandwidths_gbps(

@@ -14,7 +14,7 @@ import os
 import secrets
 from dataclasses import asdict, dataclass, field
 
-from orchestrator.ds_config import deepspeed_config
+from orchestrator.ds_config import deepspeed_config, default_bucket_mb
 from orchestrator.spec import SpecError, SweepSpec, offload_applies
 from workloads.contract import LinkbenchConfig, NodeInfo, RankRecord, RunConfig
 
@@ -33,12 +33,16 @@ class Variant:
     placement: str
     offload: str = "none"
     bucket_mb: int = 25
+    """MB; with the grid's ``default``, the framework's own (see ``default_bucket_mb``)."""
+    overlap_comm: str = "default"
+    """default | true | false (see ``ds_config.OVERLAP_CHOICES``)."""
 
     @property
     def label(self) -> str:
         off = "" if self.offload == "none" else f" offload={self.offload}"
+        ovl = "" if self.overlap_comm == "default" else f" overlap={self.overlap_comm}"
         return (
-            f"{self.strategy}{off} ga={self.grad_accum} link={self.link} "
+            f"{self.strategy}{off}{ovl} ga={self.grad_accum} link={self.link} "
             f"{self.placement} bucket={self.bucket_mb}MB"
         )
 
@@ -65,14 +69,24 @@ def expand_grid(spec: SweepSpec) -> list[Variant]:
     g = spec.grid
     seen: set[Variant] = set()
     out: list[Variant] = []
-    for strategy, offload, ga, bucket, link, placement in itertools.product(
-        g.strategy, g.offload, g.grad_accum, g.bucket_mb, spec.grid_links, g.placement
+    for strategy, offload, ga, bucket, overlap, link, placement in itertools.product(
+        g.strategy,
+        g.offload,
+        g.grad_accum,
+        g.bucket_mb,
+        g.overlap_comm,
+        spec.grid_links,
+        g.placement,
     ):
         if strategy == "ddp":
             offload = "none"  # one DDP variant per grid point, whatever the offload list says
         elif not offload_applies(strategy, offload):
             continue
-        v = Variant(strategy, ga, link, placement, offload, bucket)
+        if bucket == "default":
+            bucket = default_bucket_mb(
+                strategy, spec.precision, spec.deepspeed, spec.deepspeed_preset
+            )
+        v = Variant(strategy, ga, link, placement, offload, bucket, overlap)
         if v not in seen:
             seen.add(v)
             out.append(v)
@@ -180,6 +194,7 @@ def nvme_dir_for(spec: SweepSpec, v: Variant, run_id: str) -> str | None:
 def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
     """What every rank of one run receives: everything it needs, nothing it must look up."""
     nvme_dir = nvme_dir_for(spec, v, run_id)
+    given_bucket = v.bucket_mb if v.bucket_mb in spec.grid.bucket_mb else None  # else "default"
     ds_config = None
     if v.strategy != "ddp":
         ds_config = deepspeed_config(
@@ -189,16 +204,21 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
             world_size=spec.world_size,
             precision=spec.precision,
             offload=v.offload,
-            bucket_mb=v.bucket_mb,
+            # the grid's explicit sizes only; "default" leaves DeepSpeed's (or the block's)
+            bucket_mb=given_bucket,
             nvme_path=nvme_dir,
+            overlap_comm=v.overlap_comm,
+            user=spec.deepspeed,
+            preset=spec.deepspeed_preset,
             comms_logger=False,  # enabled only for the profiled pass (workloads/ds_comms.py)
         )
     return RunConfig(
         run_id=run_id,
         strategy=v.strategy,
         grad_accum=v.grad_accum,
-        bucket_mb=v.bucket_mb,
+        bucket_mb=given_bucket,
         offload=v.offload,
+        overlap_comm=v.overlap_comm,
         model=spec.model,
         dataset=spec.dataset,
         precision=spec.precision,

@@ -15,11 +15,12 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from orchestrator import comm_model, nccl_log, stats
+from orchestrator import comm_model, flops, nccl_log, stats
 from orchestrator.planner import PlannedRun, RunResult
 from orchestrator.spec import SweepSpec
 from orchestrator.topo import run_link_class
 from workloads.contract import RankRecord, TrainingRecord
+from workloads.model import GPT2_SIZES, N_POSITIONS
 from workloads.telemetry import summarize as summarize_telemetry
 
 GPU_VISIBILITY = "node-shared: same-node ranks see the run's GPUs on that node, pick by local rank"
@@ -157,13 +158,47 @@ def _comm_facts(spec: SweepSpec, planned: PlannedRun, trained, prices) -> dict:
         if prices:
             per_step = [(c.op, c.msg_bytes, c.count / first.profile_steps) for c in first.comms]
             out["predicted_comm_s_per_step"] = comm_model.predict_comm_s(per_step, prices)
-    expectation = comm_model.run_expectation(
-        v.strategy, v.grad_accum, v.bucket_mb, spec.precision, spec.world_size, first.n_params
+    expectation, out["comm_note"] = comm_model.run_expectation(
+        v.strategy,
+        v.grad_accum,
+        spec.precision,
+        spec.world_size,
+        first.n_params,
+        _rank0(trained).ds_config,
     )
     if expectation is not None:
         out["expected_comm_bytes_per_step"] = expectation.msg_bytes_per_step
-        out["comm_note"] = expectation.note
     return out
+
+
+def _rank0(trained: list[tuple[int, TrainingRecord]]) -> TrainingRecord:
+    return min(trained, key=lambda rt: rt[0])[1]
+
+
+def _efficiency_facts(spec: SweepSpec, planned: PlannedRun, trained, figures: dict) -> dict:
+    """Model FLOPs per step, achieved TFLOP/s per GPU and MFU (``orchestrator/flops.py``)."""
+    rank0 = _rank0(trained) if trained else None
+    n_layer, _, d_model = GPT2_SIZES[spec.model]
+    return {
+        "gpu_name": rank0.device_name if rank0 else None,
+        **flops.efficiency(
+            n_params=rank0.n_params if rank0 else None,
+            n_layer=n_layer,
+            d_model=d_model,
+            n_positions=N_POSITIONS,
+            seq_len=spec.seq_len,
+            tokens_per_step=spec.micro_batch_size
+            * planned.variant.grad_accum
+            * spec.seq_len
+            * spec.world_size,
+            world_size=spec.world_size,
+            median_step_time_s=figures.get("median_step_time_s"),
+            precision=spec.precision,
+            gpu_name=rank0.device_name if rank0 else None,
+            tf32=rank0.tf32 if rank0 else False,
+            peak_override=spec.peak_tflops,
+        ),
+    }
 
 
 def build_rows(
@@ -207,6 +242,7 @@ def build_rows(
     if result.actors_created_wall_s and trained:
         startup = max(t.first_step_wall_s for _, t in trained) - result.actors_created_wall_s
     timed = {rank: [s for s in t.steps if not s.warmup] for rank, t in trained}
+    figures = stats.run_figures(timed)
     run = {
         "run_id": run_id,
         "sweep_id": sweep_id,
@@ -237,8 +273,10 @@ def build_rows(
         "peak_mem_bytes": max((t.peak_mem_bytes for _, t in trained), default=None),
         "nvme_swap_files": max((t.nvme_swap_files for _, t in trained), default=None),
         "variant": v.to_dict(),
+        "ds_config": _rank0(trained).ds_config if trained else None,
         **_comm_facts(spec, planned, trained, prices),
-        **stats.run_figures(timed),
+        **figures,
+        **_efficiency_facts(spec, planned, trained, figures),
     }
     link_class = link_class_for(v.placement, result.placements, topo_links or {})
     transports, t_facts = _transport_facts(run_id, records, spec.links[v.link], link_class)

@@ -23,6 +23,8 @@ Placement = Literal["pack", "spread"]
 Offload = Literal["none", "cpu", "nvme"]
 ModelName = Literal["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt2-tiny"]
 Precision = Literal["fp32", "bf16"]
+Overlap = Literal["default", "true", "false"]
+Preset = Literal["serialized"]
 
 DATASETS_BY_NAME = ("wikitext-2-raw-v1", "builtin")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -77,22 +79,39 @@ class Grid(BaseModel):
     """pack: all ranks on one node; spread: one rank per node."""
     offload: list[Offload] = Field(default=["none"], min_length=1)
     """ZeRO only: where optimizer state (and with zero3 + nvme, parameters) lives."""
-    bucket_mb: list[int] = Field(default=[25], min_length=1)
-    """DDP bucket_cap_mb; DeepSpeed reduce/allgather bucket size, in MB of gradient dtype."""
+    bucket_mb: list[int | Literal["default"]] = Field(default=["default"], min_length=1)
+    """DDP bucket_cap_mb and DeepSpeed reduce/allgather bucket size, in MB of gradient dtype;
+    ``default``: each framework's own (DDP 25 MB, DeepSpeed 5e8 elements)."""
+    overlap_comm: list[Overlap] = Field(default=["default"], min_length=1)
+    """default: each framework's own (DDP overlaps; DeepSpeed overlaps for ZeRO-3 only);
+    true / false: ZeRO's overlap_comm; DDP false all-reduces the gradients after backward."""
     linkbench: bool = False
     """Run the link microbenchmark once per link x placement before the training runs."""
 
     @field_validator(
-        "strategy", "grad_accum", "link", "placement", "offload", "bucket_mb", mode="before"
+        "strategy",
+        "grad_accum",
+        "link",
+        "placement",
+        "offload",
+        "bucket_mb",
+        "overlap_comm",
+        mode="before",
     )
     @classmethod
     def _scalar_to_list(cls, value: Any) -> Any:
         return None if value is None else _as_list(value)
 
-    @field_validator("grad_accum", "bucket_mb")
+    @field_validator("overlap_comm", mode="before")
     @classmethod
-    def _positive(cls, values: list[int]) -> list[int]:
-        bad = [v for v in values if v < 1]
+    def _yaml_bools(cls, values: list) -> list:
+        # YAML reads true/false as booleans; the axis' values are the words
+        return [str(v).lower() if isinstance(v, bool) else v for v in values]
+
+    @field_validator("grad_accum", "bucket_mb", "overlap_comm")
+    @classmethod
+    def _positive(cls, values: list) -> list:
+        bad = [v for v in values if isinstance(v, int) and v < 1]
         if bad:
             raise ValueError(f"must be integers >= 1, got {bad}")
         if len(set(values)) != len(values):
@@ -137,6 +156,13 @@ class SweepSpec(BaseModel):
     """Largest link-microbenchmark message, MiB; default 16 on CPU (gloo), 256 on GPU."""
     seed: int = 0
     """Seed for model init and data order, the same in every run."""
+    deepspeed: dict[str, Any] | None = None
+    """DeepSpeed config keys deep-merged into every ZeRO run's config (checked by DeepSpeed's
+    own config models before anything runs; keys the variant sets are refused)."""
+    deepspeed_preset: Preset | None = None
+    """serialized: the former pinned study config (no overlap, every parameter gathered)."""
+    peak_tflops: float | None = Field(default=None, gt=0)
+    """Peak dense TFLOP/s per GPU for MFU, overriding the built-in table (orchestrator/flops.py)."""
 
     @field_validator("name")
     @classmethod
@@ -196,6 +222,13 @@ class SweepSpec(BaseModel):
                 errors.append(
                     f"grid.offload: {offload!r} {OFFLOAD_RULE[offload]}; "
                     f"grid.strategy is {self.grid.strategy}"
+                )
+        zero = [st for st in self.grid.strategy if st != "ddp"]
+        for key in ("deepspeed", "deepspeed_preset"):
+            if getattr(self, key) is not None and not zero:
+                errors.append(
+                    f"{key}: applies to ZeRO runs only; grid.strategy is {self.grid.strategy} "
+                    "(add zero1, zero2 or zero3, or remove it)"
                 )
         if "spread" in self.grid.placement and self.world_size < 2:
             errors.append("grid.placement: 'spread' needs world_size >= 2")
@@ -282,4 +315,6 @@ ALLOWED = {
     "offload": list(get_args(Offload)),
     "model": list(get_args(ModelName)),
     "precision": list(get_args(Precision)),
+    "overlap_comm": list(get_args(Overlap)),
+    "deepspeed_preset": list(get_args(Preset)),
 }

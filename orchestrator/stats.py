@@ -232,14 +232,24 @@ RUN_FIGURE_COLUMNS = (
     "samples_per_s",
     "tokens_per_s",
 )
-VARIANT_KEY = ("strategy", "offload", "grad_accum", "bucket_mb", "link", "placement")
-GROUP_KEY = ("strategy", "offload", "grad_accum", "bucket_mb", "placement")  # all but the link
+VARIANT_KEY = (
+    "strategy",
+    "offload",
+    "grad_accum",
+    "bucket_mb",
+    "overlap_comm",
+    "link",
+    "placement",
+)
+GROUP_KEY = tuple(k for k in VARIANT_KEY if k != "link")  # a variant on every link
 MEDIAN_COLUMNS = (
     "samples_per_s",
     "tokens_per_s",
     "comm_bytes_per_step",
     "expected_comm_bytes_per_step",
     "predicted_comm_s_per_step",
+    "achieved_tflops_per_gpu",
+    "mfu",
 )
 
 

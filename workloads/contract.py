@@ -9,7 +9,8 @@ may import this module; it imports nothing from linksweep.
 Vocabulary (the same in code, tables and docs):
 
 sweep      one sweep file submitted once; a row in ``sweeps``.
-variant    one grid point: strategy x offload x grad_accum x bucket_mb x link x placement.
+variant    one grid point: strategy x offload x grad_accum x bucket_mb x overlap_comm x link x
+           placement.
 run        one variant x one repeat: fresh Ray actors, one process group, warmup then timed steps.
 repeat     the 1-based index of a run among its variant's runs.
 step       one optimizer step (= grad_accum micro-steps); "timed step" excludes warmup.
@@ -90,8 +91,9 @@ class RunConfig:
     """ddp | zero1 | zero2 | zero3"""
     grad_accum: int
     """Micro-steps per optimizer step."""
-    bucket_mb: int
-    """DDP bucket_cap_mb (DeepSpeed's bucket sizes are already in ``ds_config``)."""
+    bucket_mb: int | None
+    """DDP bucket_cap_mb; None: DDP's own default (25 MiB, and its smaller first bucket).
+    DeepSpeed's bucket sizes are already in ``ds_config``."""
     offload: str
     """none | cpu | nvme (ZeRO only)."""
     model: str
@@ -115,6 +117,9 @@ class RunConfig:
     """NVMe offload's swap folder for this run (created and removed by the rank)."""
     ds_config: dict[str, Any] | None = None
     """DeepSpeed's config (DeepSpeed's own JSON format) for ZeRO strategies; None for DDP."""
+    overlap_comm: str = "default"
+    """default | true | false. DDP false: gradients all-reduced after backward, not during it
+    (ZeRO's value is already in ``ds_config``)."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,13 @@ class TrainingRecord:
     telemetry: TelemetryRecord
     nvme_swap_files: int
     """Files DeepSpeed wrote under the run's NVMe folder (offload nvme), counted at the end."""
+    ds_config: dict[str, Any] | None = None
+    """ZeRO: the config DeepSpeed parsed, after its defaults (rank 0's engine); None for DDP."""
+    device_name: str | None = None
+    """The GPU's name as the driver reports it (NVML's name, e.g. 'NVIDIA H100 80GB HBM3');
+    None on CPU."""
+    tf32: bool = False
+    """fp32 matmuls ran on TF32 tensor cores (``torch.backends.cuda.matmul.allow_tf32``)."""
 
 
 @dataclass(frozen=True)

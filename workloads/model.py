@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported where a model is built: the sizes table stays light
+    import torch
 
 # (n_layer, n_head, n_embd) of the published gpt2 family; gpt2-tiny is a CPU-sized stand-in that
 # keeps gpt2's vocabulary (50257) and positions (1024), so its embedding and LM head are real-size.
@@ -19,6 +22,7 @@ N_POSITIONS = 1024
 
 def build_model(name: str, seed: int) -> torch.nn.Module:
     """A randomly initialised GPT2LMHeadModel; the same seed gives the same weights on every rank."""
+    import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     n_layer, n_head, n_embd = GPT2_SIZES[name]

@@ -26,6 +26,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)  # note: a CPU-GPU sync point, only used around clocks
 
 
+DDP_DEFAULT_BUCKET_MIB = 25  # torch/nn/parallel/distributed.py _DEFAULT_BUCKET_CAP_MB
+
+
 class CommCounter:
     """Aggregates collectives by (op, msg_bytes): count and total time."""
 
@@ -45,7 +48,14 @@ class CommCounter:
 
 
 class DDPStrategy:
-    """torch DDP; gradient accumulation skips the all-reduce with no_sync() until the boundary."""
+    """torch DDP; gradient accumulation skips the all-reduce with no_sync() until the boundary.
+
+    ``overlap_comm`` ``default``/``true``: DDP as users run it, each bucket all-reduced as soon
+    as its gradients are ready, overlapping the rest of backward. ``false``: every backward runs
+    under ``no_sync()`` and the gradients are all-reduced after the boundary backward has
+    finished, in buckets of the same cap (``bucket_mb`` MiB, as DDP's ``bucket_cap_mb``), in
+    DDP's order (reverse parameter order), averaged like DDP's hook: the same bytes, exposed.
+    """
 
     name = "ddp"
 
@@ -55,6 +65,9 @@ class DDPStrategy:
 
         self.device = device
         self.grad_accum = cfg.grad_accum
+        self.overlap = cfg.overlap_comm != "false"
+        # DDP's bucket_cap_mb is MiB; None is DDP's own default, 25 MiB
+        self.bucket_bytes = int((cfg.bucket_mb or DDP_DEFAULT_BUCKET_MIB) * 1024 * 1024)
         self.autocast_dtype = autocast_dtype
         ids = [device.index] if device.type == "cuda" else None
         self.model = DDP(model.to(device), device_ids=ids, bucket_cap_mb=cfg.bucket_mb)
@@ -81,7 +94,8 @@ class DDPStrategy:
         return fut
 
     def micro_step(self, batch: torch.Tensor, boundary: bool) -> torch.Tensor:
-        ctx = contextlib.nullcontext() if boundary else self.model.no_sync()
+        sync = boundary and self.overlap
+        ctx = contextlib.nullcontext() if sync else self.model.no_sync()
         with ctx:
             with torch.autocast(
                 self.device.type,
@@ -90,7 +104,50 @@ class DDPStrategy:
             ):
                 loss = self.model(input_ids=batch, labels=batch).loss
             (loss / self.grad_accum).backward()
+        if boundary and not self.overlap:
+            self._allreduce_after_backward()
         return loss.detach()
+
+    def _buckets(self) -> list[list[torch.Tensor]]:
+        """Gradients in DDP's order (reverse registration), grouped up to the bucket cap."""
+        buckets: list[list[torch.Tensor]] = [[]]
+        size = 0
+        for p in reversed(list(self.model.module.parameters())):
+            if p.grad is None:
+                continue
+            nbytes = p.grad.numel() * p.grad.element_size()
+            if buckets[-1] and size + nbytes > self.bucket_bytes:
+                buckets.append([])
+                size = 0
+            buckets[-1].append(p.grad)
+            size += nbytes
+        return [b for b in buckets if b]
+
+    def _allreduce_after_backward(self) -> None:
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        world = dist.get_world_size()
+        flats, works = [], []
+        for bucket in self._buckets():
+            flat = _flatten_dense_tensors(bucket)
+            if self.profiling:
+                _sync(self.device)
+                t0 = time.perf_counter()
+                dist.all_reduce(flat)
+                _sync(self.device)
+                self.counter.add(
+                    "all_reduce", flat.numel() * flat.element_size(), time.perf_counter() - t0
+                )
+                works.append(None)
+            else:
+                works.append(dist.all_reduce(flat, async_op=True))
+            flats.append((flat, bucket))
+        for work, (flat, bucket) in zip(works, flats, strict=True):
+            if work is not None:
+                work.wait()
+            flat.div_(world)
+            for grad, synced in zip(bucket, _unflatten_dense_tensors(flat, bucket), strict=True):
+                grad.copy_(synced)
 
     def optimizer_step(self) -> None:
         self.optimizer.step()
@@ -99,6 +156,9 @@ class DDPStrategy:
     def profile_start(self) -> None:
         self.counter = CommCounter()
         self.profiling = True
+
+    def effective_config(self) -> dict | None:
+        return None  # DDP's settings are the variant's own (bucket_mb, overlap_comm)
 
     def profile_stop(self) -> tuple[CommRecord, ...]:
         self.profiling = False
@@ -141,6 +201,12 @@ class ZeroStrategy:
                     f"(DeepSpeed said: {exc})"
                 ) from exc
             raise
+
+    def effective_config(self) -> dict | None:
+        """The config DeepSpeed parsed, after its defaults (``workloads/ds_effective.py``)."""
+        from workloads.ds_effective import effective_config
+
+        return effective_config(self.engine._config)
 
     def micro_step(self, batch: torch.Tensor, boundary: bool) -> torch.Tensor:
         batch = batch.to(self.engine.device)

@@ -163,6 +163,7 @@ def run_training(
         _sync(device)
         comms = strategy.profile_stop()  # totals over profile_steps; the driver divides
     mem = peak_mem_bytes(device)
+    ds_config = strategy.effective_config() if rank == 0 else None
     swap_files = strategy.swap_files()  # counted while the run still holds its swap folder
     strategy.teardown()
     return TrainingRecord(
@@ -176,4 +177,7 @@ def run_training(
         profile_steps=profile_steps if comms else 0,
         telemetry=telemetry_out,
         nvme_swap_files=swap_files,
+        ds_config=ds_config,
+        device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        tf32=device.type == "cuda" and bool(torch.backends.cuda.matmul.allow_tf32),
     )

@@ -93,19 +93,21 @@ def _figure_html(f: FigureResult) -> str:
 
 
 VARIANT_COLS = (
-    "strategy", "offload", "grad_accum", "bucket_mb", "link", "placement", "n_runs",
-    "n_excluded", "median_step_time_s", "ci_low_s", "ci_high_s", "interval_kind", "samples_per_s",
+    "strategy", "offload", "grad_accum", "bucket_mb", "overlap_comm", "link", "placement",
+    "n_runs", "n_excluded", "median_step_time_s", "ci_low_s", "ci_high_s", "interval_kind",
+    "samples_per_s",
     "tokens_per_s", "comm_bytes_per_step", "expected_comm_bytes_per_step",
-    "predicted_comm_s_per_step", "peak_mem_bytes",
+    "predicted_comm_s_per_step", "peak_mem_bytes", "achieved_tflops_per_gpu", "mfu",
 )  # fmt: skip
 SENS_COLS = (
-    "strategy", "offload", "grad_accum", "bucket_mb", "placement", "link", "baseline_link",
-    "slowdown", "ci_low", "ci_high", "interval_kind",
+    "strategy", "offload", "grad_accum", "bucket_mb", "overlap_comm", "placement", "link",
+    "baseline_link", "slowdown", "ci_low", "ci_high", "interval_kind",
 )  # fmt: skip
 RUN_COLS = (
-    "seq", "strategy", "offload", "grad_accum", "bucket_mb", "link", "placement", "repeat",
-    "status", "n_steps", "median_step_time_s", "startup_s", "effective_transport", "link_check",
-    "throttled", "max_temp_c", "min_sm_clock_mhz", "comm_bytes_per_step", "peak_mem_bytes",
+    "seq", "strategy", "offload", "grad_accum", "bucket_mb", "overlap_comm", "link",
+    "placement", "repeat", "status", "n_steps", "median_step_time_s", "startup_s",
+    "effective_transport", "link_check", "throttled", "max_temp_c", "min_sm_clock_mhz",
+    "comm_bytes_per_step", "peak_mem_bytes", "achieved_tflops_per_gpu", "mfu", "peak_source",
 )  # fmt: skip
 
 

@@ -8,7 +8,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-VARIANT_KEYS = ("strategy", "offload", "grad_accum", "bucket_mb", "link", "placement")
+VARIANT_KEYS = (
+    "strategy",
+    "offload",
+    "grad_accum",
+    "bucket_mb",
+    "overlap_comm",
+    "link",
+    "placement",
+)
+OVERLAP_ORDER = ("default", "true", "false")
 STRATEGY_ORDER = ("ddp", "zero1", "zero2", "zero3")
 OFFLOAD_ORDER = ("none", "cpu", "nvme")
 OP_ORDER = ("all_reduce", "all_gather", "reduce_scatter")
@@ -35,6 +44,7 @@ def variant_sort_key(row: dict, link_order: Sequence[str]) -> tuple:
         order_index(row.get("strategy"), STRATEGY_ORDER),
         order_index(row.get("offload"), OFFLOAD_ORDER),
         row.get("bucket_mb") or 0,
+        order_index(row.get("overlap_comm"), OVERLAP_ORDER),
         order_index(row.get("placement"), ("pack", "spread")),
         row.get("grad_accum") or 0,
         order_index(row.get("link"), link_order),
@@ -46,6 +56,8 @@ def variant_label(row: dict, vary: set[str]) -> str:
     parts = [strategy_label(row), f"ga={row['grad_accum']}"]
     if "bucket_mb" in vary:
         parts.append(f"bucket={row['bucket_mb']}MB")
+    if "overlap_comm" in vary:
+        parts.append(f"overlap={row['overlap_comm']}")
     if "placement" in vary:
         parts.append(str(row["placement"]))
     parts.append(str(row["link"]))
@@ -58,6 +70,8 @@ def series_key(row: dict, vary: set[str]) -> tuple:
         key.append(str(row["placement"]))
     if "bucket_mb" in vary:
         key.append(f"bucket={row['bucket_mb']}MB")
+    if "overlap_comm" in vary:
+        key.append(f"overlap={row['overlap_comm']}")
     return tuple(key)
 
 

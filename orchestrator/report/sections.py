@@ -59,7 +59,8 @@ def classic_tables(data: ReportData) -> str:
     links = [x for x in data.link_order if any(v["link"] == x for v in data.variants)]
     others = [x for x in links if x != base]
     sens = {
-        (s["strategy"], s["offload"], s["grad_accum"], s["bucket_mb"], s["placement"], s["link"]): s
+        (s["strategy"], s["offload"], s["grad_accum"], (s["bucket_mb"], s.get("overlap_comm")))
+        + (s["placement"], s["link"]): s
         for s in data.sensitivity
     }
     strategies = sorted(
@@ -75,16 +76,17 @@ def classic_tables(data: ReportData) -> str:
         )
     for strategy in strategies:
         vs = [v for v in data.variants if v["strategy"] == strategy]
-        vary = varying(vs, ("offload", "bucket_mb", "placement"))
+        # bucket and overlap travel together as one "comm" key (both shape the communication)
+        vs = [v | {"comm": (v["bucket_mb"], v.get("overlap_comm"))} for v in vs]
+        vary = varying(vs, ("offload", "bucket_mb", "overlap_comm", "placement"))
         row_keys = sorted(
-            {(v["offload"], v["bucket_mb"], v["placement"], v["grad_accum"]) for v in vs},
-            key=lambda k: (order_index(k[0], OFFLOAD_ORDER), k[1], k[2], k[3]),
+            {(v["offload"], v["comm"], v["placement"], v["grad_accum"]) for v in vs},
+            key=lambda k: (order_index(k[0], OFFLOAD_ORDER), str(k[1]), k[2], k[3]),
         )
         cell = {
-            (v["offload"], v["bucket_mb"], v["placement"], v["grad_accum"], v["link"]): v
-            for v in vs
+            (v["offload"], v["comm"], v["placement"], v["grad_accum"], v["link"]): v for v in vs
         }
-        head = [c for c in ("offload", "bucket_mb", "placement") if c in vary]
+        head = [c for c in ("offload", "bucket_mb", "overlap_comm", "placement") if c in vary]
         head += ["grad_accum"]
         brackets = interval_words(vs)
         head += [
@@ -94,10 +96,15 @@ def classic_tables(data: ReportData) -> str:
         head += [f"{x} ÷ {base}" for x in others]
         trs = []
         for off, bucket, placement, ga in row_keys:
-            extra = {"offload": off, "bucket_mb": bucket, "placement": placement}
+            extra = {
+                "offload": off,
+                "bucket_mb": bucket[0],
+                "overlap_comm": bucket[1],
+                "placement": placement,
+            }
             tds = [
                 f"<td>{esc(extra[c])}</td>"
-                for c in ("offload", "bucket_mb", "placement")
+                for c in ("offload", "bucket_mb", "overlap_comm", "placement")
                 if c in vary
             ]
             tds.append(f"<td class='num'>{ga}</td>")
@@ -137,6 +144,8 @@ def classic_tables(data: ReportData) -> str:
             else []
         )
         fixed += [f"bucket {v0['bucket_mb']} MB"] if "bucket_mb" not in vary else []
+        if "overlap_comm" not in vary and v0.get("overlap_comm") not in (None, "default"):
+            fixed += [f"overlap_comm {v0['overlap_comm']}"]
         fixed += [f"placement {v0['placement']}"] if "placement" not in vary else []
         sub = f" <small>({esc(', '.join(fixed))})</small>" if fixed else ""
         out.append(

@@ -47,13 +47,14 @@ FAILED_RUN_COUNT = _q(
 # --- statistics (orchestrator/stats.py reads these, computes, stores variant/sensitivity) ---
 VARIANT_GROUP_RUNS = _q(
     "variant_group_runs",
-    """SELECT strategy, offload, grad_accum, bucket_mb, link, placement, status,
+    """SELECT strategy, offload, grad_accum, bucket_mb, overlap_comm, link, placement, status,
               coalesce(throttled, false) AS throttled, median_step_time_s, samples_per_s,
               tokens_per_s, comm_bytes_per_step, expected_comm_bytes_per_step,
-              predicted_comm_s_per_step, peak_mem_bytes
+              predicted_comm_s_per_step, peak_mem_bytes, achieved_tflops_per_gpu, mfu
        FROM runs
        WHERE sweep_id = $sweep_id AND strategy = $strategy AND offload = $offload
          AND grad_accum = $grad_accum AND bucket_mb = $bucket_mb AND placement = $placement
+         AND overlap_comm = $overlap_comm
        ORDER BY seq""",
 )
 LINK_ALGBW = _q(
@@ -66,18 +67,19 @@ LINK_ALGBW = _q(
 # --- `linksweep run` summary ----------------------------------------------------------------
 VARIANT_SUMMARY_TABLE = _q(
     "variant_summary_table",
-    """SELECT strategy, offload, grad_accum AS ga, link, placement, n_runs, n_excluded AS excl,
-              median_step_time_s AS step_s, ci_low_s, ci_high_s, interval_kind, samples_per_s,
-              tokens_per_s, comm_bytes_per_step AS comm_B_per_step
+    """SELECT strategy, offload, overlap_comm AS overlap, grad_accum AS ga, link, placement,
+              n_runs, n_excluded AS excl, median_step_time_s AS step_s, ci_low_s, ci_high_s,
+              interval_kind, samples_per_s, tokens_per_s, comm_bytes_per_step AS comm_B_per_step,
+              achieved_tflops_per_gpu AS tflops_per_gpu, mfu
        FROM variant_summary WHERE sweep_id = $sweep_id
-       ORDER BY strategy, offload, grad_accum, link, placement""",
+       ORDER BY strategy, offload, overlap_comm, grad_accum, link, placement""",
 )
 SENSITIVITY_TABLE = _q(
     "sensitivity_table",
-    """SELECT strategy, offload, grad_accum AS ga, placement, link, baseline_link,
-              slowdown, ci_low, ci_high, interval_kind
+    """SELECT strategy, offload, overlap_comm AS overlap, grad_accum AS ga, placement, link,
+              baseline_link, slowdown, ci_low, ci_high, interval_kind
        FROM link_sensitivity WHERE sweep_id = $sweep_id
-       ORDER BY strategy, offload, grad_accum, placement, link""",
+       ORDER BY strategy, offload, overlap_comm, grad_accum, placement, link""",
 )
 LINK_MISMATCHES = _q(
     "link_mismatches",
@@ -110,8 +112,8 @@ REPORT_SENSITIVITY = _q(
 )
 REPORT_STEP_TIMES = _q(
     "report_step_times",
-    f"""SELECT r.strategy, r.offload, r.grad_accum, r.bucket_mb, r.link, r.placement,
-               r.run_id, st.step, st.step_time_s
+    f"""SELECT r.strategy, r.offload, r.grad_accum, r.bucket_mb, r.overlap_comm, r.link,
+               r.placement, r.run_id, st.step, st.step_time_s
         FROM step_times st JOIN runs r ON r.run_id = st.run_id
         WHERE r.sweep_id = $sweep_id AND {included_run_sql("r")}""",
 )

@@ -84,7 +84,15 @@ TABLES: dict[str, str] = {
         p10_step_time_s DOUBLE,
         p90_step_time_s DOUBLE,
         samples_per_s DOUBLE,        -- samples of all ranks / sum of step times
-        tokens_per_s DOUBLE
+        tokens_per_s DOUBLE,
+        overlap_comm VARCHAR,        -- default | true | false (grid axis)
+        ds_config JSON,              -- ZeRO: the config DeepSpeed parsed, after its defaults
+        gpu_name VARCHAR,            -- NVML's name of rank 0's GPU; NULL on CPU
+        model_flops_per_step DOUBLE, -- all ranks (orchestrator/flops.py)
+        achieved_tflops_per_gpu DOUBLE,  -- model FLOPs per GPU / median step time / 1e12
+        peak_tflops DOUBLE,          -- dense peak per GPU for the run's precision
+        peak_source VARCHAR,         -- where peak_tflops comes from, or why there is none
+        mfu DOUBLE                   -- achieved / peak; NULL without a peak (CPU)
     """,
     "steps": """
         run_id VARCHAR,
@@ -202,7 +210,10 @@ TABLES: dict[str, str] = {
         comm_bytes_per_step DOUBLE,
         expected_comm_bytes_per_step DOUBLE,
         predicted_comm_s_per_step DOUBLE,
-        peak_mem_bytes BIGINT
+        peak_mem_bytes BIGINT,
+        overlap_comm VARCHAR,
+        achieved_tflops_per_gpu DOUBLE,
+        mfu DOUBLE
     """,
     "sensitivity_stats": """
         sweep_id VARCHAR,
@@ -216,7 +227,8 @@ TABLES: dict[str, str] = {
         slowdown DOUBLE,
         ci_low DOUBLE,               -- interval of the slowdown; its kind: interval_kind
         ci_high DOUBLE,
-        interval_kind VARCHAR        -- range (of run-pair ratios, < 5 runs a side) | bootstrap95
+        interval_kind VARCHAR,       -- range (of run-pair ratios, < 5 runs a side) | bootstrap95
+        overlap_comm VARCHAR
     """,
     # What each link of a sweep physically is, recorded when the sweep starts: for the emulated
     # cluster the tc shape `cluster up` recorded; elsewhere what the link's env asks NCCL for.
@@ -242,25 +254,27 @@ VIEWS: dict[str, str] = {
         FROM steps WHERE NOT warmup GROUP BY run_id, step
     """,
     "run_summary": """
-        SELECT run_id, sweep_id, seq, strategy, offload, grad_accum, bucket_mb,
+        SELECT run_id, sweep_id, seq, strategy, offload, grad_accum, bucket_mb, overlap_comm,
                link, placement, world_size, model, precision, "repeat", backend,
                status, throttled, link_class, effective_transport, link_check,
                coalesce(n_steps, 0) AS n_steps, median_step_time_s, p10_step_time_s,
                p90_step_time_s, samples_per_s, tokens_per_s,
                comm_bytes_per_step, expected_comm_bytes_per_step,
-               predicted_comm_s_per_step, peak_mem_bytes, startup_s
+               predicted_comm_s_per_step, peak_mem_bytes, startup_s, comm_note,
+               gpu_name, model_flops_per_step, achieved_tflops_per_gpu, peak_tflops,
+               peak_source, mfu
         FROM runs
     """,
     "variant_summary": """
-        SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, link, placement,
+        SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, overlap_comm, link, placement,
                n_runs, n_excluded, median_step_time_s, ci_low_s, ci_high_s, interval_kind,
                samples_per_s, tokens_per_s, comm_bytes_per_step, expected_comm_bytes_per_step,
-               predicted_comm_s_per_step, peak_mem_bytes
+               predicted_comm_s_per_step, peak_mem_bytes, achieved_tflops_per_gpu, mfu
         FROM variant_stats
     """,
     "link_sensitivity": """
-        SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, placement, link, baseline_link,
-               slowdown, ci_low, ci_high, interval_kind
+        SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, overlap_comm, placement, link,
+               baseline_link, slowdown, ci_low, ci_high, interval_kind
         FROM sensitivity_stats
     """,
     # The link microbenchmark's figure per (link, placement, collective, size): medians over
@@ -356,10 +370,35 @@ MIGRATIONS: dict[int, list[str]] = {
              AND variant_stats.bucket_mb = f.bucket_mb AND variant_stats.link = f.link
              AND variant_stats.placement = f.placement""",
     ],
+    # v3 (issue 11): the overlap_comm axis, the effective DeepSpeed config, compute efficiency.
+    # Runs written before v3 pinned overlap_comm false for every ZeRO stage (DDP overlapped as
+    # always), so that is what their rows say; their ds_config and FLOP figures stay NULL.
     # v3: intervals say what they are (interval_kind); below 5 runs they are the range of the
     # runs, so rows stored by v2 (a percentile bootstrap at any n) are relabelled or recomputed
     # from the stored run figures. New table link_descriptions (created from TABLES).
     3: [
+        *(
+            f"ALTER TABLE runs ADD COLUMN {col}"
+            for col in (
+                "overlap_comm VARCHAR",
+                "ds_config JSON",
+                "gpu_name VARCHAR",
+                "model_flops_per_step DOUBLE",
+                "achieved_tflops_per_gpu DOUBLE",
+                "peak_tflops DOUBLE",
+                "peak_source VARCHAR",
+                "mfu DOUBLE",
+            )
+        ),
+        "ALTER TABLE variant_stats ADD COLUMN overlap_comm VARCHAR",
+        "ALTER TABLE variant_stats ADD COLUMN achieved_tflops_per_gpu DOUBLE",
+        "ALTER TABLE variant_stats ADD COLUMN mfu DOUBLE",
+        "ALTER TABLE sensitivity_stats ADD COLUMN overlap_comm VARCHAR",
+        *(
+            f"UPDATE {table} SET overlap_comm = "
+            "CASE WHEN strategy = 'ddp' THEN 'default' ELSE 'false' END"
+            for table in ("runs", "variant_stats", "sensitivity_stats")
+        ),
         "ALTER TABLE variant_stats ADD COLUMN interval_kind VARCHAR",
         "ALTER TABLE sensitivity_stats ADD COLUMN interval_kind VARCHAR",
         f"""UPDATE variant_stats SET ci_low_s = f.lo, ci_high_s = f.hi, interval_kind = 'range'

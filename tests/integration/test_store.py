@@ -11,6 +11,7 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.store import SCHEMA_VERSION, Store, StoreError, check_writable, read_query
 from orchestrator.store import db as store_db
+from tests.integration.schema_v2 import as_v2
 
 
 def test_fresh_schema_has_tables_views_and_version(tmp_path):
@@ -116,3 +117,44 @@ def test_query_formats_and_errors(tmp_path, capsys):
     assert "query failed" in capsys.readouterr().err
     assert main(["query", "DELETE FROM runs", "--db", db]) == 2  # read-only
     assert main(["query", "SELECT 1", "--db", str(tmp_path / "missing.duckdb")]) == 2
+
+
+def test_v2_database_upgrades_to_v3_with_overlap_said_for_old_runs(tmp_path):
+    """Runs stored before the overlap axis: ZeRO ran with overlap_comm pinned false, DDP
+    overlapped as always; the upgrade says so, keeps every row, and the views read them."""
+    db = str(tmp_path / "old.duckdb")
+    Store(db).close()
+    as_v2(db)
+    con = duckdb.connect(db)
+    key = "'s', '{}', 'none', 2, 25, 'fast', 'pack'"
+    con.execute(
+        "INSERT INTO runs (run_id, sweep_id, strategy, offload, grad_accum, bucket_mb, link, "
+        "placement, status) VALUES ('r1', 's', 'ddp', 'none', 2, 25, 'fast', 'pack', 'ok'), "
+        "('r2', 's', 'zero3', 'none', 2, 25, 'fast', 'pack', 'ok')"
+    )
+    for strategy in ("ddp", "zero3"):
+        con.execute(
+            "INSERT INTO variant_stats (sweep_id, strategy, offload, grad_accum, bucket_mb, link, "
+            f"placement, n_runs) VALUES ({key.format(strategy)}, 1)"
+        )
+    con.execute(
+        "INSERT INTO sensitivity_stats (sweep_id, strategy, offload, grad_accum, bucket_mb, "
+        "placement, link, baseline_link, slowdown) "
+        "VALUES ('s', 'zero3', 'none', 2, 25, 'pack', 'slow', 'fast', 2.0)"
+    )
+    con.close()
+    with pytest.raises(StoreError, match="overlap_comm"):  # really v2: no such column yet
+        read_query(db, "SELECT overlap_comm FROM runs")
+
+    with Store(db) as s:
+        _, runs = s.query("SELECT run_id, overlap_comm, ds_config, mfu FROM runs ORDER BY run_id")
+        _, variants = s.query(
+            "SELECT strategy, overlap_comm FROM variant_summary ORDER BY strategy"
+        )
+        _, sens = s.query("SELECT strategy, overlap_comm, slowdown FROM link_sensitivity")
+        _, summary = s.query("SELECT run_id, overlap_comm FROM run_summary ORDER BY run_id")
+    assert runs == [("r1", "default", None, None), ("r2", "false", None, None)]
+    assert variants == [("ddp", "default"), ("zero3", "false")]
+    assert sens == [("zero3", "false", 2.0)]
+    assert summary == [("r1", "default"), ("r2", "false")]
+    assert read_query(db, "SELECT value FROM meta")[1] == [(str(SCHEMA_VERSION),)]

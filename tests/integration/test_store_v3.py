@@ -9,6 +9,7 @@ import pytest
 from orchestrator.emulated.describe import shapes_by_interface
 from orchestrator.links import describe_links, link_label
 from orchestrator.store import Q, Reader, Store, read_query
+from tests.integration.schema_v2 import as_v2
 
 KEY = {"sweep_id": "s", "strategy": "ddp", "offload": "none", "bucket_mb": 25,
        "placement": "spread"}  # fmt: skip
@@ -37,16 +38,7 @@ def _as_v2(db: str) -> None:
             s.insert("sensitivity_stats", [KEY | {"grad_accum": ga, "link": "slow",
                                                   "baseline_link": "fast", "slowdown": 2.0,
                                                   "ci_low": -1.0, "ci_high": -2.0}])  # fmt: skip
-        for stmt in (
-            "DROP VIEW link_overview",
-            "DROP VIEW variant_summary",
-            "DROP VIEW link_sensitivity",
-            "DROP TABLE link_descriptions",
-            "ALTER TABLE variant_stats DROP COLUMN interval_kind",
-            "ALTER TABLE sensitivity_stats DROP COLUMN interval_kind",
-            "UPDATE meta SET value = '2' WHERE key = 'schema_version'",
-        ):
-            s.query(stmt)
+    as_v2(db)
 
 
 def test_v2_database_upgrades_intervals_truthfully(tmp_path):

@@ -75,6 +75,8 @@ def comm_sweep(run_sweep, tmp_path_factory):
         "repeats": 1,
         "world_size": 2,
         "grid": {"strategy": ["ddp", "zero3"], "grad_accum": [1, 4]},
+        # the textbook schedule whose bytes comm_model.py states (every parameter gathered)
+        "deepspeed_preset": "serialized",
     }
     rc, db = run_sweep(tmp_path_factory.mktemp("comm"), spec)
     assert rc == 0

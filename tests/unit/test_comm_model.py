@@ -201,20 +201,74 @@ def test_expected_comm_validation(args, match):
 # --- one run's expectation and its predicted time on a measured link -------------------
 
 
+def _ds(**zero):
+    """An effective config as DeepSpeed reports it (only the keys the model reads)."""
+    return {"zero_optimization": {"stage3_param_persistence_threshold": 0, **zero}}
+
+
 def test_run_expectation_dtype_and_zero3_gathers():
     n = 1_000_000
-    assert run_expectation("ddp", 2, 25, "bf16", 2, n).msg_bytes_per_step == 4 * n  # fp32 grads
-    assert run_expectation("zero1", 1, 25, "bf16", 2, n).per_op == {
-        "all_reduce": 2 * n,  # DeepSpeed reduces bf16 models in bf16
-        "all_gather": 2 * n,
-    }
-    # the model fits one 25 MB bucket: one gather per micro-step
-    small = run_expectation("zero3", 2, 25, "fp32", 2, n)
+    ddp, note = run_expectation("ddp", 2, "bf16", 2, n)
+    assert ddp.msg_bytes_per_step == 4 * n and note.startswith("DDP")  # fp32 grads
+    zero1, _ = run_expectation("zero1", 1, "bf16", 2, n, _ds(overlap_comm=False))
+    assert zero1.per_op == {"all_reduce": 2 * n, "all_gather": 2 * n}  # reduced in bf16
+    # the prefetch bucket covers the model: one gather per micro-step
+    small, note = run_expectation(
+        "zero3", 2, "fp32", 2, n, _ds(stage3_prefetch_bucket_size=n, stage3_max_reuse_distance=0)
+    )
     assert small.per_op == {"all_gather": 2 * 4 * n, "reduce_scatter": 2 * 4 * n}
-    # a bucket far smaller than the model: gathered in forward and again in backward
-    big = run_expectation("zero3", 1, 1, "fp32", 2, 100 * n)
+    assert "once per micro-step" in note
+    # DeepSpeed's default reuse distance (1e9) also covers any model under 1e9 parameters
+    default_reuse, _ = run_expectation(
+        "zero3",
+        1,
+        "fp32",
+        2,
+        n,
+        _ds(stage3_prefetch_bucket_size=1, stage3_max_reuse_distance=10**9),
+    )
+    assert default_reuse.per_op["all_gather"] == 4 * n
+    # a small prefetch bucket and no reuse: gathered in forward and again in backward
+    big, _ = run_expectation(
+        "zero3",
+        1,
+        "fp32",
+        2,
+        100 * n,
+        _ds(stage3_prefetch_bucket_size=n, stage3_max_reuse_distance=0),
+    )
     assert big.per_op == {"all_gather": 2 * 400 * n, "reduce_scatter": 400 * n}
-    assert run_expectation("ddp", 1, 25, "fp32", 1, n) is None  # one rank: nothing crosses
+    assert run_expectation("ddp", 1, "fp32", 1, n) == (None, None)  # one rank: nothing crosses
+
+
+def test_run_expectation_zero1_is_flat_with_or_without_overlap():
+    n = 1000
+    off, _ = run_expectation("zero1", 4, "fp32", 2, n, _ds(overlap_comm=False))
+    on, note = run_expectation("zero1", 4, "fp32", 2, n, _ds(overlap_comm=True))
+    # at the boundary only either way: with overlap the hooks reduce during the boundary
+    # backward (measured: tests/integration/test_overlap.py)
+    assert off.per_op == on.per_op == {"all_reduce": 4 * n, "all_gather": 4 * n}
+    assert "overlap_comm" in note and "boundary" in note
+
+
+@pytest.mark.parametrize(
+    "ds_config,why",
+    [
+        (
+            {"zero_optimization": {"stage3_param_persistence_threshold": 100000}},
+            "stage3_param_persistence_threshold=100000",
+        ),
+        (
+            _ds(stage3_max_reuse_distance=10, stage3_prefetch_bucket_size=1),
+            "stage3_max_reuse_distance=10",
+        ),
+        ({**_ds(), "communication_data_type": "int8"}, "communication_data_type='int8'"),
+        (None, "no effective DeepSpeed config"),
+    ],
+)
+def test_run_expectation_is_null_with_a_reason_where_the_model_cannot_say(ds_config, why):
+    exp, note = run_expectation("zero3", 1, "fp32", 2, 10**6, ds_config)
+    assert exp is None and why in note
 
 
 def test_predict_comm_prices_each_op_at_nearest_measured_size():

@@ -1,126 +1,145 @@
-"""Unit tests for orchestrator.ds_config: exact dicts for representative variants.
+"""Unit tests for orchestrator.ds_config: what each layer writes, as exact dicts.
 
-Each of these configs was also run for real (DeepSpeed 0.19.8, torch 2.13 CPU, gloo, tiny gpt2,
-world sizes 1 and 2): zero1/2/3 x offload none/cpu x fp32/bf16, and zero3 + nvme.
+That the generated configs equal DeepSpeed's own defaults except the variant's keys is checked
+against DeepSpeed's config models in ``test_ds_defaults.py``.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator.ds_config import bucket_elements, deepspeed_config
+from orchestrator.ds_config import (
+    DDP_DEFAULT_BUCKET_MB,
+    PRESETS,
+    block_conflicts,
+    bucket_elements,
+    deep_merge,
+    deepspeed_config,
+    default_bucket_mb,
+)
 
-COMMON = {
-    "zero_allow_untested_optimizer": True,
-    "steps_per_print": 10**9,
-    "wall_clock_breakdown": False,
-}
-
-ZERO_COMMON = {
-    "overlap_comm": False,
-    "contiguous_gradients": True,
-    "reduce_scatter": True,
-    "allgather_partitions": True,
-}
+HARNESS = {"zero_allow_untested_optimizer": True, "steps_per_print": 10**9}
 
 
-def test_zero1_fp32_no_offload():
-    cfg = deepspeed_config(
-        strategy="zero1",
-        grad_accum=4,
-        micro_batch_size=2,
-        world_size=8,
-        precision="fp32",
-        offload="none",
-        bucket_mb=25,
-        nvme_path=None,
-    )
+def test_zero1_fp32_no_offload_writes_only_the_variant():
+    cfg = deepspeed_config("zero1", 4, 2, 8, "fp32", "none", None, None)
     assert cfg == {
         "train_micro_batch_size_per_gpu": 2,
         "gradient_accumulation_steps": 4,
         "train_batch_size": 64,
-        "zero_optimization": {
-            "stage": 1,
-            # 25 MB of fp32 = 6.25 M elements
-            "reduce_bucket_size": 6_250_000,
-            "allgather_bucket_size": 6_250_000,
-            **ZERO_COMMON,
-        },
-        **COMMON,
+        "zero_optimization": {"stage": 1},
+        **HARNESS,
     }
 
 
-def test_zero2_bf16_cpu_offload():
-    cfg = deepspeed_config("zero2", 1, 4, 2, "bf16", "cpu", 25, None)
+def test_zero2_bf16_cpu_offload_and_given_buckets():
+    cfg = deepspeed_config("zero2", 1, 2, 2, "bf16", "cpu", 25, None)
     assert cfg == {
-        "train_micro_batch_size_per_gpu": 4,
+        "train_micro_batch_size_per_gpu": 2,
         "gradient_accumulation_steps": 1,
-        "train_batch_size": 8,
+        "train_batch_size": 4,
         "zero_optimization": {
             "stage": 2,
             # 25 MB of bf16 = 12.5 M elements
             "reduce_bucket_size": 12_500_000,
             "allgather_bucket_size": 12_500_000,
-            **ZERO_COMMON,
             "offload_optimizer": {"device": "cpu"},
         },
-        **COMMON,
-        "zero_force_ds_cpu_optimizer": False,
         "bf16": {"enabled": True},
-    }
-
-
-def test_zero3_nvme_with_comms_logger():
-    cfg = deepspeed_config("zero3", 2, 1, 4, "fp32", "nvme", 10, "/local_nvme", comms_logger=True)
-    assert cfg == {
-        "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": 2,
-        "train_batch_size": 8,
-        "zero_optimization": {
-            "stage": 3,
-            "reduce_bucket_size": 2_500_000,
-            "allgather_bucket_size": 2_500_000,
-            **ZERO_COMMON,
-            "stage3_prefetch_bucket_size": 2_500_000,
-            "stage3_param_persistence_threshold": 0,
-            "stage3_max_reuse_distance": 0,
-            "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"},
-            "offload_param": {"device": "nvme", "nvme_path": "/local_nvme"},
-        },
-        **COMMON,
         "zero_force_ds_cpu_optimizer": False,
-        "aio": {
-            "block_size": 1048576,
-            "queue_depth": 8,
-            "intra_op_parallelism": 1,
-            "single_submit": False,
-            "overlap_events": True,
-            "use_gds": False,
-        },
-        "comms_logger": {"enabled": True, "prof_all": True, "verbose": False, "debug": False},
+        **HARNESS,
     }
 
 
-def test_zero3_cpu_offload_moves_optimizer_only():
-    cfg = deepspeed_config("zero3", 1, 1, 2, "bf16", "cpu", 25, None)
-    zero = cfg["zero_optimization"]
-    assert zero["offload_optimizer"] == {"device": "cpu"}
-    assert "offload_param" not in zero
-    assert "aio" not in cfg
+def test_zero3_nvme_offloads_optimizer_and_parameters():
+    zero = deepspeed_config("zero3", 1, 1, 2, "fp32", "nvme", None, "/nvme/r1")["zero_optimization"]
+    assert zero == {
+        "stage": 3,
+        "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme/r1"},
+        "offload_param": {"device": "nvme", "nvme_path": "/nvme/r1"},
+    }
 
 
-def test_no_logger_and_no_precision_block_by_default():
-    cfg = deepspeed_config("zero2", 1, 1, 1, "fp32", "none", 25, None)
-    assert "comms_logger" not in cfg
-    assert "bf16" not in cfg and "fp16" not in cfg
-    assert "zero_force_ds_cpu_optimizer" not in cfg
+@pytest.mark.parametrize("axis,expected", [("default", None), ("true", True), ("false", False)])
+def test_overlap_axis(axis, expected):
+    zero = deepspeed_config("zero2", 1, 1, 2, "fp32", "none", None, None, overlap_comm=axis)
+    assert zero["zero_optimization"].get("overlap_comm") == expected
+    assert ("overlap_comm" in zero["zero_optimization"]) == (axis != "default")
+
+
+def test_user_block_is_deep_merged_and_the_variant_wins():
+    user = {"zero_optimization": {"reduce_bucket_size": 1000, "stage": 1}, "gradient_clipping": 1}
+    cfg = deepspeed_config("zero3", 2, 1, 2, "fp32", "none", None, None, user=user)
+    assert cfg["zero_optimization"] == {"stage": 3, "reduce_bucket_size": 1000}
+    assert cfg["gradient_clipping"] == 1
+    assert user == {
+        "zero_optimization": {"reduce_bucket_size": 1000, "stage": 1},
+        "gradient_clipping": 1,
+    }  # the caller's block is not changed
+
+
+def test_serialized_preset_pins_the_former_study_config():
+    cfg = deepspeed_config("zero3", 1, 1, 2, "fp32", "none", None, None, preset="serialized")
+    z = cfg["zero_optimization"]
+    elements = bucket_elements(DDP_DEFAULT_BUCKET_MB, "fp32")
+    assert z["overlap_comm"] is False
+    assert z["stage3_param_persistence_threshold"] == 0 and z["stage3_max_reuse_distance"] == 0
+    assert z["reduce_bucket_size"] == z["allgather_bucket_size"] == elements
+    assert z["stage3_prefetch_bucket_size"] == elements
+    # the overlap axis is the variant: it wins over the preset
+    on = deepspeed_config(
+        "zero1", 1, 1, 2, "fp32", "none", 50, None, overlap_comm="true", preset="serialized"
+    )["zero_optimization"]
+    assert on["overlap_comm"] is True and on["reduce_bucket_size"] == bucket_elements(50, "fp32")
+    assert "stage3_prefetch_bucket_size" not in on
+    assert set(PRESETS) == {"serialized"}
+
+
+def test_default_bucket_mb_per_framework():
+    assert default_bucket_mb("ddp", "fp32") == 25
+    assert default_bucket_mb("zero2", "fp32") == 2000  # 5e8 fp32 elements
+    assert default_bucket_mb("zero2", "bf16") == 1000
+    block = {"zero_optimization": {"reduce_bucket_size": 1_000_000}}
+    assert default_bucket_mb("zero3", "fp32", block) == 4
+    assert default_bucket_mb("zero3", "fp32", None, "serialized") == 25
+    bad = {"zero_optimization": {"reduce_bucket_size": "abc"}}
+    assert default_bucket_mb("zero3", "fp32", bad) == 2000  # ds_check refuses the block
+
+
+def test_block_conflicts_name_both_sides():
+    block = {
+        "zero_optimization": {"stage": 2, "overlap_comm": True, "reduce_bucket_size": 5},
+        "train_micro_batch_size_per_gpu": 4,
+        "bf16": {"enabled": True},
+        "optimizer": {"type": "Adam"},
+    }
+    lines = block_conflicts(block, overlap_axis=False, bucket_axis=False)
+    text = "\n".join(lines)
+    assert "deepspeed.zero_optimization.stage: set by the variant (grid.strategy)" in text
+    assert "deepspeed.train_micro_batch_size_per_gpu: set by the variant (micro_batch_size)" in text
+    assert "deepspeed.bf16: set by the variant (precision)" in text
+    assert "deepspeed.optimizer: controlled by linksweep" in text
+    assert "overlap_comm" not in text and "reduce_bucket_size" not in text  # axes at default
+    lines = block_conflicts(block, overlap_axis=True, bucket_axis=True)
+    text = "\n".join(lines)
+    assert "deepspeed.zero_optimization.overlap_comm: also set by grid.overlap_comm" in text
+    assert "deepspeed.zero_optimization.reduce_bucket_size: also set by grid.bucket_mb" in text
+    assert block_conflicts({"zero_optimization": {"reduce_bucket_size": 5}}, False, False) == []
+    assert block_conflicts(None, True, True) == []
+
+
+def test_deep_merge():
+    a = {"x": {"y": 1, "z": 2}, "w": [1]}
+    out = deep_merge(a, {"x": {"y": 3}, "w": [2], "v": 0})
+    assert out == {"x": {"y": 3, "z": 2}, "w": [2], "v": 0}
+    assert a == {"x": {"y": 1, "z": 2}, "w": [1]}
 
 
 def test_returns_fresh_dicts():
     a = deepspeed_config("zero3", 1, 1, 2, "fp32", "nvme", 25, "/x")
-    a["aio"]["queue_depth"] = 99
+    a["zero_optimization"]["offload_param"]["nvme_path"] = "/y"
     b = deepspeed_config("zero3", 1, 1, 2, "fp32", "nvme", 25, "/x")
-    assert b["aio"]["queue_depth"] == 8
+    assert b["zero_optimization"]["offload_param"]["nvme_path"] == "/x"
 
 
 @pytest.mark.parametrize("strategy", ["zero1", "zero2"])
@@ -140,6 +159,8 @@ def test_nvme_needs_zero3(strategy):
         ({"micro_batch_size": -1}, "micro_batch_size"),
         ({"world_size": 0}, "world_size"),
         ({"bucket_mb": 0}, "bucket_mb"),
+        ({"overlap_comm": "maybe"}, "overlap_comm='maybe'"),
+        ({"preset": "fast"}, "deepspeed_preset='fast'"),
     ],
 )
 def test_invalid_combinations(kwargs, match):

@@ -195,3 +195,48 @@ def test_place_ranks_without_gpus():
         (1, None, ()),
     ]
     assert place_ranks([]) == []
+
+
+def test_bucket_default_is_each_frameworks_own_and_a_given_size_applies_to_both():
+    s = spec(strategy=["ddp", "zero2"], bucket_mb=["default", 50])
+    got = {(v.strategy, v.bucket_mb) for v in expand_grid(s)}
+    assert got == {("ddp", 25), ("ddp", 50), ("zero2", 2000), ("zero2", 50)}  # 5e8 fp32 elements
+    cfgs = {(v.strategy, v.bucket_mb): run_config(s, v, "r") for v in expand_grid(s)}
+    assert cfgs[("ddp", 25)].bucket_mb is None  # DDP's own default (and its small first bucket)
+    assert cfgs[("ddp", 50)].bucket_mb == 50
+    assert "reduce_bucket_size" not in cfgs[("zero2", 2000)].ds_config["zero_optimization"]
+    assert cfgs[("zero2", 50)].ds_config["zero_optimization"]["reduce_bucket_size"] == 12_500_000
+
+
+def test_overlap_axis_makes_distinct_variants_and_reaches_the_ranks():
+    s = spec(strategy=["ddp", "zero1"], overlap_comm=["default", "false"], link=["a"])
+    variants = expand_grid(s)
+    assert [(v.strategy, v.overlap_comm) for v in variants] == [
+        ("ddp", "default"),
+        ("ddp", "false"),
+        ("zero1", "default"),
+        ("zero1", "false"),
+    ]
+    assert "overlap=false" in variants[1].label and "overlap" not in variants[0].label
+    ddp_off = run_config(s, variants[1], "r")
+    assert ddp_off.overlap_comm == "false" and ddp_off.ds_config is None
+    zero_off = run_config(s, variants[3], "r").ds_config["zero_optimization"]
+    assert zero_off["overlap_comm"] is False
+    assert "overlap_comm" not in run_config(s, variants[2], "r").ds_config["zero_optimization"]
+    assert variants[1].to_dict()["overlap_comm"] == "false"
+
+
+def test_deepspeed_block_reaches_every_zero_run():
+    s = parse_spec(
+        {
+            "name": "p",
+            "grid": {"strategy": ["ddp", "zero1", "zero3"]},
+            "deepspeed": {"zero_optimization": {"reduce_bucket_size": 1_000_000}},
+        }
+    )
+    by = {v.strategy: (v, run_config(s, v, "r")) for v in expand_grid(s)}
+    assert by["ddp"][1].ds_config is None and by["ddp"][0].bucket_mb == 25
+    for z in ("zero1", "zero3"):
+        v, cfg = by[z]
+        assert cfg.ds_config["zero_optimization"]["reduce_bucket_size"] == 1_000_000
+        assert v.bucket_mb == 4  # the block's bucket, in MB of fp32

@@ -14,7 +14,7 @@ from orchestrator.report.markup import html_table
 from orchestrator.report.plots import MAX_VARIANTS_ONE_PANEL
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-VARIANT = {"offload": "none", "bucket_mb": 25, "placement": "pack"}
+VARIANT = {"offload": "none", "bucket_mb": 25, "overlap_comm": "default", "placement": "pack"}
 
 
 def test_cell_formatting_follows_unit_suffixes():
@@ -192,3 +192,20 @@ def test_html_table_folds_constant_columns():
     assert "same in every row: b = x" in table and "not recorded: c" in table
     assert "<th>a</th>" in table and "<th>b</th>" not in table
     assert html_table([]) == "<p class='note'>(no rows)</p>"
+
+
+def test_overlap_is_named_in_labels_only_when_it_varies():
+    from orchestrator.report.labels import series_key, variant_label, varying
+
+    rows = [
+        {"strategy": "zero3", "grad_accum": 1, "link": "fast", **VARIANT},
+        {"strategy": "zero3", "grad_accum": 1, "link": "fast", **VARIANT, "overlap_comm": "false"},
+    ]
+    vary = varying(rows)
+    assert vary == {"overlap_comm"}
+    assert [variant_label(r, vary) for r in rows] == [
+        "zero3 ga=1 overlap=default fast",
+        "zero3 ga=1 overlap=false fast",
+    ]
+    assert series_key(rows[0], vary) != series_key(rows[1], vary)
+    assert "overlap" not in variant_label(rows[0], varying(rows[:1]))

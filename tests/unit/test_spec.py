@@ -140,3 +140,38 @@ def test_capacity_pack_and_spread():
     assert "'spread'" in text and "2 node(s)" in text
     # CPU-only cluster: ranks are CPU bundles
     check_capacity(spec, [NodeCapacity(str(i), cpus=4, gpus=0) for i in range(4)])
+
+
+def test_overlap_axis_and_bucket_default():
+    s = parse_spec(
+        {
+            "name": "x",
+            "grid": {"strategy": ["ddp", "zero3"], "overlap_comm": [True, "false", "default"]},
+        }
+    )
+    assert s.grid.overlap_comm == ["true", "false", "default"]  # YAML booleans become the words
+    assert s.grid.bucket_mb == ["default"]
+    assert parse_spec({"name": "x", "grid": {"bucket_mb": ["default", 25]}}).grid.bucket_mb == [
+        "default",
+        25,
+    ]
+    with pytest.raises(SpecError, match="grid.overlap_comm"):
+        parse_spec({"name": "x", "grid": {"overlap_comm": ["sometimes"]}})
+
+
+def test_deepspeed_block_and_preset_need_a_zero_strategy():
+    with pytest.raises(SpecError) as exc:
+        parse_spec(
+            {"name": "x", "deepspeed": {"gradient_clipping": 1.0}, "deepspeed_preset": "serialized"}
+        )
+    text = str(exc.value)
+    assert "deepspeed: applies to ZeRO runs only" in text
+    assert "deepspeed_preset: applies to ZeRO runs only" in text
+    with pytest.raises(SpecError, match="deepspeed_preset"):
+        parse_spec({"name": "x", "grid": {"strategy": "zero1"}, "deepspeed_preset": "fast"})
+    with pytest.raises(SpecError, match="peak_tflops"):
+        parse_spec({"name": "x", "peak_tflops": 0})
+    ok = parse_spec(
+        {"name": "x", "grid": {"strategy": "zero1"}, "deepspeed": {"gradient_clipping": 1.0}}
+    )
+    assert ok.deepspeed == {"gradient_clipping": 1.0}

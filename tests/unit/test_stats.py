@@ -220,7 +220,13 @@ def test_run_figures_ranks_with_different_step_counts_raise():
 # variant_and_sensitivity_rows: one variant group, every link
 
 
-GROUP = {"strategy": "ddp", "offload": "none", "grad_accum": 1, "bucket_mb": 25}
+GROUP = {
+    "strategy": "ddp",
+    "offload": "none",
+    "grad_accum": 1,
+    "bucket_mb": 25,
+    "overlap_comm": "default",
+}
 
 
 def _run(link, med, status="ok", throttled=False, placement="pack", peak=100, sps=10.0, **extra):
@@ -236,6 +242,8 @@ def _run(link, med, status="ok", throttled=False, placement="pack", peak=100, sp
         "comm_bytes_per_step": 1000,
         "expected_comm_bytes_per_step": 1000,
         "predicted_comm_s_per_step": None,
+        "achieved_tflops_per_gpu": None,
+        "mfu": None,
     }
     return row | extra
 
@@ -358,3 +366,18 @@ def test_variant_rows_at_n6_use_the_bootstrap():
     assert sens["interval_kind"] == "bootstrap95"
     assert INTERVAL_LABELS[sens["interval_kind"]] == "95% bootstrap CI"
     assert INTERVAL_LABELS["range"] == "range of runs"
+
+
+def test_overlap_is_part_of_the_variant():
+    runs = [
+        _run("base", 1.0),
+        _run("slow", 2.0),
+        _run("base", 1.0, overlap_comm="false", achieved_tflops_per_gpu=0.5),
+        _run("slow", 3.0, overlap_comm="false", achieved_tflops_per_gpu=0.25),
+    ]
+    variant_rows, sens_rows = variant_and_sensitivity_rows("s", runs, "base", seed=0)
+    assert len(variant_rows) == 4
+    slowdown = {r["overlap_comm"]: r["slowdown"] for r in sens_rows}
+    assert slowdown == {"default": pytest.approx(2.0), "false": pytest.approx(3.0)}
+    tflops = {(r["overlap_comm"], r["link"]): r["achieved_tflops_per_gpu"] for r in variant_rows}
+    assert tflops[("false", "slow")] == 0.25 and tflops[("default", "base")] is None

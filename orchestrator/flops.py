@@ -1,0 +1,238 @@
+"""Compute efficiency of a run: model FLOPs per optimizer step, achieved TFLOP/s per GPU, MFU.
+
+Pure: numbers in, numbers out (the model's sizes come from ``workloads/model.py``'s table).
+
+Model FLOPs (what the model needs, not what the hardware did: no recomputation, no padding,
+no optimizer), per token of one training step, after PaLM (Chowdhery et al. 2022, "PaLM:
+Scaling Language Modeling with Pathways", arXiv:2204.02311, Appendix B):
+
+    flops_per_token = 6 * N + 12 * L * d * T
+
+- ``6 N``: every weight takes part in one multiply-add (2 FLOPs) per token in the forward pass
+  and two in the backward pass (gradient w.r.t. the input and w.r.t. the weight): 2N + 4N.
+  N is the parameter count without the position embedding (1024 x d, a table lookup, no
+  matmul). gpt2 ties its token embedding to the LM head, so the embedding's V x d weights are
+  counted once, as the output projection's matmul (2 V d per token forward, real compute; for
+  gpt2-tiny most of it). LayerNorm weights and biases are counted as if they were matmul
+  weights, an overcount of well under 1 %.
+- ``12 L d T``: attention's two matmuls that have no weights, Q K^T and scores x V: 2 T d FLOPs
+  each per token per layer forward (T = seq_len keys, d = n_embd over all heads), x 3 for
+  forward + backward. Counted over the full T x T score matrix, as the kernels compute it (the
+  causal mask does not skip work in them).
+
+Checked against ``torch.utils.flop_counter.FlopCounterMode`` on gpt2-tiny with eager attention
+(tests/unit/test_flops.py: within 0.1 % at seq_len 64 to 1024; the counter does not see
+attention inside PyTorch's fused CPU SDPA kernel, so the test uses the eager path). Per optimizer step: ``flops_per_token x tokens per step`` over all
+ranks (micro_batch_size x grad_accum x seq_len x world_size).
+
+Achieved TFLOP/s per GPU = model FLOPs per step / world_size / median step time / 1e12.
+MFU = achieved / peak, where peak is the GPU's dense (not 2:4-sparse) figure for the run's
+math: bf16 tensor cores for ``bf16``; TF32 tensor cores for ``fp32`` when the run let matmuls
+use TF32 (``torch.backends.cuda.matmul.allow_tf32``, off by default in PyTorch), else plain
+FP32. The table is keyed by the GPU's name as NVML reports it; a sweep's ``peak_tflops``
+overrides it. On CPU: TFLOP/s only, MFU NULL.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "PEAKS",
+    "Peak",
+    "efficiency",
+    "flops_per_step",
+    "flops_per_token",
+    "lookup_peak",
+]
+
+
+def flops_per_token(n_params: int, n_layer: int, d_model: int, seq_len: int) -> float:
+    """Training FLOPs per token (forward + backward): 6 N + 12 L d T (PaLM, Appendix B)."""
+    for name, value in (
+        ("n_params", n_params),
+        ("n_layer", n_layer),
+        ("d_model", d_model),
+        ("seq_len", seq_len),
+    ):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return 6.0 * n_params + 12.0 * n_layer * d_model * seq_len
+
+
+def flops_per_step(
+    n_params: int, n_layer: int, d_model: int, seq_len: int, tokens_per_step: int
+) -> float:
+    """Model FLOPs of one optimizer step; ``tokens_per_step`` over all ranks and micro-steps."""
+    return flops_per_token(n_params, n_layer, d_model, seq_len) * tokens_per_step
+
+
+@dataclass(frozen=True)
+class Peak:
+    """Dense peak TFLOP/s of one GPU model per math mode (None: the GPU has no such units)."""
+
+    pattern: str
+    """Regex searched in the NVML name (case-insensitive)."""
+    fp32: float
+    tf32: float | None
+    bf16: float | None
+    source: str
+
+
+# Order matters: the first pattern that matches the NVML name wins (H100 NVL before H100 SXM).
+PEAKS: tuple[Peak, ...] = (
+    Peak(
+        r"\bA100\b",
+        19.5,
+        156.0,
+        312.0,
+        "NVIDIA A100 Tensor Core GPU datasheet (SXM4 and PCIe: FP32 19.5, TF32 156, BF16 312; "
+        "dense)",
+    ),
+    Peak(
+        r"\bH100\b.*\bNVL\b",
+        60.0,
+        417.5,
+        835.5,
+        "NVIDIA H100 datasheet, H100 NVL column (TF32 835, BF16 1671 with sparsity; halved)",
+    ),
+    Peak(
+        r"\bH100\b.*\bPCIe\b",
+        51.0,
+        378.0,
+        756.5,
+        "NVIDIA H100 Tensor Core GPU Architecture whitepaper, H100 PCIe (dense)",
+    ),
+    Peak(
+        r"\bH100\b",
+        67.0,
+        494.7,
+        989.4,
+        "NVIDIA H100 Tensor Core GPU Architecture whitepaper, H100 SXM5 (dense)",
+    ),
+    Peak(
+        r"\bH200\b.*\bNVL\b",
+        60.0,
+        417.5,
+        835.5,
+        "NVIDIA H200 datasheet, H200 NVL column (TF32 835, BF16 1671 with sparsity; halved)",
+    ),
+    Peak(
+        r"\bH200\b",
+        67.0,
+        494.7,
+        989.4,
+        "NVIDIA H200 datasheet, H200 SXM column (TF32 989, BF16 1979 with sparsity; halved)",
+    ),
+    Peak(
+        r"\bL40S\b",
+        91.6,
+        183.0,
+        362.05,
+        "NVIDIA L40S datasheet (TF32 183, BF16 362.05 dense; 366 / 733 with sparsity)",
+    ),
+    Peak(
+        r"\bL4\b",
+        30.3,
+        60.0,
+        121.0,
+        "NVIDIA L4 datasheet (TF32 120, BF16 242 with sparsity; halved)",
+    ),
+    Peak(
+        r"\bA10\b",
+        31.2,
+        62.5,
+        125.0,
+        "NVIDIA A10 datasheet (TF32 62.5, BF16 125 dense; 125 / 250 with sparsity)",
+    ),
+    Peak(
+        r"\bRTX 3090\b",
+        35.6,
+        35.6,
+        71.0,
+        "NVIDIA Ampere GA102 GPU Architecture whitepaper, GeForce RTX 3090 (TF32 35.6, BF16 with "
+        "FP32 accumulate 71; dense)",
+    ),
+    Peak(
+        r"\bRTX 4090\b",
+        82.6,
+        82.6,
+        165.2,
+        "NVIDIA Ada GPU Architecture whitepaper, GeForce RTX 4090 (TF32 82.6, BF16 with FP32 "
+        "accumulate 165.2; dense)",
+    ),
+    Peak(
+        r"\bTITAN RTX\b",
+        16.3,
+        None,
+        None,
+        "NVIDIA TITAN RTX specifications (FP32 16.3 boost); Turing has no TF32 or BF16 tensor "
+        "cores",
+    ),
+)
+
+
+def math_mode(precision: str, tf32: bool) -> str:
+    """bf16 | tf32 | fp32: which units the run's matmuls used."""
+    if precision == "bf16":
+        return "bf16"
+    return "tf32" if tf32 else "fp32"
+
+
+def lookup_peak(gpu_name: str | None, mode: str) -> tuple[float | None, str]:
+    """(dense peak TFLOP/s, source) for an NVML GPU name and math mode; None with the reason."""
+    if not gpu_name:
+        return None, "cpu run: no GPU peak (MFU is a GPU figure)"
+    for peak in PEAKS:
+        if re.search(peak.pattern, gpu_name, flags=re.IGNORECASE):
+            value = getattr(peak, mode)
+            if value is None:
+                return None, f"{gpu_name}: no {mode} units ({peak.source})"
+            return value, f"{mode}: {peak.source}"
+    return None, f"{gpu_name}: not in the peak table; set peak_tflops in the sweep file"
+
+
+def efficiency(
+    *,
+    n_params: int | None,
+    n_layer: int,
+    d_model: int,
+    n_positions: int,
+    seq_len: int,
+    tokens_per_step: int,
+    world_size: int,
+    median_step_time_s: float | None,
+    precision: str,
+    gpu_name: str | None,
+    tf32: bool = False,
+    peak_override: float | None = None,
+) -> dict[str, float | str | None]:
+    """The run's efficiency columns (``runs``): FLOPs per step, TFLOP/s per GPU, peak, MFU.
+
+    n_params: the model's parameters, counted once (tied LM head); n_positions: rows of its
+    position embedding, subtracted from N (see the module docstring).
+    """
+    out: dict[str, float | str | None] = {
+        "model_flops_per_step": None,
+        "achieved_tflops_per_gpu": None,
+        "peak_tflops": None,
+        "peak_source": None,
+        "mfu": None,
+    }
+    if not n_params:
+        return out
+    matmul_params = n_params - n_positions * d_model  # the position table is a lookup
+    total = flops_per_step(matmul_params, n_layer, d_model, seq_len, tokens_per_step)
+    out["model_flops_per_step"] = total
+    if median_step_time_s and median_step_time_s > 0:
+        out["achieved_tflops_per_gpu"] = total / world_size / median_step_time_s / 1e12
+    mode = math_mode(precision, tf32)
+    if gpu_name and peak_override is not None:
+        peak, source = peak_override, f"{mode}: peak_tflops from the sweep file"
+    else:
+        peak, source = lookup_peak(gpu_name, mode)
+    out["peak_tflops"], out["peak_source"] = peak, source
+    if peak and out["achieved_tflops_per_gpu"] is not None:
+        out["mfu"] = out["achieved_tflops_per_gpu"] / peak
+    return out

@@ -1,0 +1,126 @@
+"""orchestrator.flops: the FLOPs formula against PyTorch's own counter, the peak table, MFU."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.flops import PEAKS, efficiency, flops_per_token, lookup_peak
+
+
+@pytest.fixture(scope="module")
+def gpt2_tiny_eager():
+    pytest.importorskip("torch")
+    from workloads.model import build_model
+
+    model = build_model("gpt2-tiny", 0)
+    # FlopCounterMode does not see inside the fused CPU SDPA kernel; the eager path computes the
+    # same attention matmuls (Q K^T, scores x V) as countable bmm ops.
+    model.config._attn_implementation = "eager"
+    return model
+
+
+@pytest.mark.parametrize("seq_len", [64, 1024])
+def test_formula_matches_torch_flop_counter_on_gpt2_tiny(gpt2_tiny_eager, seq_len):
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from workloads.model import GPT2_SIZES, N_POSITIONS, n_params
+
+    model = gpt2_tiny_eager
+    batch = 1
+    x = torch.randint(0, 50257, (batch, seq_len), generator=torch.Generator().manual_seed(0))
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=x, labels=x).loss.backward()
+    counted = counter.get_total_flops()
+    n_layer, _, d = GPT2_SIZES["gpt2-tiny"]
+    ours = efficiency(
+        n_params=n_params(model),
+        n_layer=n_layer,
+        d_model=d,
+        n_positions=N_POSITIONS,
+        seq_len=seq_len,
+        tokens_per_step=batch * seq_len,
+        world_size=1,
+        median_step_time_s=None,
+        precision="fp32",
+        gpu_name=None,
+    )["model_flops_per_step"]
+    assert ours == pytest.approx(counted, rel=0.05)
+    if seq_len == 1024:  # the attention term matters: 6 N alone would be more than 5 % short
+        attention = 12 * n_layer * d * seq_len * batch * seq_len
+        assert ours - attention != pytest.approx(counted, rel=0.05)
+
+
+def test_formula_terms():
+    assert flops_per_token(1000, 2, 64, 128) == 6 * 1000 + 12 * 2 * 64 * 128
+    with pytest.raises(ValueError, match="seq_len"):
+        flops_per_token(1000, 2, 64, 0)
+
+
+@pytest.mark.parametrize(
+    "name,mode,value",
+    [
+        ("NVIDIA A100-SXM4-80GB", "bf16", 312.0),
+        ("NVIDIA A100 80GB PCIe", "tf32", 156.0),
+        ("NVIDIA H100 80GB HBM3", "bf16", 989.4),
+        ("NVIDIA H100 PCIe", "bf16", 756.5),
+        ("NVIDIA H100 NVL", "bf16", 835.5),
+        ("NVIDIA H200", "fp32", 67.0),
+        ("NVIDIA H200 NVL", "bf16", 835.5),
+        ("NVIDIA L40S", "bf16", 362.05),
+        ("NVIDIA L4", "tf32", 60.0),
+        ("NVIDIA A10", "bf16", 125.0),
+        ("NVIDIA GeForce RTX 3090", "bf16", 71.0),
+        ("NVIDIA GeForce RTX 4090", "tf32", 82.6),
+        ("NVIDIA TITAN RTX", "fp32", 16.3),
+    ],
+)
+def test_peak_table_by_nvml_name(name, mode, value):
+    peak, source = lookup_peak(name, mode)
+    assert peak == value and source.startswith(mode)
+
+
+def test_peak_table_gaps_are_said():
+    assert lookup_peak("NVIDIA TITAN RTX", "bf16")[0] is None
+    assert "no bf16 units" in lookup_peak("NVIDIA TITAN RTX", "bf16")[1]
+    peak, why = lookup_peak("NVIDIA B300", "bf16")
+    assert peak is None and "peak_tflops" in why
+    assert lookup_peak(None, "fp32") == (None, "cpu run: no GPU peak (MFU is a GPU figure)")
+    assert all(p.source and p.fp32 > 0 for p in PEAKS)
+    # "A10" must not catch A100s
+    assert lookup_peak("NVIDIA A100-PCIE-40GB", "bf16")[0] == 312.0
+
+
+def _eff(**kw):
+    args = dict(
+        n_params=1_000_000,
+        n_layer=2,
+        d_model=64,
+        n_positions=1024,
+        seq_len=128,
+        tokens_per_step=4 * 128,
+        world_size=2,
+        median_step_time_s=0.5,
+        precision="bf16",
+        gpu_name="NVIDIA H100 80GB HBM3",
+    )
+    return efficiency(**(args | kw))
+
+
+def test_mfu_and_achieved_tflops():
+    out = _eff()
+    total = (6 * (1_000_000 - 1024 * 64) + 12 * 2 * 64 * 128) * 4 * 128
+    assert out["model_flops_per_step"] == total
+    assert out["achieved_tflops_per_gpu"] == pytest.approx(total / 2 / 0.5 / 1e12)
+    assert out["mfu"] == pytest.approx(out["achieved_tflops_per_gpu"] / 989.4)
+    over = _eff(peak_override=100.0)
+    assert over["peak_tflops"] == 100.0 and "sweep file" in over["peak_source"]
+    assert over["mfu"] == pytest.approx(over["achieved_tflops_per_gpu"] / 100.0)
+
+
+def test_cpu_has_tflops_but_no_mfu():
+    out = _eff(gpu_name=None, precision="fp32", peak_override=100.0)
+    assert out["achieved_tflops_per_gpu"] > 0
+    assert out["mfu"] is None and out["peak_tflops"] is None
+    failed = _eff(n_params=None)
+    assert set(failed.values()) == {None}
