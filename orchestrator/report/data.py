@@ -11,7 +11,7 @@ May import ``orchestrator.store`` and the standard library; nothing else from li
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.store import Q, Reader
@@ -39,6 +39,8 @@ class ReportData:
     nodes: list[dict]
     gpus: list[dict]
     gpu_links: list[dict]
+    link_model: list[dict] = field(default_factory=list)
+    link_model_check: list[dict] = field(default_factory=list)
 
 
 def _json(value: Any) -> Any:
@@ -84,6 +86,8 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
         nodes = rows(Q.REPORT_NODES)
         gpus = rows(Q.REPORT_GPUS)
         gpu_links = rows(Q.REPORT_GPU_LINKS)
+        link_model = rows(Q.REPORT_LINK_MODEL)
+        link_model_check = rows(Q.REPORT_LINK_MODEL_CHECK)
 
     spec = _json(sweep.get("spec")) or {}
     spec = spec if isinstance(spec, dict) else {}
@@ -116,4 +120,6 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
         nodes=nodes,
         gpus=gpus,
         gpu_links=gpu_links,
+        link_model=link_model,
+        link_model_check=link_model_check,
     )

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.errors import err
 from orchestrator.report.draw import figure_png
+from orchestrator.report.linkmodel_view import plot_link_model
 from orchestrator.report.plots import (
     plot_busbw,
     plot_bytes_per_step,
@@ -27,6 +28,7 @@ FIGURES = (
     "step_time_distributions.png",
     "bytes_per_step.png",
     "busbw_vs_msg_size.png",
+    "step_time_vs_comm.png",
 )
 
 
@@ -49,6 +51,8 @@ def build_figures(data: ReportData) -> list[FigureResult]:
          lambda: plot_bytes_per_step(data.runs)),
         (FIGURES[3], "Link microbenchmark: bus bandwidth vs message size",
          lambda: plot_busbw(data.bandwidth, data.link_order)),
+        (FIGURES[4], "Link model: step time vs predicted communication time",
+         lambda: plot_link_model(data.runs, data.link_model, data.link_order)),
     ]  # fmt: skip
     out = []
     for name, title, draw in plan:
