@@ -45,12 +45,14 @@ measured range, and far outside it a projection is an extrapolation); the microb
 bandwidth per op and size is what training gets.
 
 Projection (``project``): for a hypothetical link of bus bandwidth B GB/s, the predicted
-communication time is scaled from the measured link whose peak bus bandwidth is nearest to B
-(log scale): ``x(B) = x(link) x peak_busbw(link) / B``, i.e. each op and message size keeps the
-efficiency (fraction of the link's peak) it had on that link. The step time is
+communication time is scaled from the measured link whose bus bandwidth is nearest to B (log
+scale): ``x(B) = x(link) x busbw(link) / B``, i.e. each op and message size keeps the
+efficiency (fraction of the link's bus bandwidth) it had on that link. A link's bus bandwidth is
+its all_reduce busbw at the largest measured message, the figure nccl-tests users quote (small
+messages can beat a shaped link's rate inside its burst). The step time is
 ``compute_s + exposure x x(B)``, its interval from the same bootstrap replicates (compute_s and
 exposure are correlated, so their marginal intervals cannot be combined), and the slowdown is
-against the measured median step time on the fastest measured link (highest peak bus bandwidth).
+against the measured median step time on the fastest measured link (highest bus bandwidth).
 """
 
 from __future__ import annotations
@@ -346,19 +348,19 @@ def parse_bandwidths(text: str) -> list[float]:
     return values
 
 
-def project(fit: Fit, peak_busbw: Mapping[str, float], bandwidths: Sequence[float]) -> list:
+def project(fit: Fit, link_busbw: Mapping[str, float], bandwidths: Sequence[float]) -> list:
     """Projections of one fit to hypothetical links (see the module docstring). Empty when the
-    fit has no line or no measured link has a peak bus bandwidth."""
+    fit has no line or no measured link has a bus bandwidth."""
     if fit.exposure is None or fit.boot_step is None:
         return []
-    measured = [(j, p) for j, p in enumerate(fit.points) if peak_busbw.get(p.link, 0) > 0]
+    measured = [(j, p) for j, p in enumerate(fit.points) if link_busbw.get(p.link, 0) > 0]
     if not measured:
         return []
-    jf, fastest = max(measured, key=lambda jp: peak_busbw[jp[1].link])
+    jf, fastest = max(measured, key=lambda jp: link_busbw[jp[1].link])
     out = []
     for bw in bandwidths:
-        _, ref = min(measured, key=lambda jp: abs(math.log(peak_busbw[jp[1].link] / bw)))
-        x = ref.x * peak_busbw[ref.link] / bw
+        _, ref = min(measured, key=lambda jp: abs(math.log(link_busbw[jp[1].link] / bw)))
+        x = ref.x * link_busbw[ref.link] / bw
         step = fit.compute_s + fit.exposure * x
         boot = fit.boot_compute + fit.boot_exposure * x
         slow = boot / fit.boot_step[:, jf]
@@ -379,12 +381,12 @@ def project(fit: Fit, peak_busbw: Mapping[str, float], bandwidths: Sequence[floa
 
 def project_sweep(
     runs: Sequence[Mapping],
-    peak_busbw: Mapping[tuple[str, str], float],
+    link_busbw: Mapping[tuple[str, str], float],
     bandwidths: Sequence[float],
     seed: int = 0,
 ) -> list[dict]:
     """Rows of ``linksweep project``: every variant group of a sweep's runs x every bandwidth.
-    ``peak_busbw``: (link, placement) -> the link's highest measured bus bandwidth (GB/s).
+    ``link_busbw``: (link, placement) -> the link's bus bandwidth in GB/s (``Q.LINK_BUSBW``).
     A group without a line gets one row per bandwidth with the fit's quality and no figures."""
     groups: dict[tuple, list[Mapping]] = {}
     for r in runs:
@@ -393,8 +395,8 @@ def project_sweep(
     for key in sorted(groups, key=lambda k: tuple(str(v) for v in k)):
         fit = fit_group(groups[key], seed)
         placement = key[GROUP_KEY.index("placement")]
-        peaks = {link: bw for (link, pl), bw in peak_busbw.items() if pl == placement}
-        projections = {p.bandwidth_gbps: p for p in project(fit, peaks, bandwidths)}
+        busbw = {link: bw for (link, pl), bw in link_busbw.items() if pl == placement}
+        projections = {p.bandwidth_gbps: p for p in project(fit, busbw, bandwidths)}
         for bw in bandwidths:
             p = projections.get(bw)
             out.append(

@@ -1,7 +1,7 @@
 """``linksweep project``: what links that were not measured would cost, from the link model.
 
 ``project_command(db, sweep_id, bandwidth_gbps, fmt)`` validates its input before reading
-anything (exit 2 naming the option), reads one sweep's runs and its links' peak bus bandwidth
+anything (exit 2 naming the option), reads one sweep's runs and its links' bus bandwidth
 through the named queries, and prints ``orchestrator.linkmodel.project_sweep``'s rows. The
 computation is in ``linkmodel`` (pure); this module is arguments -> rows -> text.
 """
@@ -61,15 +61,15 @@ def project_command(db: str, sweep_id: str | None, bandwidth_gbps: str, fmt: str
             sweep = pick_sweep(reader, sweep_id)
             sid = sweep["sweep_id"]
             runs = reader.rows(Q.SWEEP_MODEL_RUNS, sweep_id=sid)
-            peaks = {
-                (r["link"], r["placement"]): r["peak_busbw_gbps"]
-                for r in reader.rows(Q.LINK_PEAK_BUSBW, sweep_id=sid)
+            busbw = {
+                (r["link"], r["placement"]): r["busbw_gbps"]
+                for r in reader.rows(Q.LINK_BUSBW, sweep_id=sid)
             }
             spec = json.loads(sweep["spec"]) if isinstance(sweep.get("spec"), str) else {}
     except (StoreError, ReportError) as exc:
         err(str(exc))
         return EXIT_BAD_INPUT
-    rows = project_sweep(runs, peaks, bandwidths, seed=int((spec or {}).get("seed", 0)))
+    rows = project_sweep(runs, busbw, bandwidths, seed=int((spec or {}).get("seed", 0)))
     _print(rows, fmt, sid)
     return EXIT_OK
 
@@ -93,7 +93,7 @@ def _print(rows: list[dict], fmt: str, sweep_id: str) -> None:
     )
     print(
         "step_s = compute_s + exposure x comm_s; comm_s is scaled from the measured link "
-        "`scaled_from` (nearest peak bus bandwidth: each op keeps its efficiency there); "
+        "`scaled_from` (nearest bus bandwidth: all_reduce busbw at its largest message; each op keeps its efficiency there); "
         "slowdown is against the measured median step time on `vs_link` (fastest measured); "
         "intervals: 95% bootstrap over runs",
         file=sys.stderr,

@@ -71,10 +71,19 @@ SWEEP_MODEL_RUNS = _q(
               predicted_comm_s_per_step
        FROM runs WHERE sweep_id = $sweep_id ORDER BY seq""",
 )
-LINK_PEAK_BUSBW = _q(
-    "link_peak_busbw",
-    """SELECT link, placement, max(busbw_gbps) AS peak_busbw_gbps FROM link_bandwidth
-       WHERE sweep_id = $sweep_id AND busbw_gbps > 0 GROUP BY link, placement""",
+# A link's bus bandwidth as nccl-tests users quote it: all_reduce busbw at the largest measured
+# message (small messages can beat a shaped link's rate inside its burst); without an
+# all_reduce, the best op at its largest message.
+LINK_BUSBW = _q(
+    "link_busbw",
+    """SELECT link, placement,
+              coalesce(max(busbw_gbps) FILTER (WHERE collective = 'all_reduce'),
+                       max(busbw_gbps)) AS busbw_gbps
+       FROM (SELECT link, placement, collective, busbw_gbps FROM link_bandwidth
+             WHERE sweep_id = $sweep_id AND busbw_gbps > 0
+             QUALIFY row_number() OVER (PARTITION BY link, placement, collective
+                                        ORDER BY msg_bytes DESC) = 1)
+       GROUP BY link, placement""",
 )
 LINK_MODEL_EXPOSURE_TABLE = _q(
     "link_model_exposure_table",
