@@ -75,13 +75,16 @@ def plot_link_model(
         and r.get("median_step_time_s") is not None
         and r.get("predicted_comm_s_per_step") is not None
     ]  # fmt: skip
-    links = [x for x in link_order if any(r["link"] == x for r in pts)]
-    links += sorted({r["link"] for r in pts} - set(links))
+    # Links from the slowest (most predicted communication) to the fastest, as the x axis reads.
+    slowest = {}
+    for r in pts:
+        slowest[r["link"]] = max(slowest.get(r["link"], 0.0), r["predicted_comm_s_per_step"])
+    links = sorted(slowest, key=lambda x: (-slowest[x], order_index(x, link_order)))
     colors = color_map(links)
     vary = {k for k in GROUP_KEYS if len({m.get(k) for m in fits}) > 1}
     import matplotlib
     from matplotlib.lines import Line2D
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     with matplotlib.rc_context(RC):
         cols = min(len(fits), 2 if len(fits) <= 4 else 3)
@@ -102,6 +105,7 @@ def plot_link_model(
             ax.set_xlim(0, x_hi)
             ax.set_ylim(bottom=0)
             ax.set_title(f"{_title(m, vary)}\n{_exposure_text(m)}", fontsize=10.5)
+            ax.xaxis.set_major_locator(MaxNLocator(4))
             ax.xaxis.set_major_formatter(FuncFormatter(tick_seconds))
             ax.yaxis.set_major_formatter(FuncFormatter(tick_seconds))
             ax.grid(True, alpha=0.3)
