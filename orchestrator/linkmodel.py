@@ -132,11 +132,6 @@ class Fit:
     boot_exposure: np.ndarray | None = None  # (n_resamples,)
     boot_step: np.ndarray | None = None  # (n_resamples, n_links): resampled link medians
 
-    def predict(self, comm_s: float) -> float | None:
-        if self.compute_s is None:
-            return None
-        return self.compute_s + (self.exposure or 0.0) * comm_s
-
 
 def _line(xs: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Least squares ``y = c + e x`` with ``e >= 0``, along the last axis (vectorised over
@@ -379,6 +374,12 @@ def project(fit: Fit, link_busbw: Mapping[str, float], bandwidths: Sequence[floa
     return out
 
 
+PROJECTION_COLUMNS = (
+    "reference_link", "predicted_comm_s", "step_s", "step_ci_low_s", "step_ci_high_s",
+    "fastest_link", "slowdown", "slowdown_ci_low", "slowdown_ci_high",
+)  # fmt: skip
+
+
 def project_sweep(
     runs: Sequence[Mapping],
     link_busbw: Mapping[tuple[str, str], float],
@@ -392,29 +393,35 @@ def project_sweep(
     for r in runs:
         groups.setdefault(tuple(r[k] for k in GROUP_KEY), []).append(r)
     out = []
-    for key in sorted(groups, key=lambda k: tuple(str(v) for v in k)):
+    for key in sorted(groups):
         fit = fit_group(groups[key], seed)
         placement = key[GROUP_KEY.index("placement")]
         busbw = {link: bw for (link, pl), bw in link_busbw.items() if pl == placement}
         projections = {p.bandwidth_gbps: p for p in project(fit, busbw, bandwidths)}
         for bw in bandwidths:
             p = projections.get(bw)
+            row = dict(zip(GROUP_KEY, key, strict=True)) | {
+                "bandwidth_gbps": bw,
+                "exposure": fit.exposure,
+            }
+            if p is None:
+                # No line (the fit's flag says why), or no measured link bandwidth to scale.
+                quality = fit.quality if fit.exposure is None else "no_link_bandwidth"
+                out.append(row | dict.fromkeys(PROJECTION_COLUMNS) | {"quality": quality})
+                continue
             out.append(
-                dict(zip(GROUP_KEY, key, strict=True))
+                row
                 | {
-                    "bandwidth_gbps": bw,
-                    "exposure": fit.exposure,
-                    "reference_link": p and p.reference_link,
-                    "predicted_comm_s": p and p.predicted_comm_s,
-                    "step_s": p and p.step_s,
-                    "step_ci_low_s": p and p.step_ci[0],
-                    "step_ci_high_s": p and p.step_ci[1],
-                    "fastest_link": p and p.fastest_link,
-                    "slowdown": p and p.slowdown,
-                    "slowdown_ci_low": p and p.slowdown_ci[0],
-                    "slowdown_ci_high": p and p.slowdown_ci[1],
-                    "quality": fit.quality if p else (fit.quality if fit.exposure is None
-                                                      else "no_link_bandwidth"),
+                    "reference_link": p.reference_link,
+                    "predicted_comm_s": p.predicted_comm_s,
+                    "step_s": p.step_s,
+                    "step_ci_low_s": p.step_ci[0],
+                    "step_ci_high_s": p.step_ci[1],
+                    "fastest_link": p.fastest_link,
+                    "slowdown": p.slowdown,
+                    "slowdown_ci_low": p.slowdown_ci[0],
+                    "slowdown_ci_high": p.slowdown_ci[1],
+                    "quality": fit.quality,
                 }
-            )  # fmt: skip
+            )
     return out
