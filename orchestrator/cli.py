@@ -106,6 +106,14 @@ def _print_summary(store, sweep_id: str) -> None:
         "link_sensitivity (variant median / baseline median)",
         if_empty=False,
     )
+    _print_table(
+        store,
+        Q.LINK_MODEL_EXPOSURE_TABLE,
+        sweep_id,
+        "link model: step = compute_s + exposure x predicted comm (exposure: share of "
+        "communication the step does not hide; 95% bootstrap interval)",
+        if_empty=False,
+    )
     for r in store.rows(Q.LINK_MISMATCHES, sweep_id=sweep_id):
         print(
             f"LINK MISMATCH run #{r['seq']}: link {r['link']!r} on a {r['link_class']} pair but "
@@ -187,6 +195,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     from orchestrator.report import report_command
 
     return report_command(args.db, args.sweep, args.out)
+
+
+def cmd_project(args: argparse.Namespace) -> int:
+    from orchestrator.project_cmd import project_command
+
+    return project_command(args.db, args.sweep, args.bandwidth_gbps, args.format)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -326,6 +340,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default="report", help="output folder, created if missing (default: ./report)"
     )
     rp.set_defaults(func=cmd_report)
+
+    pj = sub.add_parser(
+        "project",
+        help="predicted step time and slowdown per variant on links of a given bus bandwidth",
+    )
+    pj.add_argument("--db", default="results.duckdb", help=DB_HELP)
+    pj.add_argument("--sweep", default=None, help="sweep id (default: the latest sweep)")
+    pj.add_argument(
+        "--bandwidth-gbps",
+        required=True,
+        metavar="GBPS[,GBPS...]",
+        help="hypothetical links' bus bandwidth in GB/s (nccl-tests busbw), e.g. 1,10,100 (required)",
+    )
+    pj.add_argument(
+        "--format", choices=["table", "csv", "json"], default="table", help="(default: table)"
+    )
+    pj.set_defaults(func=cmd_project)
 
     ex = sub.add_parser("export", help="write every table and view as parquet or csv")
     ex.add_argument("outdir", help="output folder, created if missing; one file per table/view")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 
-from orchestrator import provenance, rows, scheduler, stats
+from orchestrator import linkmodel, provenance, rows, scheduler, stats
 from orchestrator.discovery import discover_nodes, links_by_node, node_rows
 from orchestrator.planner import (
     PlannedRun,
@@ -68,6 +68,7 @@ def execute_sweep(
             )
             store_run(store, run_rows)
             refresh_stats(store, spec, sweep_id, p.variant)
+            refresh_link_model(store, spec, sweep_id, p.variant)
             if run_rows.run["status"] != "ok":
                 status = "failed"
             ui.run_finished(p, run_rows.run)
@@ -171,3 +172,16 @@ def refresh_stats(store, spec: SweepSpec, sweep_id: str, v: Variant) -> None:
         store.insert("variant_stats", variant_rows)
         store.delete("sensitivity_stats", {"sweep_id": sweep_id, **group})
         store.insert("sensitivity_stats", sens_rows)
+
+
+def refresh_link_model(store, spec: SweepSpec, sweep_id: str, v: Variant) -> None:
+    """Refit the link model of the run's variant group (``link_model``, one row) and its
+    leave-one-link-out check (``link_model_check``) from that group's stored runs only."""
+    group = {k: getattr(v, k) for k in stats.GROUP_KEY}
+    runs = store.rows(Q.VARIANT_GROUP_RUNS, sweep_id=sweep_id, **group)
+    model_rows, check_rows = linkmodel.link_model_rows(sweep_id, runs, spec.seed)
+    with store.transaction():
+        store.delete("link_model", {"sweep_id": sweep_id, **group})
+        store.insert("link_model", model_rows)
+        store.delete("link_model_check", {"sweep_id": sweep_id, **group})
+        store.insert("link_model_check", check_rows)

@@ -41,6 +41,8 @@ class ReportData:
     gpu_links: list[dict]
     link_overview: list[dict] = field(default_factory=list)
     """view ``link_overview``: each link described, rated and measured (empty before v3)."""
+    link_model: list[dict] = field(default_factory=list)
+    link_model_check: list[dict] = field(default_factory=list)
 
 
 def _json(value: Any) -> Any:
@@ -87,6 +89,8 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
         gpus = rows(Q.REPORT_GPUS)
         gpu_links = rows(Q.REPORT_GPU_LINKS)
         link_overview = rows(Q.REPORT_LINK_OVERVIEW)
+        link_model = rows(Q.REPORT_LINK_MODEL)
+        link_model_check = rows(Q.REPORT_LINK_MODEL_CHECK)
 
     spec = _json(sweep.get("spec")) or {}
     spec = spec if isinstance(spec, dict) else {}
@@ -120,4 +124,6 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
         gpus=gpus,
         gpu_links=gpu_links,
         link_overview=link_overview,
+        link_model=link_model,
+        link_model_check=link_model_check,
     )

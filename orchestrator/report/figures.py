@@ -15,6 +15,7 @@ from orchestrator.errors import err
 from orchestrator.report.compare import plot_extra_vs_predicted
 from orchestrator.report.draw import figure_png
 from orchestrator.report.findings import extra_rows
+from orchestrator.report.linkmodel_view import plot_link_model
 from orchestrator.report.plots import (
     plot_busbw,
     plot_bytes_per_step,
@@ -31,6 +32,7 @@ FIGURES = (
     "bytes_per_step.png",
     "busbw_vs_msg_size.png",
     "extra_vs_predicted.png",
+    "step_time_vs_comm.png",
 )
 
 
@@ -59,6 +61,8 @@ def build_figures(data: ReportData) -> list[FigureResult]:
          lambda: plot_busbw(data.bandwidth, data.link_order, _rated(data))),
         (FIGURES[4], "Measured extra step time vs predicted communication time",
          lambda: plot_extra_vs_predicted(extra_rows(data))),
+        (FIGURES[5], "Link model: step time vs predicted communication time",
+         lambda: plot_link_model(data.runs, data.link_model, data.link_order)),
     ]  # fmt: skip
     out = []
     for name, title, draw in plan:

@@ -23,6 +23,7 @@ from orchestrator.report.findings import (
     throttling,
 )
 from orchestrator.report.fmt import fmt_value
+from orchestrator.report.linkmodel_view import link_model_html
 from orchestrator.report.markup import esc, html_table, missing, sorted_variants
 from orchestrator.report.sections import (
     attention,
@@ -163,6 +164,8 @@ def render_html(data: ReportData, figures: Sequence[FigureResult]) -> str:
             if data.sensitivity else missing(
              "No link sensitivity rows: there is only one link, or no variant has ok runs on "
              "both the link and the baseline."))),
+        ("linkmodel", "Link model (exposure)",
+         link_model_html(data.link_model, data.link_model_check)),
         ("attention", "Runs needing attention", attention_html(data)),
         ("runs", "All runs",
          f"<details><summary>{len(runs)} run(s), in execution order</summary>"

@@ -64,6 +64,44 @@ LINK_ALGBW = _q(
          AND algbw_gbps > 0""",
 )
 
+# --- the link model (orchestrator/linkmodel.py) --------------------------------------------
+SWEEP_MODEL_RUNS = _q(
+    "sweep_model_runs",
+    """SELECT strategy, offload, grad_accum, bucket_mb, overlap_comm, link, placement, status,
+              coalesce(throttled, false) AS throttled, median_step_time_s,
+              predicted_comm_s_per_step
+       FROM runs WHERE sweep_id = $sweep_id ORDER BY seq""",
+)
+# A link's bus bandwidth as nccl-tests users quote it: all_reduce busbw at the largest measured
+# message (small messages can beat a shaped link's rate inside its burst); without an
+# all_reduce, the best op at its largest message.
+LINK_BUSBW = _q(
+    "link_busbw",
+    """SELECT link, placement,
+              coalesce(max(busbw_gbps) FILTER (WHERE collective = 'all_reduce'),
+                       max(busbw_gbps)) AS busbw_gbps
+       FROM (SELECT link, placement, collective, busbw_gbps FROM link_bandwidth
+             WHERE sweep_id = $sweep_id AND busbw_gbps > 0
+             QUALIFY row_number() OVER (PARTITION BY link, placement, collective
+                                        ORDER BY msg_bytes DESC) = 1)
+       GROUP BY link, placement""",
+)
+LINK_MODEL_EXPOSURE_TABLE = _q(
+    "link_model_exposure_table",
+    """SELECT strategy, offload, overlap_comm AS overlap, grad_accum AS ga, bucket_mb AS bucket,
+              placement, n_links AS links, exposure, exposure_ci_low AS ci_low,
+              exposure_ci_high AS ci_high, compute_s, quality AS fit
+       FROM link_model WHERE sweep_id = $sweep_id AND n_links >= 2
+       ORDER BY strategy, offload, overlap_comm, grad_accum, bucket_mb, placement""",
+)
+REPORT_LINK_MODEL = _q("report_link_model", "SELECT * FROM link_model WHERE sweep_id = $sweep_id")
+REPORT_LINK_MODEL_CHECK = _q(
+    "report_link_model_check",
+    """SELECT * FROM link_model_check WHERE sweep_id = $sweep_id
+       ORDER BY strategy, offload, overlap_comm, grad_accum, bucket_mb, placement,
+                predicted_comm_s""",
+)
+
 # --- `linksweep run` summary ----------------------------------------------------------------
 VARIANT_SUMMARY_TABLE = _q(
     "variant_summary_table",

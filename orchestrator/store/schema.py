@@ -242,6 +242,48 @@ TABLES: dict[str, str] = {
         rated_gbps DOUBLE,           -- rate in GB/s (1e9 B/s), comparable with busbw_gbps
         description VARCHAR          -- one line for people
     """,
+    # The link model (orchestrator/linkmodel.py), one row per variant group (all but the link):
+    # step_time = compute_s + exposure x predicted_comm_s(link), fitted on the group's links.
+    "link_model": """
+        sweep_id VARCHAR,
+        strategy VARCHAR,
+        offload VARCHAR,
+        grad_accum INTEGER,
+        bucket_mb INTEGER,
+        overlap_comm VARCHAR,
+        placement VARCHAR,
+        n_links INTEGER,             -- links with included runs (the fit's points)
+        n_runs INTEGER,
+        n_excluded INTEGER,          -- failed, throttled or without a figure/prediction
+        compute_s DOUBLE,            -- step time on an infinitely fast link
+        compute_ci_low_s DOUBLE,
+        compute_ci_high_s DOUBLE,
+        exposure DOUBLE,             -- fraction of predicted communication not hidden
+        exposure_ci_low DOUBLE,
+        exposure_ci_high DOUBLE,
+        residual_s DOUBLE,           -- rms of link medians about the line
+        residual_rel DOUBLE,         -- the same relative to the step time
+        quality VARCHAR,             -- ok | runs_excluded | poor_fit | no_communication |
+                                     -- under_determined | no_prediction
+        note VARCHAR
+    """,
+    # Leave-one-link-out: each link's median step time predicted by the line through the others.
+    "link_model_check": """
+        sweep_id VARCHAR,
+        strategy VARCHAR,
+        offload VARCHAR,
+        grad_accum INTEGER,
+        bucket_mb INTEGER,
+        overlap_comm VARCHAR,
+        placement VARCHAR,
+        link VARCHAR,
+        n_runs INTEGER,              -- the link's included runs
+        predicted_comm_s DOUBLE,     -- median over them
+        measured_step_s DOUBLE,      -- median over them
+        predicted_step_s DOUBLE,     -- NULL with fewer than 2 other links
+        rel_error DOUBLE,            -- (predicted - measured) / measured
+        n_links_fit INTEGER
+    """,
 }
 
 VIEWS: dict[str, str] = {

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from orchestrator import report, stats
+from orchestrator import linkmodel, report, stats
 from orchestrator.planner import plan_runs, run_id_for
 from orchestrator.spec import parse_spec
 from orchestrator.store import TABLES, VIEWS, Q, Store
@@ -88,6 +88,12 @@ def _step_time(strategy: str, ga: int, link: str) -> float:
     return compute + comm
 
 
+def _predicted_comm_s(strategy: str, ga: int, link: str) -> float:
+    """What the link microbenchmark would price the step's collectives at: the comm term of
+    ``_step_time`` (so the link model's exposure is 1)."""
+    return _step_time(strategy, ga, link) - 0.060 * ga
+
+
 def stored_figures(steps: list[dict]) -> dict:
     """A run's figure columns from its per-rank step rows, as the driver computes them."""
     timed: dict[int, list[SimpleNamespace]] = defaultdict(list)
@@ -113,6 +119,13 @@ def store_figures(st: Store, sweep_id: str, spec) -> None:
         sens_rows += s
     st.insert("variant_stats", variant_rows)
     st.insert("sensitivity_stats", sens_rows)
+    # The link model of each group, as orchestrator.sweep.refresh_link_model stores it.
+    for group in {tuple(getattr(p.variant, k) for k in stats.GROUP_KEY) for p in plan_runs(spec)}:
+        key = dict(zip(stats.GROUP_KEY, group, strict=True))
+        runs = st.rows(Q.VARIANT_GROUP_RUNS, sweep_id=sweep_id, **key)
+        model, check = linkmodel.link_model_rows(sweep_id, runs, spec.seed)
+        st.insert("link_model", model)
+        st.insert("link_model_check", check)
 
 
 def build_database(path: str, repeats: int = 3) -> dict:
@@ -238,11 +251,10 @@ def build_database(path: str, repeats: int = 3) -> dict:
                 "tokenizer": "gpt2",
                 "peak_mem_bytes": 9 * 10**9,
                 "comm_bytes_per_step": None if failed else expected * 1.02,
-                "expected_comm_bytes_per_step": expected,
-                # priced at the link's bandwidth, as rows.build_rows does from link_bandwidth
                 "predicted_comm_s_per_step": None
                 if failed
-                else expected * 1.02 / ((40.0 if v.link == "default" else 9.0) * 1e9),
+                else _predicted_comm_s(v.strategy, v.grad_accum, v.link),
+                "expected_comm_bytes_per_step": expected,
                 "link_class": "NV2",
                 "effective_transport": "SHM" if v.link == "no_p2p" else "P2P",
                 "link_check": "mismatch" if p.seq == facts["mismatch_seq"] else "ok",
@@ -480,3 +492,15 @@ def test_export_bad_input(full_db, tmp_path, capsys):
     assert report.export_command(str(tmp_path / "none.duckdb"), "csv", str(tmp_path / "y")) == 2
     assert "does not exist" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "x") and not os.path.exists(tmp_path / "y")
+
+
+def test_report_link_model_section(full_report, full_db):
+    from orchestrator.store import Reader
+
+    _, page, _ = full_report
+    assert "Link model (exposure)" in page and "Leave one link out" in page
+    with Reader(full_db[0]) as r:
+        models = r.rows(Q.REPORT_LINK_MODEL, sweep_id=SWEEP_ID)
+    # Step times are compute + the predicted communication: exposure 1 within the noise.
+    assert len(models) == 4 and all(m["n_links"] == 2 for m in models)
+    assert all(abs(m["exposure"] - 1) < 0.2 for m in models), models

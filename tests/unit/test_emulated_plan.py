@@ -193,3 +193,36 @@ def test_default_links_match_the_emulated_sweep():
     assert {env["GLOO_SOCKET_IFNAME"] for env in sweep["links"].values()} == {
         f"ls-{n}" for n in names
     }
+
+
+LINK_MODEL_LINKS = ("r50=50mbit", "r100=100mbit", "r300=300mbit", "r1g=1gbit")
+
+
+def test_one_cluster_carries_four_links_each_at_its_own_rate():
+    shapes = [parse_link_arg(s) for s in LINK_MODEL_LINKS]
+    plan = plan_emulated(2, shapes)
+    assert [link.name for link in plan.links] == ["ctl", "r50", "r100", "r300", "r1g"]
+    for node in plan.nodes:
+        assert [p.ifname for p in node.ports] == ["ls-ctl", "ls-r50", "ls-r100", "ls-r300",
+                                                  "ls-r1g"]  # fmt: skip
+        assert len({p.address for p in node.ports}) == 5
+    tc = [cmd for cmd in plan.up_commands if cmd[0] == "tc"]
+    shaped = {(cmd[2], cmd[cmd.index("dev") + 1]): cmd[cmd.index("rate") + 1] for cmd in tc}
+    assert shaped == {(ns, f"ls-{s.name}"): s.rate for ns in ("lsn0", "lsn1") for s in shapes}
+    rates = [s.rate_bits_per_s for s in shapes]
+    assert rates == [50e6, 100e6, 300e6, 1e9]
+
+
+def test_link_model_sweep_names_the_four_links():
+    import yaml
+
+    from orchestrator.spec import parse_spec
+
+    sweep = yaml.safe_load((REPO / "sweeps" / "link-model-emulated.yaml").read_text())
+    spec = parse_spec(sweep)
+    names = [parse_link_arg(s).name for s in LINK_MODEL_LINKS]
+    assert spec.grid_links == names
+    assert {k: v["GLOO_SOCKET_IFNAME"] for k, v in sweep["links"].items()} == {
+        n: f"ls-{n}" for n in names
+    }
+    assert spec.grid.linkbench and spec.grid.placement == ["spread"]
