@@ -54,4 +54,4 @@ def check_cluster(spec: SweepSpec) -> dict[str, float]:
     """Capacity check against the connected cluster; returns one rank's bundle."""
     nodes = scheduler.cluster_nodes()
     check_capacity(spec, nodes)
-    return rank_resources(nodes)
+    return rank_resources(nodes, spec.world_size)

@@ -228,10 +228,13 @@ def execute_run(
     from workloads.rank import Rank
 
     result = RunResult()
+    t_placement = time.perf_counter()
     pg = placement_group([dict(bundle)] * world_size, strategy=PLACEMENT_STRATEGY[placement])
     actors = []
     try:
-        if not pg.wait(timeout_seconds=PLACEMENT_TIMEOUT_S):
+        placed = pg.wait(timeout_seconds=PLACEMENT_TIMEOUT_S)
+        result.driver_phases["placement"] = time.perf_counter() - t_placement
+        if not placed:
             raise RunFailure(
                 f"placement group {PLACEMENT_STRATEGY[placement]} of {world_size} x {bundle} "
                 f"could not be placed within {PLACEMENT_TIMEOUT_S:.0f} s (resources busy or "
@@ -276,9 +279,11 @@ def execute_run(
     except Exception as exc:  # noqa: BLE001 - RayActorError, RayTaskError, GetTimeoutError...
         result.error = _error_text(exc)
     finally:
+        t_teardown = time.perf_counter()
         for a in actors:
             ray.kill(a, no_restart=True)
         remove_placement_group(pg)
+        result.driver_phases["teardown"] = time.perf_counter() - t_teardown
     return result
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+import time
 
 from orchestrator import provenance, rows, scheduler, stats
 from orchestrator.discovery import discover_nodes, links_by_node, node_rows
@@ -137,6 +138,7 @@ def run_linkbenches(spec: SweepSpec, store, sweep_id: str, bundle, ui) -> dict:
 
 
 def store_run(store, run_rows: rows.RunRows) -> None:
+    t0 = time.perf_counter()
     with store.transaction():
         store.insert("runs", [run_rows.run])
         store.insert("steps", run_rows.steps)
@@ -144,6 +146,10 @@ def store_run(store, run_rows: rows.RunRows) -> None:
         store.insert("comms", run_rows.comms)
         store.insert("transports", run_rows.transports)
         store.insert("telemetry", run_rows.telemetry)
+        store.insert("run_phases", run_rows.phases)
+    commit_s = time.perf_counter() - t0
+    with store.transaction():  # its own commit phase, timed once the run is safely stored
+        store.insert("run_phases", [rows.commit_phase_row(run_rows.run["run_id"], commit_s)])
 
 
 def refresh_stats(store, spec: SweepSpec, sweep_id: str, v: Variant) -> None:

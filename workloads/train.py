@@ -26,6 +26,7 @@ from workloads.contract import (
 )
 from workloads.data import batches, load_text, load_tokenizer, make_blocks
 from workloads.model import build_model, n_params
+from workloads.phases import PhaseClock
 from workloads.strategies import _sync, make_strategy
 
 FAULT_ENV = "LINKSWEEP_INJECT_FAULT"
@@ -105,15 +106,17 @@ def run_training(
 ) -> dict:
     """Train ``cfg['warmup_steps'] + cfg['steps']`` optimizer steps; return this rank's records."""
     fault = parse_fault(os.environ.get(FAULT_ENV))
-    text = load_text(cfg.dataset)
-    tokenizer, tokenizer_name = load_tokenizer()
-    blocks = make_blocks(text.lines, tokenizer, cfg.seq_len)
-    data = batches(blocks, cfg.micro_batch_size, rank, world_size, cfg.seed)
-
-    model = build_model(cfg.model, cfg.seed)
-    params = n_params(model)
+    clock = PhaseClock()
+    with clock.phase("model_data_build"):
+        text = load_text(cfg.dataset)
+        tokenizer, tokenizer_name = load_tokenizer()
+        blocks = make_blocks(text.lines, tokenizer, cfg.seq_len)
+        data = batches(blocks, cfg.micro_batch_size, rank, world_size, cfg.seed)
+        model = build_model(cfg.model, cfg.seed)
+        params = n_params(model)
     autocast_dtype = torch.bfloat16 if cfg.precision == "bf16" else None
-    strategy = make_strategy(model, device, cfg, autocast_dtype)
+    with clock.phase("strategy_init"):
+        strategy = make_strategy(model, device, cfg, autocast_dtype)
 
     ga = cfg.grad_accum
     samples = cfg.micro_batch_size * ga
@@ -121,9 +124,13 @@ def run_training(
     steps: list[StepRecord] = []
     first_step_wall = None
     telemetry = Telemetry(device, nvml_index)
+    loop_start = time.perf_counter()
+    timed_start = loop_start if cfg.warmup_steps == 0 else None
     for step in range(total):
         warmup = step < cfg.warmup_steps
         if step == cfg.warmup_steps:
+            timed_start = time.perf_counter()
+            clock.add("warmup", timed_start - loop_start)
             telemetry.start()  # sample the timed window only
         batch_list = [next(data).to(device) for _ in range(ga)]  # data prep outside the clock
         _sync(device)
@@ -151,20 +158,24 @@ def run_training(
         if on_step is not None:
             on_step(step + 1, total, warmup)
 
+    if timed_start is not None:
+        clock.add("timed_steps", time.perf_counter() - timed_start)
     telemetry_out = telemetry.stop()
     comms: tuple = ()
     profile_steps = cfg.profile_steps
     if profile_steps and world_size > 1:
-        strategy.profile_start()
-        for _ in range(profile_steps):
-            for micro in range(ga):
-                strategy.micro_step(next(data).to(device), boundary=micro == ga - 1)
-            strategy.optimizer_step()
-        _sync(device)
-        comms = strategy.profile_stop()  # totals over profile_steps; the driver divides
+        with clock.phase("profiled_pass"):
+            strategy.profile_start()
+            for _ in range(profile_steps):
+                for micro in range(ga):
+                    strategy.micro_step(next(data).to(device), boundary=micro == ga - 1)
+                strategy.optimizer_step()
+            _sync(device)
+            comms = strategy.profile_stop()  # totals over profile_steps; the driver divides
     mem = peak_mem_bytes(device)
     swap_files = strategy.swap_files()  # counted while the run still holds its swap folder
-    strategy.teardown()
+    with clock.phase("rank_teardown"):
+        strategy.teardown()
     return TrainingRecord(
         steps=tuple(steps),
         n_params=params,
@@ -176,4 +187,5 @@ def run_training(
         profile_steps=profile_steps if comms else 0,
         telemetry=telemetry_out,
         nvme_swap_files=swap_files,
+        phases=clock.records(),
     )

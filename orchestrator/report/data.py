@@ -11,7 +11,7 @@ May import ``orchestrator.store`` and the standard library; nothing else from li
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.store import Q, Reader
@@ -39,6 +39,8 @@ class ReportData:
     nodes: list[dict]
     gpus: list[dict]
     gpu_links: list[dict]
+    phases: list[dict] = field(default_factory=list)
+    """Per phase of a run (``run_phases``): n_runs, median_s, total_s over the sweep."""
 
 
 def _json(value: Any) -> Any:
@@ -84,6 +86,7 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
         nodes = rows(Q.REPORT_NODES)
         gpus = rows(Q.REPORT_GPUS)
         gpu_links = rows(Q.REPORT_GPU_LINKS)
+        phases = rows(Q.REPORT_PHASES)
 
     spec = _json(sweep.get("spec")) or {}
     spec = spec if isinstance(spec, dict) else {}
@@ -116,4 +119,5 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
         nodes=nodes,
         gpus=gpus,
         gpu_links=gpu_links,
+        phases=phases,
     )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.report.fmt import fmt_value
 from orchestrator.report.markup import esc, html_table, missing, sorted_variants
+from orchestrator.report.phases import phases_html
 from orchestrator.report.sections import (
     attention,
     attention_html,
@@ -145,6 +146,7 @@ def render_html(data: ReportData, figures: Sequence[FigureResult]) -> str:
             if data.sensitivity else missing(
              "No link sensitivity rows: there is only one link, or no variant has ok runs on "
              "both the link and the baseline."))),
+        ("phases", "Where a run's seconds go", phases_html(data)),
         ("attention", "Runs needing attention", attention_html(data)),
         ("runs", "All runs",
          f"<details><summary>{len(runs)} run(s), in execution order</summary>"

@@ -9,7 +9,7 @@ are computed by ``orchestrator/stats.py`` and stored in ``runs``, ``variant_stat
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 TABLES: dict[str, str] = {
     "meta": """
@@ -182,6 +182,14 @@ TABLES: dict[str, str] = {
         status VARCHAR,
         error VARCHAR
     """,
+    # Where a run's seconds go (workloads/contract.py PHASES): one row per run x rank x phase
+    # for phases timed in the ranks, rank NULL for the driver's (placement, teardown, commit).
+    "run_phases": """
+        run_id VARCHAR,
+        rank INTEGER,                -- NULL: measured by the driver
+        phase VARCHAR,
+        seconds DOUBLE
+    """,
     "variant_stats": """
         sweep_id VARCHAR,
         strategy VARCHAR,
@@ -313,4 +321,6 @@ MIGRATIONS: dict[int, list[str]] = {
              AND variant_stats.bucket_mb = f.bucket_mb AND variant_stats.link = f.link
              AND variant_stats.placement = f.placement""",
     ],
+    # v3: run_phases (a new table: created by the schema itself, nothing to alter).
+    3: [],
 }
