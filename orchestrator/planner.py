@@ -126,6 +126,24 @@ def rank_resources(nodes: list[NodeCapacity], world_size: int = 1) -> dict[str, 
     return {"CPU": round(share, 2)} if share >= CPU_SHARE_STEP else {"CPU": 1.0}
 
 
+def launcher_for(spec: SweepSpec, bundle: dict[str, float]) -> str:
+    """How this sweep's ranks start: ``fork`` (per-node fork-server launcher) or ``actors``
+    (fresh Ray actors per run). ``auto`` is fork on CPU-only clusters, actors where ranks get
+    GPUs. Raises SpecError for fork on GPUs (not yet run on a GPU; and GPU ids come from Ray
+    actors)."""
+    gpu = "GPU" in bundle
+    if spec.launcher == "fork" and gpu:
+        raise SpecError(
+            [
+                "launcher: 'fork' is CPU-only until it has been run on a GPU cluster; allowed "
+                "here: 'actors' or 'auto' (= actors on GPUs)"
+            ]
+        )
+    if spec.launcher == "auto":
+        return "actors" if gpu else "fork"
+    return spec.launcher
+
+
 def check_capacity(spec: SweepSpec, nodes: list[NodeCapacity]) -> None:
     """Reject placements the cluster can never satisfy, before any run starts.
 
@@ -265,6 +283,8 @@ class RunResult:
     actors_created_wall_s: float | None = None
     driver_phases: dict[str, float] = field(default_factory=dict)
     """Seconds of the phases the driver times (placement, teardown; ``contract.PHASES``)."""
+    launcher: str = "actors"
+    """How the ranks started: ``actors`` (fresh Ray actors) or ``fork`` (per-node fork server)."""
 
 
 def place_ranks(infos: list[NodeInfo]) -> list[RankPlacement]:

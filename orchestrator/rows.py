@@ -238,6 +238,7 @@ def build_rows(
         "peak_mem_bytes": max((t.peak_mem_bytes for _, t in trained), default=None),
         "nvme_swap_files": max((t.nvme_swap_files for _, t in trained), default=None),
         "variant": v.to_dict(),
+        "launcher": result.launcher,
         **_comm_facts(spec, planned, trained, prices),
         **stats.run_figures(timed),
     }

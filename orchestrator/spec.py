@@ -137,6 +137,11 @@ class SweepSpec(BaseModel):
     """Largest link-microbenchmark message, MiB; default 16 on CPU (gloo), 256 on GPU."""
     seed: int = 0
     """Seed for model init and data order, the same in every run."""
+    launcher: Literal["auto", "fork", "actors"] = "auto"
+    """How ranks start. fork: a launcher actor per node per sweep forks each run's ranks from a
+    fork server with torch/transformers/deepspeed imported (no imports paid per run); actors:
+    fresh Ray actors per run (pays the imports every run); auto: fork on CPU-only clusters,
+    actors on GPU clusters (fork has not been run on a GPU yet)."""
 
     @field_validator("name")
     @classmethod

@@ -19,6 +19,7 @@ from orchestrator.planner import (
     PlannedRun,
     RunResult,
     Variant,
+    launcher_for,
     link_placements,
     linkbench_config,
     linkbench_id_for,
@@ -52,16 +53,21 @@ def execute_sweep(
     topo_links = discover_topology(store, sweep_id)
     ui.sweep_started(spec, sweep_id, len(planned))
     status = "ok"
+    launchers = None
     try:
         prices = {}
         if spec.grid.linkbench or not train:
             prices = run_linkbenches(spec, store, sweep_id, bundle, ui)
         board = scheduler.progress_board()
+        if planned and launcher_for(spec, bundle) == "fork":
+            launchers = scheduler.start_launchers()
         for p in planned:
             run_id = run_id_for(sweep_id, p.seq)
             ui.run_started(p, run_id)
             started = _now()
-            result = run_one(spec, p, run_id, bundle, board, on_tick=lambda: ui.tick(board.poll()))
+            result = run_one(
+                spec, p, run_id, bundle, board, lambda: ui.tick(board.poll()), launchers
+            )
             link_prices = prices.get((p.variant.link, p.variant.placement))
             run_rows = rows.build_rows(
                 spec, sweep_id, p, run_id, result, started, _now(), topo_links, link_prices
@@ -75,13 +81,17 @@ def execute_sweep(
         status = "interrupted"
         raise
     finally:
+        scheduler.stop_launchers(launchers)
         store.update("sweeps", {"sweep_id": sweep_id}, {"status": status, "finished_at": _now()})
         ui.sweep_finished(sweep_id, status)
     return sweep_id
 
 
-def run_one(spec: SweepSpec, p: PlannedRun, run_id: str, bundle, board, on_tick) -> RunResult:
-    """One run on fresh actors; its NVMe swap folder is removed whatever happens."""
+def run_one(
+    spec: SweepSpec, p: PlannedRun, run_id: str, bundle, board, on_tick, launchers=None
+) -> RunResult:
+    """One run (fresh actors, or forked by ``launchers``); its NVMe swap folder is removed
+    whatever happens."""
     cfg = run_config(spec, p.variant, run_id)
     env = run_env(spec, p.variant.link, run_id, int(bundle.get("CPU", 1)))
     try:
@@ -94,6 +104,7 @@ def run_one(spec: SweepSpec, p: PlannedRun, run_id: str, bundle, board, on_tick)
             spec.run_timeout_s,
             board=board,
             on_tick=on_tick,
+            launchers=launchers,
         )
     finally:
         if cfg.nvme_dir:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -33,13 +34,14 @@ FAULT_ENV = "LINKSWEEP_INJECT_FAULT"
 
 
 def parse_fault(value: str | None) -> tuple[int, int, str] | None:
-    """``RANK:STEP[:raise|hang]`` -> (rank, step, kind). A test hook, set through a link's env."""
+    """``RANK:STEP[:raise|hang|kill]`` -> (rank, step, kind). A test hook, set through a link's
+    env; ``kill``: the rank's process SIGKILLs itself (as the OOM killer would)."""
     if not value:
         return None
     parts = value.split(":")
     kind = parts[2] if len(parts) > 2 else "raise"
-    if len(parts) not in (2, 3) or kind not in ("raise", "hang"):
-        raise ValueError(f"{FAULT_ENV}={value!r}: expected RANK:STEP[:raise|hang]")
+    if len(parts) not in (2, 3) or kind not in ("raise", "hang", "kill"):
+        raise ValueError(f"{FAULT_ENV}={value!r}: expected RANK:STEP[:raise|hang|kill]")
     return int(parts[0]), int(parts[1]), kind
 
 
@@ -47,6 +49,8 @@ def _maybe_fault(fault, rank: int, step: int) -> None:
     if fault and fault[0] == rank and fault[1] == step:
         if fault[2] == "hang":
             threading.Event().wait()  # blocks forever: the driver's run timeout must catch it
+        if fault[2] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
         raise RuntimeError(f"injected fault on rank {rank} at step {step} ({FAULT_ENV})")
 
 

@@ -84,7 +84,8 @@ TABLES: dict[str, str] = {
         p10_step_time_s DOUBLE,
         p90_step_time_s DOUBLE,
         samples_per_s DOUBLE,        -- samples of all ranks / sum of step times
-        tokens_per_s DOUBLE
+        tokens_per_s DOUBLE,
+        launcher VARCHAR             -- actors | fork: how the ranks started (v3)
     """,
     "steps": """
         run_id VARCHAR,
@@ -321,6 +322,6 @@ MIGRATIONS: dict[int, list[str]] = {
              AND variant_stats.bucket_mb = f.bucket_mb AND variant_stats.link = f.link
              AND variant_stats.placement = f.placement""",
     ],
-    # v3: run_phases (a new table: created by the schema itself, nothing to alter).
-    3: [],
+    # v3: run_phases (a new table: created by the schema itself); how a run's ranks started.
+    3: ["ALTER TABLE runs ADD COLUMN launcher VARCHAR"],
 }

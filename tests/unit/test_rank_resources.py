@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.planner import NodeCapacity, check_capacity, rank_resources, run_env
+from orchestrator.planner import (
+    NodeCapacity,
+    check_capacity,
+    launcher_for,
+    rank_resources,
+    run_env,
+)
 from orchestrator.spec import SpecError, parse_spec
 
 TWO_CORES = [NodeCapacity("a", cpus=2, gpus=0)]
@@ -45,3 +51,29 @@ def test_too_many_ranks_for_a_hundredth_of_a_cpu_each_is_refused():
     spec = parse_spec({"name": "x", "world_size": 1000, "links": {"default": {}}})
     with pytest.raises(SpecError, match="'pack' puts world_size=1000"):
         check_capacity(spec, TWO_CORES)
+
+
+@pytest.mark.parametrize(
+    "launcher,bundle,want",
+    [
+        ("auto", {"CPU": 1.0}, "fork"),
+        ("auto", {"GPU": 1.0}, "actors"),  # the fallback stays the default on GPUs
+        ("actors", {"CPU": 0.25}, "actors"),
+        ("fork", {"CPU": 1.0}, "fork"),
+    ],
+)
+def test_launcher_choice(launcher, bundle, want):
+    spec = parse_spec({"name": "x", "launcher": launcher, "links": {"default": {}}})
+    assert launcher_for(spec, bundle) == want
+
+
+def test_fork_launcher_on_gpus_is_refused_with_the_allowed_values():
+    spec = parse_spec({"name": "x", "launcher": "fork", "links": {"default": {}}})
+    with pytest.raises(SpecError, match="launcher: 'fork' is CPU-only.*'actors' or 'auto'"):
+        launcher_for(spec, {"GPU": 1.0})
+
+
+def test_unknown_launcher_names_the_field_and_the_allowed_values():
+    with pytest.raises(SpecError) as exc:
+        parse_spec({"name": "x", "launcher": "threads", "links": {"default": {}}})
+    assert "launcher" in str(exc.value) and "'fork'" in str(exc.value)
