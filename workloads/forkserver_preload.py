@@ -10,6 +10,12 @@ import torch  # noqa: F401
 import torch.distributed  # noqa: F401
 import transformers  # noqa: F401
 
+# transformers and datasets import most of themselves lazily, at first use: import what a run
+# uses (gpt2, the tokenizer lookup, the text loader) here, or every forked rank pays ~2 s for it.
+import transformers.models.auto.tokenization_auto  # noqa: F401
+import transformers.models.gpt2.configuration_gpt2  # noqa: F401
+import transformers.models.gpt2.modeling_gpt2  # noqa: F401
+
 import workloads.data  # noqa: F401
 import workloads.model  # noqa: F401
 import workloads.rank  # noqa: F401
@@ -20,3 +26,6 @@ with contextlib.suppress(Exception):  # optional: absent or unbuildable here
     import deepspeed  # noqa: F401
 with contextlib.suppress(Exception):
     import datasets  # noqa: F401
+    import datasets.builder  # noqa: F401
+    import datasets.load  # noqa: F401
+    import datasets.packaged_modules.text.text  # noqa: F401
