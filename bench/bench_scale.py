@@ -282,6 +282,7 @@ def bench_sweep(work: Path, runs: int, steps: int, code: str | None, extra: dict
         per_run = r.rows(Q.BENCH_RUN_OVERHEAD)
         (sweep_row,) = r.rows(Q.BENCH_SWEEP_WALL)
         phases = _phases(r)
+        all_steps = _all_steps_overhead(r)
     timed = sum(x["timed_s"] for x in per_run)
     overhead = [x["wall_s"] - x["timed_s"] for x in per_run]
     return {
@@ -294,8 +295,19 @@ def bench_sweep(work: Path, runs: int, steps: int, code: str | None, extra: dict
         "sweep_efficiency": timed / sweep_row["wall_s"],
         "sweep_wall_per_run_minus_steps_s": (sweep_row["wall_s"] - timed) / len(per_run),
         "command_wall_s": command_wall,
+        "median_run_wall_minus_all_steps_s": all_steps,
         "phases_median_s": phases,
     }
+
+
+def _all_steps_overhead(reader: Reader) -> float | None:
+    """Median over runs of wall minus every step the workload ran (warmup, timed, profiled
+    pass: the slowest rank's wall in each), when run phases are stored (v3)."""
+    try:
+        rows = reader.rows(Q.BENCH_RUN_STEP_PHASES)
+    except Exception:  # noqa: BLE001 - a database from --code older than run phases
+        return None
+    return stats.median([x["wall_s"] - x["steps_s"] for x in rows]) if rows else None
 
 
 def _phases(reader: Reader) -> dict:

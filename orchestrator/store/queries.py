@@ -181,3 +181,12 @@ BENCH_PHASES = _q(
     f"""SELECT phase, median(s) AS median_s FROM ({_PHASES_PER_RUN.format(where="true")})
         GROUP BY phase""",
 )
+BENCH_RUN_STEP_PHASES = _q(
+    "bench_run_step_phases",
+    """SELECT r.seq, epoch(r.finished_at) - epoch(r.started_at) AS wall_s, sum(p.s) AS steps_s
+       FROM runs r
+       JOIN (SELECT run_id, phase, max(seconds) AS s FROM run_phases
+             WHERE phase IN ('warmup', 'timed_steps', 'profiled_pass')
+             GROUP BY run_id, phase) p ON p.run_id = r.run_id
+       GROUP BY r.seq, r.started_at, r.finished_at ORDER BY r.seq""",
+)
