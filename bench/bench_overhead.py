@@ -4,7 +4,12 @@ and under a bare ``torchrun``, alternated on one machine.
     python bench/bench_overhead.py [--trials 3] [--steps 20] [--warmup 3] [--with-nice0]
                                    [--json OUT] [--keep]
 
-Both sides train the same variant with the same code: ``linksweep run`` starts Ray actors that call
+Arms: ``linksweep`` (``launcher: fork``: ranks forked by a per-node launcher whose fork server
+has the imports done), ``linksweep_actors`` (``launcher: actors``: fresh Ray actors per run, the
+imports paid every run), ``torchrun``; each linksweep arm is a 2-run sweep whose second run gives
+the figures (the first run's start-up, which warms the fork server, is shown apart).
+
+Both sides train the same variant with the same code: ``linksweep run`` starts ranks that call
 ``workloads.train.run_training``; ``torchrun --standalone --nproc_per_node 2
 bench/standalone.py`` calls it from plain processes with the same ``RunConfig``
 (``orchestrator.planner.run_config``). Both get OMP_NUM_THREADS=1 per rank (linksweep sets it from
@@ -76,8 +81,8 @@ RUN_TIMEOUT_S = 900
 """Hang guard per command; a CPU run of this size takes well under a minute."""
 
 
-def sweep_doc(steps: int, warmup: int) -> dict:
-    """The benchmarked workload: gpt2-tiny DDP, 2 ranks, one variant, one run."""
+def sweep_doc(steps: int, warmup: int, repeats: int = 1, launcher: str = "auto") -> dict:
+    """The benchmarked workload: gpt2-tiny DDP, 2 ranks, one variant, ``repeats`` runs."""
     return {
         "name": "bench-overhead",
         "model": "gpt2-tiny",
@@ -87,7 +92,8 @@ def sweep_doc(steps: int, warmup: int) -> dict:
         "micro_batch_size": 2,
         "steps": steps,
         "warmup_steps": warmup,
-        "repeats": 1,
+        "repeats": repeats,
+        "launcher": launcher,
         "world_size": 2,
         "links": {"default": {}},
         "grid": {"strategy": ["ddp"], "grad_accum": [1], "placement": ["pack"]},
@@ -132,12 +138,13 @@ def run_linksweep(sweep: Path, work: Path, trial: int, **env: str) -> dict:
     _check(proc, "linksweep run")
     with Reader(str(db)) as reader:
         rows = reader.rows(Q.BENCH_RUNS)
-    if len(rows) != 1 or rows[0]["status"] != "ok":
-        raise RuntimeError(f"linksweep run: expected one ok run, got {rows}")
-    r = rows[0]
+    if not rows or any(x["status"] != "ok" for x in rows):
+        raise RuntimeError(f"linksweep run: expected ok runs, got {rows}")
+    r = rows[-1]  # the sweep's last run: what every run after the first pays
     return {
         "median_step_time_s": r["median_step_time_s"],
         "startup_s": r["startup_s"],
+        "first_run_startup_s": rows[0]["startup_s"],
         "wall_s": wall,
         "n_steps": r["n_steps"],
     }
@@ -181,7 +188,7 @@ def run_torchrun(sweep: Path, work: Path, trial: int) -> dict:
     }
 
 
-LINKSWEEP_ARMS = ("linksweep", "linksweep_nice0")
+LINKSWEEP_ARMS = ("linksweep", "linksweep_actors", "linksweep_nice0")
 """The arms compared against ``torchrun``; ``linksweep_nice0`` only with --with-nice0."""
 
 
@@ -210,6 +217,7 @@ def summarize(trials: list[dict]) -> dict:
             # disturbed one: a second opinion when the machine is busy.
             "ratio_of_min": min(ls) / min(tr),
             "startup_s": stats.median([t[arm]["startup_s"] for t in pairs]),
+            "first_run_startup_s": stats.median([t[arm]["first_run_startup_s"] for t in pairs]),
             "torchrun_startup_s": stats.median([t["torchrun"]["startup_s"] for t in pairs]),
             "wall_s": stats.median([t[arm]["wall_s"] for t in pairs]),
             "torchrun_wall_s": stats.median([t["torchrun"]["wall_s"] for t in pairs]),
@@ -250,8 +258,9 @@ def report(trials: list[dict], summary: dict, arms: list[str]) -> None:
                 f"{s['trial_ratio_range'][1]:.3f}, wider than the target; machine too busy)"
             )
             + "\n"
-            f"  start-up to first step (median): {arm} {s['startup_s']:.2f} s (actors requested "
-            f"-> first step), torchrun {s['torchrun_startup_s']:.2f} s (launch -> first step); "
+            f"  start-up to first step (median): {arm} {s['startup_s']:.2f} s per run (ranks "
+            f"requested -> first step; the sweep's first run {s['first_run_startup_s']:.2f} s), "
+            f"torchrun {s['torchrun_startup_s']:.2f} s (launch -> first step); "
             f"whole command: {s['wall_s']:.1f} s vs {s['torchrun_wall_s']:.1f} s"
         )
 
@@ -279,12 +288,22 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="linksweep-bench-overhead-"))
     sweep = work / "sweep.yaml"
     sweep.write_text(yaml.safe_dump(context["sweep"], sort_keys=False))
+    # Two runs per linksweep sweep: the figures are the second run's (steady state: the fork
+    # server is warm), the first run's start-up is shown apart. torchrun runs the first sweep's
+    # variant once per trial.
+    fork = work / "sweep-fork.yaml"
+    fork.write_text(yaml.safe_dump(sweep_doc(args.steps, args.warmup, 2, "fork"), sort_keys=False))
+    actors = work / "sweep-actors.yaml"
+    actors.write_text(
+        yaml.safe_dump(sweep_doc(args.steps, args.warmup, 2, "actors"), sort_keys=False)
+    )
     arms = {
-        "linksweep": lambda i: run_linksweep(sweep, work, i),
+        "linksweep": lambda i: run_linksweep(fork, work, i),
         "torchrun": lambda i: run_torchrun(sweep, work, i),
+        "linksweep_actors": lambda i: run_linksweep(actors, work, i),
     }
     if args.with_nice0:
-        arms["linksweep_nice0"] = lambda i: run_linksweep(sweep, work, i, RAY_worker_niceness="0")
+        arms["linksweep_nice0"] = lambda i: run_linksweep(actors, work, i, RAY_worker_niceness="0")
     context["arms"] = list(arms)
     trials: list[dict] = []
     interrupted = False

@@ -220,9 +220,9 @@ def efficiency(
         "peak_source": None,
         "mfu": None,
     }
-    if not n_params:
+    matmul_params = (n_params or 0) - n_positions * d_model  # the position table is a lookup
+    if matmul_params < 1:  # no parameter count (no rank trained), or not a gpt2 of this size
         return out
-    matmul_params = n_params - n_positions * d_model  # the position table is a lookup
     total = flops_per_step(matmul_params, n_layer, d_model, seq_len, tokens_per_step)
     out["model_flops_per_step"] = total
     if median_step_time_s and median_step_time_s > 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import math
 import os
 import secrets
 from dataclasses import asdict, dataclass, field
@@ -121,9 +122,40 @@ class NodeCapacity:
     gpus: float
 
 
-def rank_resources(nodes: list[NodeCapacity]) -> dict[str, float]:
-    """One rank's bundle: a GPU where the cluster has GPUs, else a CPU."""
-    return {"GPU": 1.0} if any(n.gpus >= 1 for n in nodes) else {"CPU": 1.0}
+CPU_SHARE_STEP = 0.01
+"""Fractional CPU bundles are rounded down to this, so that world_size of them fit the node."""
+
+
+def rank_resources(nodes: list[NodeCapacity], world_size: int = 1) -> dict[str, float]:
+    """One rank's bundle: a GPU where the cluster has GPUs, else a CPU. On a CPU-only cluster
+    whose largest node has fewer CPUs than ``world_size``, an equal share of that node's CPUs
+    (rounded down to ``CPU_SHARE_STEP``), so the run still packs onto one node: e.g. 8 ranks of
+    0.25 CPU on a 2-core machine (oversubscribed, one thread each; for scale tests on CPU)."""
+    if any(n.gpus >= 1 for n in nodes):
+        return {"GPU": 1.0}
+    largest = max((n.cpus for n in nodes), default=0.0)
+    if world_size <= largest:
+        return {"CPU": 1.0}
+    share = math.floor(largest / world_size / CPU_SHARE_STEP) * CPU_SHARE_STEP
+    return {"CPU": round(share, 2)} if share >= CPU_SHARE_STEP else {"CPU": 1.0}
+
+
+def launcher_for(spec: SweepSpec, bundle: dict[str, float]) -> str:
+    """How this sweep's ranks start: ``fork`` (per-node fork-server launcher) or ``actors``
+    (fresh Ray actors per run). ``auto`` is fork on CPU-only clusters, actors where ranks get
+    GPUs. Raises SpecError for fork on GPUs (not yet run on a GPU; and GPU ids come from Ray
+    actors)."""
+    gpu = "GPU" in bundle
+    if spec.launcher == "fork" and gpu:
+        raise SpecError(
+            [
+                "launcher: 'fork' is CPU-only until it has been run on a GPU cluster; allowed "
+                "here: 'actors' or 'auto' (= actors on GPUs)"
+            ]
+        )
+    if spec.launcher == "auto":
+        return "actors" if gpu else "fork"
+    return spec.launcher
 
 
 def check_capacity(spec: SweepSpec, nodes: list[NodeCapacity]) -> None:
@@ -134,9 +166,9 @@ def check_capacity(spec: SweepSpec, nodes: list[NodeCapacity]) -> None:
     """
     if not nodes:
         raise SpecError(["the Ray cluster has no alive nodes"])
-    res = rank_resources(nodes)
-    kind = next(iter(res))
-    per_node = [int(n.gpus if kind == "GPU" else n.cpus) for n in nodes]
+    res = rank_resources(nodes, spec.world_size)
+    kind, need = next(iter(res.items()))
+    per_node = [int((n.gpus if kind == "GPU" else n.cpus) / need + 1e-9) for n in nodes]
     errors = []
     n = spec.world_size
     if "pack" in spec.grid.placement and max(per_node) < n:
@@ -269,6 +301,10 @@ class RunResult:
     placements: list[RankPlacement] = field(default_factory=list)
     error: str | None = None
     actors_created_wall_s: float | None = None
+    driver_phases: dict[str, float] = field(default_factory=dict)
+    """Seconds of the phases the driver times (placement, teardown; ``contract.PHASES``)."""
+    launcher: str = "actors"
+    """How the ranks started: ``actors`` (fresh Ray actors) or ``fork`` (per-node fork server)."""
 
 
 def place_ranks(infos: list[NodeInfo]) -> list[RankPlacement]:

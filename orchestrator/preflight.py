@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from orchestrator import scheduler
-from orchestrator.planner import check_capacity, rank_resources
+from orchestrator.planner import check_capacity, launcher_for, rank_resources
 from orchestrator.spec import SpecError, SweepSpec
 
 
@@ -54,4 +54,6 @@ def check_cluster(spec: SweepSpec) -> dict[str, float]:
     """Capacity check against the connected cluster; returns one rank's bundle."""
     nodes = scheduler.cluster_nodes()
     check_capacity(spec, nodes)
-    return rank_resources(nodes)
+    bundle = rank_resources(nodes, spec.world_size)
+    launcher_for(spec, bundle)  # refuses fork on GPUs before anything runs
+    return bundle

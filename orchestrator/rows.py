@@ -13,13 +13,13 @@ import dataclasses
 import datetime as dt
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orchestrator import comm_model, flops, nccl_log, stats
 from orchestrator.planner import PlannedRun, RunResult
 from orchestrator.spec import SweepSpec
 from orchestrator.topo import run_link_class
-from workloads.contract import RankRecord, TrainingRecord
+from workloads.contract import PHASES, RankRecord, TrainingRecord
 from workloads.model import GPT2_SIZES, N_POSITIONS
 from workloads.telemetry import summarize as summarize_telemetry
 
@@ -34,6 +34,7 @@ class RunRows:
     comms: list[dict]
     transports: list[dict]
     telemetry: list[dict]
+    phases: list[dict] = field(default_factory=list)
 
 
 def sweep_row(spec: SweepSpec, sweep_id: str, address: str, n_runs: int, context: dict) -> dict:
@@ -274,6 +275,7 @@ def build_rows(
         "nvme_swap_files": max((t.nvme_swap_files for _, t in trained), default=None),
         "variant": v.to_dict(),
         "ds_config": _rank0(trained).ds_config if trained else None,
+        "launcher": result.launcher,
         **_comm_facts(spec, planned, trained, prices),
         **figures,
         **_efficiency_facts(spec, planned, trained, figures),
@@ -282,7 +284,34 @@ def build_rows(
     transports, t_facts = _transport_facts(run_id, records, spec.links[v.link], link_class)
     telemetry, tel_facts = _telemetry_facts(run_id, trained)
     run.update({"link_class": link_class, **t_facts, **tel_facts})
-    return RunRows(run, steps, ranks, comms, transports, telemetry)
+    return RunRows(run, steps, ranks, comms, transports, telemetry, phase_rows(run_id, result))
+
+
+def phase_rows(run_id: str, result: RunResult) -> list[dict]:
+    """``run_phases`` rows: the driver's phases (rank NULL), then each rank's, in PHASES order.
+    A rank's process_start is its actor's creation minus the driver's request for the actors."""
+    order = {p: i for i, p in enumerate(PHASES)}
+    rows = [
+        {"run_id": run_id, "rank": None, "phase": p, "seconds": s}
+        for p, s in result.driver_phases.items()
+    ]
+    for rec in result.rank_records:
+        seconds: dict[str, float] = {}
+        if result.actors_created_wall_s is not None:
+            seconds["process_start"] = rec.created_wall_s - result.actors_created_wall_s
+        timings = [*rec.phases, *(rec.training.phases if rec.training else ())]
+        for t in timings:
+            seconds[t.phase] = seconds.get(t.phase, 0.0) + t.seconds
+        rows.extend(
+            {"run_id": run_id, "rank": rec.rank, "phase": p, "seconds": s}
+            for p, s in seconds.items()
+        )
+    return sorted(rows, key=lambda r: (r["rank"] is not None, r["rank"] or 0, order[r["phase"]]))
+
+
+def commit_phase_row(run_id: str, seconds: float) -> dict:
+    """The driver's ``commit`` phase: the run's transaction, timed after it (stored apart)."""
+    return {"run_id": run_id, "rank": None, "phase": "commit", "seconds": seconds}
 
 
 def linkbench_rows(

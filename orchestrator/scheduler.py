@@ -223,20 +223,32 @@ def execute_run(
     timeout_s: float,
     board=None,
     on_tick: Callable[[], None] | None = None,
+    launchers: LauncherPool | None = None,
 ) -> RunResult:
-    """Place, start, run and clean up one run. Never raises for run-level failures."""
+    """Place, start, run and clean up one run. Never raises for run-level failures.
+
+    ``launchers`` (node id -> launcher actor, :func:`start_launchers`): the ranks are forked by
+    the launcher of the node their bundle landed on instead of starting as fresh actors."""
     from workloads.rank import Rank
 
-    result = RunResult()
+    result = RunResult(launcher="fork" if launchers is not None else "actors")
+    t_placement = time.perf_counter()
     pg = placement_group([dict(bundle)] * world_size, strategy=PLACEMENT_STRATEGY[placement])
     actors = []
     try:
-        if not pg.wait(timeout_seconds=PLACEMENT_TIMEOUT_S):
+        placed = pg.wait(timeout_seconds=PLACEMENT_TIMEOUT_S)
+        result.driver_phases["placement"] = time.perf_counter() - t_placement
+        if not placed:
             raise RunFailure(
                 f"placement group {PLACEMENT_STRATEGY[placement]} of {world_size} x {bundle} "
                 f"could not be placed within {PLACEMENT_TIMEOUT_S:.0f} s (resources busy or "
                 "not present in the cluster)"
             )
+        if launchers is not None:
+            result.rank_records = _run_forked(
+                pg, launchers, run_cfg, env, timeout_s, on_tick, result
+            )
+            return result
         gpu = bundle.get("GPU", 0)
         rank_actor = ray.remote(Rank)
         result.actors_created_wall_s = time.time()
@@ -276,10 +288,86 @@ def execute_run(
     except Exception as exc:  # noqa: BLE001 - RayActorError, RayTaskError, GetTimeoutError...
         result.error = _error_text(exc)
     finally:
+        t_teardown = time.perf_counter()
+        if launchers is not None:
+            _kill_forked(launchers, run_cfg.run_id)
         for a in actors:
             ray.kill(a, no_restart=True)
         remove_placement_group(pg)
+        result.driver_phases["teardown"] = time.perf_counter() - t_teardown
     return result
+
+
+LAUNCHER_START_TIMEOUT_S = 600.0  # a cold node imports torch, transformers, deepspeed once
+
+
+class LauncherPool:
+    """This sweep's launcher actors (``workloads.launcher.Launcher``), one per node, each started
+    (and its fork server warmed: imports done) the first time a run needs that node."""
+
+    def __init__(self) -> None:
+        self.actors: dict[str, object] = {}
+
+    def get(self, node_id: str):
+        if node_id not in self.actors:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            from workloads.launcher import Launcher
+
+            remote_cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1024)(Launcher)
+            actor = remote_cls.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+                runtime_env={"env_vars": {"RAY_worker_niceness": "0"}},
+            ).remote()
+            self.actors[node_id] = actor
+            ray.get(actor.warm.remote(), timeout=LAUNCHER_START_TIMEOUT_S)
+        return self.actors[node_id]
+
+    def values(self):
+        return self.actors.values()
+
+
+def start_launchers() -> LauncherPool:
+    """The sweep's launchers (started lazily, per node); :func:`stop_launchers` ends them."""
+    return LauncherPool()
+
+
+def stop_launchers(launchers: LauncherPool | None) -> None:
+    """Kill the launcher actors: their fork servers exit, and any rank left dies with them."""
+    for a in list(launchers.values()) if launchers is not None else []:
+        with contextlib.suppress(Exception):
+            ray.kill(a, no_restart=True)
+
+
+def _run_forked(
+    pg, launchers: LauncherPool, run_cfg, env, timeout_s, on_tick, result
+) -> list[RankRecord]:
+    """The ranks of a placed run, each forked by the launcher of its bundle's node."""
+    from ray.util.placement_group import placement_group_table
+
+    world_size = len(pg.bundle_specs)
+    by_bundle = placement_group_table(pg)["bundles_to_node_id"]
+    nodes = [by_bundle[i] for i in range(world_size)]
+    result.actors_created_wall_s = time.time()
+    infos = {n: launchers.get(n).node_info.remote() for n in set(nodes)}
+    infos = dict(zip(infos, ray.get(list(infos.values()), timeout=60), strict=True))
+    result.placements = place_ranks([infos[n] for n in nodes])
+    master_addr = infos[nodes[0]].ip
+    master_port = ray.get(launchers.get(nodes[0]).free_port.remote(), timeout=60)
+    refs = [
+        launchers.get(nodes[p.rank]).run_rank.remote(
+            dict(env), run_cfg, p.rank, world_size, p.local_rank, master_addr, master_port, None
+        )
+        for p in result.placements
+    ]
+    return _wait_all(refs, timeout_s, on_tick)
+
+
+def _kill_forked(launchers: LauncherPool, run_id: str) -> None:
+    """End whatever is left of a run's forked ranks (after a failure or a timeout)."""
+    refs = [a.kill_run.remote(run_id) for a in launchers.values()]
+    with contextlib.suppress(Exception):
+        ray.get(refs, timeout=30)
 
 
 def _wait_all(refs: list, timeout_s: float, on_tick: Callable[[], None] | None) -> list[RankRecord]:

@@ -163,6 +163,11 @@ class SweepSpec(BaseModel):
     """serialized: the former pinned study config (no overlap, every parameter gathered)."""
     peak_tflops: float | None = Field(default=None, gt=0)
     """Peak dense TFLOP/s per GPU for MFU, overriding the built-in table (orchestrator/flops.py)."""
+    launcher: Literal["auto", "fork", "actors"] = "auto"
+    """How ranks start. fork: a launcher actor per node per sweep forks each run's ranks from a
+    fork server with torch/transformers/deepspeed imported (no imports paid per run); actors:
+    fresh Ray actors per run (pays the imports every run); auto: fork on CPU-only clusters,
+    actors on GPU clusters (fork has not been run on a GPU yet)."""
 
     @field_validator("name")
     @classmethod

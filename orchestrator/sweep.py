@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+import time
 
 from orchestrator import linkmodel, provenance, rows, scheduler, stats
 from orchestrator.discovery import discover_nodes, links_by_node, node_rows
@@ -18,6 +19,7 @@ from orchestrator.planner import (
     PlannedRun,
     RunResult,
     Variant,
+    launcher_for,
     link_placements,
     linkbench_config,
     linkbench_id_for,
@@ -52,16 +54,21 @@ def execute_sweep(
     record_links(store, spec, sweep_id, address)
     ui.sweep_started(spec, sweep_id, len(planned))
     status = "ok"
+    launchers = None
     try:
         prices = {}
         if spec.grid.linkbench or not train:
             prices = run_linkbenches(spec, store, sweep_id, bundle, ui)
         board = scheduler.progress_board()
+        if planned and launcher_for(spec, bundle) == "fork":
+            launchers = scheduler.start_launchers()
         for p in planned:
             run_id = run_id_for(sweep_id, p.seq)
             ui.run_started(p, run_id)
             started = _now()
-            result = run_one(spec, p, run_id, bundle, board, on_tick=lambda: ui.tick(board.poll()))
+            result = run_one(
+                spec, p, run_id, bundle, board, lambda: ui.tick(board.poll()), launchers
+            )
             link_prices = prices.get((p.variant.link, p.variant.placement))
             run_rows = rows.build_rows(
                 spec, sweep_id, p, run_id, result, started, _now(), topo_links, link_prices
@@ -76,13 +83,17 @@ def execute_sweep(
         status = "interrupted"
         raise
     finally:
+        scheduler.stop_launchers(launchers)
         store.update("sweeps", {"sweep_id": sweep_id}, {"status": status, "finished_at": _now()})
         ui.sweep_finished(sweep_id, status)
     return sweep_id
 
 
-def run_one(spec: SweepSpec, p: PlannedRun, run_id: str, bundle, board, on_tick) -> RunResult:
-    """One run on fresh actors; its NVMe swap folder is removed whatever happens."""
+def run_one(
+    spec: SweepSpec, p: PlannedRun, run_id: str, bundle, board, on_tick, launchers=None
+) -> RunResult:
+    """One run (fresh actors, or forked by ``launchers``); its NVMe swap folder is removed
+    whatever happens."""
     cfg = run_config(spec, p.variant, run_id)
     env = run_env(spec, p.variant.link, run_id, int(bundle.get("CPU", 1)))
     try:
@@ -95,6 +106,7 @@ def run_one(spec: SweepSpec, p: PlannedRun, run_id: str, bundle, board, on_tick)
             spec.run_timeout_s,
             board=board,
             on_tick=on_tick,
+            launchers=launchers,
         )
     finally:
         if cfg.nvme_dir:
@@ -150,6 +162,7 @@ def run_linkbenches(spec: SweepSpec, store, sweep_id: str, bundle, ui) -> dict:
 
 
 def store_run(store, run_rows: rows.RunRows) -> None:
+    t0 = time.perf_counter()
     with store.transaction():
         store.insert("runs", [run_rows.run])
         store.insert("steps", run_rows.steps)
@@ -157,6 +170,10 @@ def store_run(store, run_rows: rows.RunRows) -> None:
         store.insert("comms", run_rows.comms)
         store.insert("transports", run_rows.transports)
         store.insert("telemetry", run_rows.telemetry)
+        store.insert("run_phases", run_rows.phases)
+    commit_s = time.perf_counter() - t0
+    with store.transaction():  # its own commit phase, timed once the run is safely stored
+        store.insert("run_phases", [rows.commit_phase_row(run_rows.run["run_id"], commit_s)])
 
 
 def refresh_stats(store, spec: SweepSpec, sweep_id: str, v: Variant) -> None:

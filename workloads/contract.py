@@ -199,6 +199,36 @@ class LinkbenchRecord:
     skipped_reason: str | None = None
 
 
+# Where a run's seconds go, in the order they happen. Measured in the rank: process_start
+# (actors requested -> the rank's process runs linksweep code; the driver's clock minus the rank's,
+# one machine's clock on one node), imports (torch, transformers, deepspeed), pg_init,
+# model_data_build, strategy_init (DDP wrap or deepspeed.initialize), warmup, timed_steps,
+# profiled_pass, rank_teardown. Measured by the driver: placement (placement group reserved),
+# teardown (actors killed, group removed), commit (the run's transaction).
+PHASES = (
+    "placement",
+    "process_start",
+    "imports",
+    "pg_init",
+    "model_data_build",
+    "strategy_init",
+    "warmup",
+    "timed_steps",
+    "profiled_pass",
+    "rank_teardown",
+    "teardown",
+    "commit",
+)
+
+
+@dataclass(frozen=True)
+class PhaseTiming:
+    """Seconds one rank (or the driver) spent in one phase of a run (a name of ``PHASES``)."""
+
+    phase: str
+    seconds: float
+
+
 @dataclass(frozen=True)
 class TrainingRecord:
     """What one rank measured in a training run."""
@@ -226,6 +256,8 @@ class TrainingRecord:
     None on CPU."""
     tf32: bool = False
     """fp32 matmuls ran on TF32 tensor cores (``torch.backends.cuda.matmul.allow_tf32``)."""
+    phases: tuple[PhaseTiming, ...] = ()
+    """model_data_build, strategy_init, warmup, timed_steps, profiled_pass, rank_teardown."""
 
 
 @dataclass(frozen=True)
@@ -243,6 +275,8 @@ class RankRecord:
     """This rank's NCCL_DEBUG output (NCCL runs only)."""
     training: TrainingRecord | None = None
     linkbench: tuple[LinkbenchRecord, ...] = ()
+    phases: tuple[PhaseTiming, ...] = ()
+    """Measured around the workload: imports, pg_init, rank_teardown (process-group part)."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import socket
 import time
 
 from workloads.contract import LinkbenchConfig, NodeInfo, RankRecord, RunConfig
+from workloads.phases import PhaseClock
 
 
 def _free_port() -> int:
@@ -72,19 +73,28 @@ class Rank:
                 "MASTER_PORT": str(master_port),
             }
         )
-        import torch.distributed as dist
+        clock = PhaseClock()
+        with clock.phase("imports"):
+            import torch.distributed as dist
 
-        from workloads.train import rank_device, run_training
+            from workloads.train import rank_device, run_training
+
+            if isinstance(cfg, RunConfig):  # what training will import, timed as one phase
+                import transformers  # noqa: F401
+
+                if cfg.strategy != "ddp":
+                    import deepspeed  # noqa: F401
 
         backend, device = rank_device(local_rank)
         timeout = datetime.timedelta(seconds=cfg.pg_timeout_s)
-        dist.init_process_group(
-            backend,
-            init_method=f"tcp://{master_addr}:{master_port}",
-            rank=rank,
-            world_size=world_size,
-            timeout=timeout,
-        )
+        with clock.phase("pg_init"):
+            dist.init_process_group(
+                backend,
+                init_method=f"tcp://{master_addr}:{master_port}",
+                rank=rank,
+                world_size=world_size,
+                timeout=timeout,
+            )
         on_step = None
         if progress is not None and rank == 0:
 
@@ -107,8 +117,9 @@ class Rank:
                 nvml_index = int(node_gpu_ids[local_rank]) if node_gpu_ids else None
                 training = run_training(cfg, rank, world_size, device, on_step, nvml_index)
         finally:
-            if dist.is_initialized():
-                dist.destroy_process_group()
+            with clock.phase("rank_teardown"):
+                if dist.is_initialized():
+                    dist.destroy_process_group()
         return RankRecord(
             rank=rank,
             local_rank=local_rank,
@@ -118,6 +129,7 @@ class Rank:
             nccl_log=_read_nccl_log() if backend == "nccl" else None,
             training=training,
             linkbench=tuple(linkbench),
+            phases=clock.records(),
         )
 
 

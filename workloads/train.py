@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -26,19 +27,21 @@ from workloads.contract import (
 )
 from workloads.data import batches, load_text, load_tokenizer, make_blocks
 from workloads.model import build_model, n_params
+from workloads.phases import PhaseClock
 from workloads.strategies import _sync, make_strategy
 
 FAULT_ENV = "LINKSWEEP_INJECT_FAULT"
 
 
 def parse_fault(value: str | None) -> tuple[int, int, str] | None:
-    """``RANK:STEP[:raise|hang]`` -> (rank, step, kind). A test hook, set through a link's env."""
+    """``RANK:STEP[:raise|hang|kill]`` -> (rank, step, kind). A test hook, set through a link's
+    env; ``kill``: the rank's process SIGKILLs itself (as the OOM killer would)."""
     if not value:
         return None
     parts = value.split(":")
     kind = parts[2] if len(parts) > 2 else "raise"
-    if len(parts) not in (2, 3) or kind not in ("raise", "hang"):
-        raise ValueError(f"{FAULT_ENV}={value!r}: expected RANK:STEP[:raise|hang]")
+    if len(parts) not in (2, 3) or kind not in ("raise", "hang", "kill"):
+        raise ValueError(f"{FAULT_ENV}={value!r}: expected RANK:STEP[:raise|hang|kill]")
     return int(parts[0]), int(parts[1]), kind
 
 
@@ -46,6 +49,8 @@ def _maybe_fault(fault, rank: int, step: int) -> None:
     if fault and fault[0] == rank and fault[1] == step:
         if fault[2] == "hang":
             threading.Event().wait()  # blocks forever: the driver's run timeout must catch it
+        if fault[2] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
         raise RuntimeError(f"injected fault on rank {rank} at step {step} ({FAULT_ENV})")
 
 
@@ -105,15 +110,17 @@ def run_training(
 ) -> dict:
     """Train ``cfg['warmup_steps'] + cfg['steps']`` optimizer steps; return this rank's records."""
     fault = parse_fault(os.environ.get(FAULT_ENV))
-    text = load_text(cfg.dataset)
-    tokenizer, tokenizer_name = load_tokenizer()
-    blocks = make_blocks(text.lines, tokenizer, cfg.seq_len)
-    data = batches(blocks, cfg.micro_batch_size, rank, world_size, cfg.seed)
-
-    model = build_model(cfg.model, cfg.seed)
-    params = n_params(model)
+    clock = PhaseClock()
+    with clock.phase("model_data_build"):
+        text = load_text(cfg.dataset)
+        tokenizer, tokenizer_name = load_tokenizer()
+        blocks = make_blocks(text.lines, tokenizer, cfg.seq_len)
+        data = batches(blocks, cfg.micro_batch_size, rank, world_size, cfg.seed)
+        model = build_model(cfg.model, cfg.seed)
+        params = n_params(model)
     autocast_dtype = torch.bfloat16 if cfg.precision == "bf16" else None
-    strategy = make_strategy(model, device, cfg, autocast_dtype)
+    with clock.phase("strategy_init"):
+        strategy = make_strategy(model, device, cfg, autocast_dtype)
 
     ga = cfg.grad_accum
     samples = cfg.micro_batch_size * ga
@@ -121,9 +128,13 @@ def run_training(
     steps: list[StepRecord] = []
     first_step_wall = None
     telemetry = Telemetry(device, nvml_index)
+    loop_start = time.perf_counter()
+    timed_start = loop_start if cfg.warmup_steps == 0 else None
     for step in range(total):
         warmup = step < cfg.warmup_steps
         if step == cfg.warmup_steps:
+            timed_start = time.perf_counter()
+            clock.add("warmup", timed_start - loop_start)
             telemetry.start()  # sample the timed window only
         batch_list = [next(data).to(device) for _ in range(ga)]  # data prep outside the clock
         _sync(device)
@@ -151,21 +162,25 @@ def run_training(
         if on_step is not None:
             on_step(step + 1, total, warmup)
 
+    if timed_start is not None:
+        clock.add("timed_steps", time.perf_counter() - timed_start)
     telemetry_out = telemetry.stop()
     comms: tuple = ()
     profile_steps = cfg.profile_steps
     if profile_steps and world_size > 1:
-        strategy.profile_start()
-        for _ in range(profile_steps):
-            for micro in range(ga):
-                strategy.micro_step(next(data).to(device), boundary=micro == ga - 1)
-            strategy.optimizer_step()
-        _sync(device)
-        comms = strategy.profile_stop()  # totals over profile_steps; the driver divides
+        with clock.phase("profiled_pass"):
+            strategy.profile_start()
+            for _ in range(profile_steps):
+                for micro in range(ga):
+                    strategy.micro_step(next(data).to(device), boundary=micro == ga - 1)
+                strategy.optimizer_step()
+            _sync(device)
+            comms = strategy.profile_stop()  # totals over profile_steps; the driver divides
     mem = peak_mem_bytes(device)
     ds_config = strategy.effective_config() if rank == 0 else None
     swap_files = strategy.swap_files()  # counted while the run still holds its swap folder
-    strategy.teardown()
+    with clock.phase("rank_teardown"):
+        strategy.teardown()
     return TrainingRecord(
         steps=tuple(steps),
         n_params=params,
@@ -180,4 +195,5 @@ def run_training(
         ds_config=ds_config,
         device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         tf32=device.type == "cuda" and bool(torch.backends.cuda.matmul.allow_tf32),
+        phases=clock.records(),
     )

@@ -43,6 +43,8 @@ class ReportData:
     """view ``link_overview``: each link described, rated and measured (empty before v3)."""
     link_model: list[dict] = field(default_factory=list)
     link_model_check: list[dict] = field(default_factory=list)
+    phases: list[dict] = field(default_factory=list)
+    """Per phase of a run (``run_phases``): n_runs, median_s, total_s over the sweep."""
 
 
 def _json(value: Any) -> Any:
@@ -91,6 +93,7 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
         link_overview = rows(Q.REPORT_LINK_OVERVIEW)
         link_model = rows(Q.REPORT_LINK_MODEL)
         link_model_check = rows(Q.REPORT_LINK_MODEL_CHECK)
+        phases = rows(Q.REPORT_PHASES)
 
     spec = _json(sweep.get("spec")) or {}
     spec = spec if isinstance(spec, dict) else {}
@@ -126,4 +129,5 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
         link_overview=link_overview,
         link_model=link_model,
         link_model_check=link_model_check,
+        phases=phases,
     )

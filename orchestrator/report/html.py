@@ -25,6 +25,7 @@ from orchestrator.report.findings import (
 from orchestrator.report.fmt import fmt_value
 from orchestrator.report.linkmodel_view import link_model_html
 from orchestrator.report.markup import esc, html_table, missing, sorted_variants
+from orchestrator.report.phases import phases_html
 from orchestrator.report.sections import (
     attention,
     attention_html,
@@ -166,6 +167,7 @@ def render_html(data: ReportData, figures: Sequence[FigureResult]) -> str:
              "both the link and the baseline."))),
         ("linkmodel", "Link model (exposure)",
          link_model_html(data.link_model, data.link_model_check)),
+        ("phases", "Where a run's seconds go", phases_html(data)),
         ("attention", "Runs needing attention", attention_html(data)),
         ("runs", "All runs",
          f"<details><summary>{len(runs)} run(s), in execution order</summary>"

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import duckdb
 
+from orchestrator.store import columnar
 from orchestrator.store.queries import Query
 from orchestrator.store.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, VIEWS
 
@@ -152,13 +153,42 @@ class Store(_Handle):
         self.con.execute("COMMIT")
 
     def insert(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
-        """Insert dict rows; keys must be columns of ``table`` (missing ones stay NULL)."""
+        """Insert dict rows; keys must be columns of ``table`` (missing ones stay NULL).
+
+        One columnar batch (an Arrow table typed by the table's own column types, then
+        ``INSERT ... SELECT``); rows whose values would not convert exactly go row by row."""
         if not rows:
             return
+        try:
+            batch = columnar.arrow_table(table, rows, self._column_types(table))
+        except columnar.NotColumnar:
+            self._insert_rows(table, rows)
+            return
+        names = ", ".join(f'"{c}"' for c in batch.column_names)
+        view = f"_linksweep_insert_{table}"
+        self.con.register(view, batch)
+        try:
+            self.con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {view}")
+        finally:
+            self.con.unregister(view)
+
+    def _column_types(self, table: str) -> dict[str, str]:
+        """Column -> DuckDB type name of ``table``, read once per handle."""
+        cache = self.__dict__.setdefault("_types", {})
+        if table not in cache:
+            found = self.con.execute(
+                "SELECT column_name, data_type FROM information_schema.columns "
+                "WHERE table_schema = 'main' AND table_name = ?",
+                [table],
+            ).fetchall()
+            if not found:
+                raise ValueError(f"no table {table!r}")
+            cache[table] = dict(found)
+        return cache[table]
+
+    def _insert_rows(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
+        """The row-at-a-time path (``executemany``), for values Arrow would not take exactly."""
         cols = list(rows[0])
-        for r in rows:
-            if list(r) != cols:
-                raise ValueError(f"{table}: rows must share the same keys")
         names = ", ".join(f'"{c}"' for c in cols)
         marks = ", ".join("?" for _ in cols)
         self.con.executemany(

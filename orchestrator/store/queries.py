@@ -193,3 +193,43 @@ BENCH_FAILED_RUNS = _q(
     "bench_failed_runs",
     "SELECT seq, strategy, grad_accum, error FROM runs WHERE status <> 'ok' ORDER BY seq",
 )
+# Scale benchmark (bench/bench_scale.py): where a sweep's wall went. Timed seconds of a run = the
+# sum over its timed steps of the slowest rank's step (the step_times view).
+BENCH_RUN_OVERHEAD = _q(
+    "bench_run_overhead",
+    """SELECT r.seq, r.status,
+              epoch(r.finished_at) - epoch(r.started_at) AS wall_s,
+              coalesce(sum(st.step_time_s), 0) AS timed_s
+       FROM runs r LEFT JOIN step_times st ON st.run_id = r.run_id
+       GROUP BY r.seq, r.status, r.started_at, r.finished_at ORDER BY r.seq""",
+)
+BENCH_SWEEP_WALL = _q(
+    "bench_sweep_wall",
+    """SELECT epoch(finished_at) - epoch(started_at) AS wall_s, status, n_runs_planned
+       FROM sweeps""",
+)
+# Where a run's seconds go (run_phases): per phase, the slowest rank's seconds per run (the
+# driver's phases have one row per run), then the median over runs and the total over the sweep.
+_PHASES_PER_RUN = """SELECT ph.run_id, ph.phase, max(ph.seconds) AS s
+                     FROM run_phases ph JOIN runs r ON r.run_id = ph.run_id
+                     WHERE {where} GROUP BY ph.run_id, ph.phase"""
+REPORT_PHASES = _q(
+    "report_phases",
+    f"""SELECT phase, count(*) AS n_runs, median(s) AS median_s, sum(s) AS total_s
+        FROM ({_PHASES_PER_RUN.format(where="r.sweep_id = $sweep_id")})
+        GROUP BY phase""",
+)
+BENCH_PHASES = _q(
+    "bench_phases",
+    f"""SELECT phase, median(s) AS median_s FROM ({_PHASES_PER_RUN.format(where="true")})
+        GROUP BY phase""",
+)
+BENCH_RUN_STEP_PHASES = _q(
+    "bench_run_step_phases",
+    """SELECT r.seq, epoch(r.finished_at) - epoch(r.started_at) AS wall_s, sum(p.s) AS steps_s
+       FROM runs r
+       JOIN (SELECT run_id, phase, max(seconds) AS s FROM run_phases
+             WHERE phase IN ('warmup', 'timed_steps', 'profiled_pass')
+             GROUP BY run_id, phase) p ON p.run_id = r.run_id
+       GROUP BY r.seq, r.started_at, r.finished_at ORDER BY r.seq""",
+)

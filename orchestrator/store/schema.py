@@ -92,7 +92,8 @@ TABLES: dict[str, str] = {
         achieved_tflops_per_gpu DOUBLE,  -- model FLOPs per GPU / median step time / 1e12
         peak_tflops DOUBLE,          -- dense peak per GPU for the run's precision
         peak_source VARCHAR,         -- where peak_tflops comes from, or why there is none
-        mfu DOUBLE                   -- achieved / peak; NULL without a peak (CPU)
+        mfu DOUBLE,                  -- achieved / peak; NULL without a peak (CPU)
+        launcher VARCHAR             -- actors | fork: how the ranks started (v3)
     """,
     "steps": """
         run_id VARCHAR,
@@ -189,6 +190,14 @@ TABLES: dict[str, str] = {
         busbw_gbps DOUBLE,
         status VARCHAR,
         error VARCHAR
+    """,
+    # Where a run's seconds go (workloads/contract.py PHASES): one row per run x rank x phase
+    # for phases timed in the ranks, rank NULL for the driver's (placement, teardown, commit).
+    "run_phases": """
+        run_id VARCHAR,
+        rank INTEGER,                -- NULL: measured by the driver
+        phase VARCHAR,
+        seconds DOUBLE
     """,
     "variant_stats": """
         sweep_id VARCHAR,
@@ -418,7 +427,9 @@ MIGRATIONS: dict[int, list[str]] = {
     # v3: intervals say what they are (interval_kind); below 5 runs they are the range of the
     # runs, so rows stored by v2 (a percentile bootstrap at any n) are relabelled or recomputed
     # from the stored run figures. New table link_descriptions (created from TABLES).
+    # v3: run_phases (a new table: created by the schema itself); how a run's ranks started.
     3: [
+        "ALTER TABLE runs ADD COLUMN launcher VARCHAR",
         *(
             f"ALTER TABLE runs ADD COLUMN {col}"
             for col in (

@@ -1,5 +1,5 @@
-"""Schema v3: a v2 database is upgraded (intervals relabelled, or recomputed as the range of the
-runs below 5 runs); link descriptions are stored at run start and shown with the measured busbw.
+"""Schema v3: a v2 database is upgraded (rows kept, run_phases added, intervals relabelled or
+recomputed as the range of the runs below 5 runs); link descriptions are stored at run start and shown with the measured busbw.
 DuckDB only: no Ray."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from orchestrator.emulated.describe import shapes_by_interface
 from orchestrator.links import describe_links, link_label
-from orchestrator.store import Q, Reader, Store, read_query
+from orchestrator.store import SCHEMA_VERSION, Q, Reader, Store, read_query
 from tests.integration.schema_v2 import as_v2
 
 KEY = {"sweep_id": "s", "strategy": "ddp", "offload": "none", "bucket_mb": 25,
@@ -92,3 +92,31 @@ def test_emulated_link_tc_rate_is_stored_and_shown_with_busbw(tmp_path):
     assert slow["transports"] == "gloo/tcp"
     assert link_label("slow", slow) == "slow (tc 500mbit = 0.0625 GB/s; measured busbw 0.0601 GB/s)"
     assert ov["fast"]["rate"] is None and ov["fast"]["measured_busbw_gbps"] is None
+
+
+def test_v2_database_gets_run_phases_and_keeps_its_runs(tmp_path):
+    assert SCHEMA_VERSION >= 3
+    db = str(tmp_path / "old.duckdb")
+    with Store(db) as s, s.transaction():
+        s.insert("runs", [{"run_id": "kept", "sweep_id": "s", "status": "ok"}])
+    as_v2(db)
+    assert read_query(db, "SELECT value FROM meta")[1] == [("2",)]
+    with Store(db) as s:
+        with s.transaction():
+            s.insert("run_phases", [{"run_id": "kept", "rank": None, "phase": "commit",
+                                     "seconds": 0.5}])  # fmt: skip
+        assert s.query("SELECT run_id, status FROM runs")[1] == [("kept", "ok")]
+    assert read_query(db, "SELECT value FROM meta")[1] == [(str(SCHEMA_VERSION),)]
+    with Reader(db) as r:
+        assert r.rows(Q.REPORT_PHASES, sweep_id="s") == [
+            {"phase": "commit", "n_runs": 1, "median_s": 0.5, "total_s": 0.5}
+        ]
+
+
+def test_reader_upgrades_a_v2_database_once(tmp_path):
+    db = str(tmp_path / "old.duckdb")
+    Store(db).close()
+    as_v2(db)
+    with Reader(db) as r:
+        assert r.rows(Q.REPORT_PHASES, sweep_id="s") == []
+    assert read_query(db, "SELECT value FROM meta")[1] == [(str(SCHEMA_VERSION),)]

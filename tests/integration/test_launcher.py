@@ -1,0 +1,102 @@
+"""The fork-server rank launcher (workloads/launcher.py) against fresh Ray actors per run:
+same rows; a killed rank is a failed run and the next run is fine; a forked rank's env is
+exactly the launcher's plus the run's."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.store import read_query
+
+TABLES = ("runs", "steps", "ranks", "comms", "transports", "telemetry", "run_phases")
+
+
+def _spec(launcher: str, **over) -> dict:
+    return {
+        "name": f"launcher-{launcher}",
+        "model": "gpt2-tiny",
+        "dataset": "builtin",
+        "seq_len": 32,
+        "micro_batch_size": 2,
+        "steps": 3,
+        "warmup_steps": 1,
+        "repeats": 1,
+        "world_size": 2,
+        "launcher": launcher,
+        "links": {"default": {}, "other": {"LS_TEST_LINK": "other"}},
+        "grid": {"strategy": ["ddp"], "grad_accum": [1], "placement": ["pack"]},
+        **over,
+    }
+
+
+def q(db, sql: str) -> list[tuple]:
+    return read_query(str(db), sql)[1]
+
+
+def test_fork_and_actors_store_identical_row_counts(run_sweep, tmp_path):
+    counts = {}
+    for launcher in ("fork", "actors"):
+        folder = tmp_path / launcher
+        folder.mkdir()
+        code, db = run_sweep(folder, _spec(launcher))
+        assert code == 0, q(db, "SELECT error FROM runs")
+        assert q(db, "SELECT DISTINCT launcher, status FROM runs") == [(launcher, "ok")]
+        counts[launcher] = {t: q(db, f"SELECT count(*) FROM {t}")[0][0] for t in TABLES}
+        # the forked ranks paid no imports: those happened once, in the fork server
+        imports = q(db, "SELECT max(seconds) FROM run_phases WHERE phase = 'imports'")[0][0]
+        counts[launcher + "_imports_s"] = imports
+    assert counts["fork"] == counts["actors"]
+    assert counts["fork"]["steps"] == 2 * 2 * 4  # 2 runs x 2 ranks x (1 warmup + 3 timed)
+    assert counts["fork_imports_s"] < 0.5 < counts["actors_imports_s"]
+
+
+def test_a_killed_forked_rank_is_a_failed_run_and_the_next_run_is_fine(run_sweep, tmp_path):
+    spec = _spec(
+        "fork",
+        links={"killed": {"LINKSWEEP_INJECT_FAULT": "1:1:kill"}, "fine": {}},
+        run_timeout_s=240,
+    )
+    code, db = run_sweep(tmp_path, spec)
+    assert code == 1  # a run failed
+    runs = q(db, "SELECT link, status, error, launcher FROM runs ORDER BY seq")
+    assert [(r[0], r[1], r[3]) for r in runs] == [
+        ("killed", "failed", "fork"),
+        ("fine", "ok", "fork"),
+    ]
+    assert "timed out" not in runs[0][2]  # found dead at once, not at the run timeout
+    ok_steps = q(db, "SELECT count(*) FROM steps JOIN runs USING (run_id) WHERE link = 'fine'")
+    assert ok_steps == [(2 * 4,)]
+
+
+def test_forked_rank_env_is_exactly_the_launchers_plus_the_runs(ray_cluster):
+    import ray
+
+    from orchestrator import scheduler
+    from workloads.launcher import current_env
+
+    launchers = scheduler.start_launchers()
+    try:
+        launcher = launchers.get(ray.get_runtime_context().get_node_id())
+        first = ray.get(launcher.call.remote({"LS_LINK_A": "a", "NCCL_P2P_DISABLE": "1"},
+                                             current_env, ()))  # fmt: skip
+        second = ray.get(launcher.call.remote({"LS_LINK_B": "b"}, current_env, ()))
+        base = ray.get(launcher.call.remote({}, current_env, ()))
+    finally:
+        scheduler.stop_launchers(launchers)
+    assert first == {**base, "LS_LINK_A": "a", "NCCL_P2P_DISABLE": "1"}
+    assert second == {**base, "LS_LINK_B": "b"}
+    assert "LS_LINK_A" not in second and "NCCL_P2P_DISABLE" not in second
+
+
+@pytest.mark.parametrize("launcher", ["fork"])
+def test_a_hung_forked_rank_times_out_and_is_killed(run_sweep, tmp_path, launcher):
+    spec = _spec(
+        launcher,
+        links={"hung": {"LINKSWEEP_INJECT_FAULT": "0:1:hang"}, "fine": {}},
+        run_timeout_s=60,
+    )
+    code, db = run_sweep(tmp_path, spec)
+    runs = q(db, "SELECT link, status, error FROM runs ORDER BY seq")
+    assert code == 1
+    assert runs[0][:2] == ("hung", "failed") and "timed out" in runs[0][2]
+    assert runs[1][:2] == ("fine", "ok")

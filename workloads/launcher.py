@@ -1,0 +1,200 @@
+"""The per-node rank launcher: one Ray actor per node per sweep, holding a fork server that has
+torch, transformers, deepspeed and datasets imported, so that a run's ranks start in
+milliseconds instead of paying the imports (~5 s on 2 cores) every run.
+
+Why a fork server and not the actor itself: a Ray worker has gRPC and other threads running, and
+forking a threaded process is unsafe. Python's ``multiprocessing`` forkserver is a separate,
+single-threaded interpreter started once (from this actor, with this actor's environment); it
+imports the modules of ``PRELOAD`` without touching CUDA (``PYTORCH_NVML_BASED_CUDA_CHECK=1``, no
+CUDA call), then forks one child per request. Each rank of each run is such a child: a fresh
+process, whose environment is rebuilt before any linksweep code runs to exactly this actor's
+environment plus the run's env (the link's variables: NCCL and gloo read env once per process,
+at process-group init, which happens after that). Nothing of an earlier run can leak: the server
+never runs a rank and never changes its own environment.
+
+Ray still owns placement and lifetime: the driver reserves a placement group per run as before
+and asks the launcher of the node each bundle landed on; killing the launcher (the driver does
+at the end of the sweep, Ray does if the node goes) ends the fork server, and each rank dies with
+its parent (``PR_SET_PDEATHSIG``). ``kill_run`` ends a run's ranks (timeout, failure).
+
+A plain class; ``orchestrator/scheduler.py`` makes it a threaded actor (one thread per rank of a
+run on this node, plus ``kill_run``). Imports nothing from ``orchestrator``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing
+import multiprocessing.connection
+import multiprocessing.spawn as mp_spawn
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+
+from workloads.contract import NodeInfo, RankRecord
+
+PRELOAD = ["workloads.forkserver_preload"]
+"""Imported once in the fork server: torch, transformers, deepspeed, datasets, the workload."""
+
+
+def _no_main(get_preparation_data: Callable) -> Callable:
+    """multiprocessing re-runs the parent's ``__main__`` in every child (here: Ray's worker
+    script, or a test runner); a rank needs none of it. Children get sys.path and nothing else."""
+    if getattr(get_preparation_data, "linksweep_no_main", False):
+        return get_preparation_data
+
+    def wrapped(name: str) -> dict:
+        data = get_preparation_data(name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+        return data
+
+    wrapped.linksweep_no_main = True  # type: ignore[attr-defined]
+    return wrapped
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent (the fork server) exits."""
+    with contextlib.suppress(OSError):  # not glibc Linux: kill_run still ends the ranks
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _child(conn, env: dict[str, str], fn: Callable, args: tuple) -> None:
+    """The forked process: exactly ``env``, nice 0, then ``fn(*args)``; result over ``conn``."""
+    _die_with_parent()
+    os.environ.clear()
+    os.environ.update(env)
+    with contextlib.suppress(OSError):  # Ray starts workers at nice 15: run at torchrun's
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+    code = 1
+    try:
+        conn.send(("ok", fn(*args)))
+        code = 0
+    except BaseException:  # noqa: BLE001 - every failure goes back as text
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Now, as a fresh process ends under Ray: no wait for threads a library left running.
+        os._exit(code)
+
+
+def _run_rank(cfg, rank, world_size, local_rank, master_addr, master_port, gpus) -> RankRecord:
+    """A rank in a forked child: the same ``Rank.run`` as under a Ray actor, no progress actor
+    (the child has no Ray connection)."""
+    from workloads.rank import Rank
+
+    return Rank().run(cfg, rank, world_size, local_rank, master_addr, master_port, gpus, None)
+
+
+class ForkFailure(RuntimeError):
+    """A forked process died or raised; the message says how (signal, exit code, traceback)."""
+
+
+class Launcher:
+    """The per-node launcher actor (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.base_env = dict(os.environ)
+        self.base_env.pop("RAY_worker_niceness", None)
+        self.ctx = multiprocessing.get_context("forkserver")
+        mp_spawn.get_preparation_data = _no_main(mp_spawn.get_preparation_data)
+        server_env = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TOKENIZERS_PARALLELISM": "false"}
+        os.environ.update(server_env)  # what the server starts with (it copies os.environ)
+        self.ctx.set_forkserver_preload(PRELOAD)
+        self.lock = threading.Lock()
+        self.running: dict[str, list] = {}  # run_id -> its live processes
+
+    def warm(self) -> float:
+        """Start the fork server and import PRELOAD in it (once); returns seconds it took."""
+        t0 = time.perf_counter()
+        self.call({}, os.getpid, ())
+        return time.perf_counter() - t0
+
+    def node_info(self) -> NodeInfo:
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return NodeInfo(
+            node_id=ctx.get_node_id(),
+            hostname=socket.gethostname(),
+            ip=ray.util.get_node_ip_address(),
+            gpu_ids=(),
+            pid=os.getpid(),
+        )
+
+    def free_port(self) -> int:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            return s.getsockname()[1]
+
+    def call(self, env: dict[str, str], fn: Callable, args: tuple, run_id: str = "") -> object:
+        """Fork a child with this actor's environment plus ``env``, run ``fn(*args)`` there and
+        return its result. Raises ForkFailure when the child raises or dies."""
+        reader, writer = self.ctx.Pipe(duplex=False)
+        proc = self.ctx.Process(target=_child, args=(writer, {**self.base_env, **env}, fn, args))
+        proc.start()
+        writer.close()
+        with self.lock:
+            self.running.setdefault(run_id, []).append(proc)
+        try:
+            multiprocessing.connection.wait([reader, proc.sentinel])
+            try:
+                status, value = reader.recv()  # a partly written message: EOFError
+            except (EOFError, OSError):
+                proc.join(timeout=5)
+                raise ForkFailure(_death(proc)) from None
+            proc.join(timeout=30)
+        finally:
+            reader.close()
+            with self.lock:
+                procs = self.running.get(run_id, [])
+                if proc in procs:
+                    procs.remove(proc)
+        if status != "ok":
+            raise ForkFailure(f"rank process {proc.pid} raised:\n{value}")
+        return value
+
+    def run_rank(self, env: dict[str, str], cfg, rank: int, world_size: int, local_rank: int,
+                 master_addr: str, master_port: int, gpus: list[str] | None) -> RankRecord:  # fmt: skip
+        args = (cfg, rank, world_size, local_rank, master_addr, master_port, gpus)
+        return self.call(env, _run_rank, args, run_id=cfg.run_id)
+
+    def pids(self, run_id: str) -> list[int]:
+        with self.lock:
+            return [p.pid for p in self.running.get(run_id, [])]
+
+    def kill_run(self, run_id: str) -> int:
+        """SIGKILL the run's live processes; returns how many there were."""
+        with self.lock:
+            procs = list(self.running.pop(run_id, []))
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        return len(procs)
+
+
+def _death(proc) -> str:
+    code = proc.exitcode
+    if code is not None and code < 0:
+        how = f"was killed by signal {signal.Signals(-code).name}"
+    elif code is not None:
+        how = f"exited with code {code}"
+    else:
+        how = "stopped answering"
+    return f"rank process {proc.pid} {how} before returning its record (fork-server launcher)"
+
+
+def current_env() -> dict[str, str]:
+    """This process's environment (what a forked rank sees; for checks and tests)."""
+    return dict(os.environ)
