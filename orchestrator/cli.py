@@ -1,7 +1,8 @@
 """``linksweep`` command line. Thin: parse arguments, call the modules that do the work.
 
 Exit codes: 0 success; 1 a run failed (all runs still stored) or a check found a problem;
-2 bad input (nothing run, nothing written); 130 interrupted.
+2 bad input (nothing run, nothing written); 130/143/129 stopped by SIGINT/SIGTERM/SIGHUP
+(the sweep is marked ``interrupted``; ``--resume`` continues it).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import csv
 import json
 import sys
 
-from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, err
+from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, err
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -33,12 +34,44 @@ def _run(args: argparse.Namespace, train: bool) -> int:
         err(str(exc))
         return EXIT_BAD_INPUT
 
-    from orchestrator import preflight, scheduler
-    from orchestrator.store import Q, Store
+    from orchestrator import scheduler, stopping
+    from orchestrator.store.live import LiveStore
+
+    store = LiveStore(args.db)
+    resume = None
+    if train and (getattr(args, "resume", None) or getattr(args, "retry_failed", False)):
+        from orchestrator.longsweep import resume_plan
+        from orchestrator.resume import ResumeError
+
+        sweep_arg = args.resume if isinstance(args.resume, str) else None
+        try:
+            resume = resume_plan(store, spec, sweep_arg, args.retry_failed)
+        except (ResumeError, StoreError) as exc:
+            err(str(exc))
+            return EXIT_BAD_INPUT
+        print(f"resuming sweep {resume[0]}: {len(resume[1])} run(s) left", file=sys.stderr)
+
+    address = scheduler.connect(args.address)
+    stopping.install()  # after ray.init, which installs its own SIGTERM handler
+    try:
+        return _run_connected(args, spec, store, address, train, resume)
+    except KeyboardInterrupt as exc:  # stopping.SweepStopped: SIGINT, SIGTERM, SIGHUP
+        err(
+            f"{exc or 'interrupted'}; finished runs are stored (resume: linksweep run "
+            f"{args.sweep} --resume --db {args.db})"
+        )
+        return stopping.exit_code(exc)
+    finally:
+        scheduler.disconnect()
+
+
+def _run_connected(args, spec, store, address: str, train: bool, resume) -> int:
+    from orchestrator import preflight
+    from orchestrator.spec import SpecError
+    from orchestrator.store import Q
     from orchestrator.sweep import execute_sweep
     from orchestrator.ui import SweepUI
 
-    address = scheduler.connect(args.address)
     if address == "embedded":
         print(
             "Ray: embedded single-node cluster on this machine (no --address, no RAY_ADDRESS); "
@@ -51,25 +84,13 @@ def _run(args: argparse.Namespace, train: bool) -> int:
     except SpecError as exc:
         err(str(exc))
         return EXIT_BAD_INPUT
-    try:
-        store = Store(args.db)
-    except StoreError as exc:
-        err(str(exc))
-        return EXIT_BAD_INPUT
     ui = SweepUI()
-    try:
-        with store:
-            sweep_id = execute_sweep(spec, store, address, bundle, ui, train=train)
-            if train:
-                _print_summary(store, sweep_id)
-            else:
-                _print_table(
-                    store, Q.BANDWIDTH_TABLE, sweep_id, f"link_bandwidth (sweep {sweep_id})"
-                )
-            failed = store.rows(Q.FAILED_RUN_COUNT, sweep_id=sweep_id)[0]["n"]
-    except KeyboardInterrupt:
-        err("interrupted; finished runs are stored")
-        return EXIT_INTERRUPTED
+    sweep_id = execute_sweep(spec, store, address, bundle, ui, train=train, resume=resume)
+    if train:
+        _print_summary(store, sweep_id)
+    else:
+        _print_table(store, Q.BANDWIDTH_TABLE, sweep_id, f"link_bandwidth (sweep {sweep_id})")
+    failed = store.rows(Q.FAILED_RUN_COUNT, sweep_id=sweep_id)[0]["n"]
     print(f"results: {args.db} (sweep {sweep_id})", file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
 
@@ -187,6 +208,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--address",
         default=None,
         help="Ray cluster address; default RAY_ADDRESS, else an embedded Ray on this machine",
+    )
+    r.add_argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="SWEEP_ID",
+        help="continue an interrupted sweep (default: the latest with this file's name): same "
+        "sweep id, only the runs not stored yet, in the original order",
+    )
+    r.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="with --resume (implied): also re-run failed runs (kept, marked superseded)",
     )
     r.set_defaults(func=cmd_run)
 

@@ -24,15 +24,24 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from orchestrator.planner import NodeCapacity, RunResult, place_ranks
+from orchestrator.watchdog import Watchdog
 from workloads.contract import LinkbenchConfig, RankRecord, RunConfig
 
 PLACEMENT_STRATEGY = {"pack": "STRICT_PACK", "spread": "STRICT_SPREAD"}
 PLACEMENT_TIMEOUT_S = 120.0  # a group still unplaced by then will not be placed
 ACTOR_READY_TIMEOUT_S = 300.0  # covers runtime_env set-up on a cold node
+_watchdog: Watchdog | None = None  # the embedded cluster's (orchestrator/watchdog.py)
 
 
 class RunFailure(Exception):
     """A run could not complete; the message is stored as the run's error."""
+
+
+class RunTimeout(RunFailure):
+    """The run reached run_timeout_s: its ranks' stacks are captured before they are killed."""
+
+
+DIAG_TIMEOUT_S = 20.0  # capturing every rank's stack on its node, before the actors are killed
 
 
 @ray.remote(num_cpus=0)
@@ -89,6 +98,8 @@ def connect(address: str | None) -> str:
             }
         ray.init(address=address, logging_level="ERROR", log_to_driver=False, **kwargs)
         return address
+    global _watchdog
+    _watchdog = Watchdog()  # a kill -9'd driver leaves no embedded Ray process behind
     ray.init(
         address="local",  # a new cluster, never one some `ray start` left in /tmp/ray
         num_cpus=os.cpu_count() or 1,
@@ -97,6 +108,17 @@ def connect(address: str | None) -> str:
         log_to_driver=False,
     )
     return "embedded"
+
+
+def disconnect() -> None:
+    """Leave Ray; for the embedded cluster, stop it and wait until none of its processes is
+    left (the watchdog reaps any straggler)."""
+    global _watchdog
+    if ray.is_initialized():
+        ray.shutdown()
+    if _watchdog is not None:
+        _watchdog.stop()
+        _watchdog = None
 
 
 def alive_nodes() -> list[dict]:
@@ -271,6 +293,9 @@ def execute_run(
             for a, p in zip(actors, result.placements, strict=True)
         ]
         result.rank_records = _wait_all(refs, timeout_s, on_tick)
+    except RunTimeout as exc:
+        result.error = str(exc)
+        result.diagnostics = capture_diagnostics(run_cfg.run_id, result.placements)
     except RunFailure as exc:
         result.error = str(exc)
     except Exception as exc:  # noqa: BLE001 - RayActorError, RayTaskError, GetTimeoutError...
@@ -290,7 +315,7 @@ def _wait_all(refs: list, timeout_s: float, on_tick: Callable[[], None] | None) 
     while pending:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise RunFailure(
+            raise RunTimeout(
                 f"run timed out after {timeout_s:.0f} s (run_timeout_s) with "
                 f"{len(pending)} of {len(refs)} ranks unfinished: a hang, e.g. a rank stuck in "
                 "a collective; actors were killed"
@@ -301,6 +326,32 @@ def _wait_all(refs: list, timeout_s: float, on_tick: Callable[[], None] | None) 
         if on_tick is not None:
             on_tick()
     return sorted((results[r] for r in refs), key=lambda r: r.rank)
+
+
+def capture_diagnostics(run_id: str, placements: list) -> list:
+    """Every rank's stack (and NCCL trace), each read on the rank's own node by a pinned task
+    (``workloads.diag.capture``); a rank whose node does not answer gets a row saying so."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from workloads.contract import RankDiagnostic
+    from workloads.diag import capture
+
+    remote_capture = ray.remote(num_cpus=0, max_retries=0)(capture)
+    refs = [
+        remote_capture.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=p.node_id, soft=False)
+        ).remote(run_id, p.rank, p.pid)
+        for p in placements
+    ]
+    out = []
+    for p, ref in zip(placements, refs, strict=True):
+        try:
+            out.append(ray.get(ref, timeout=DIAG_TIMEOUT_S))
+        except Exception as exc:  # noqa: BLE001 - the diagnosis must not stop the cleanup
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+            out.append(RankDiagnostic(rank=p.rank, pid=p.pid, error=_first_line(exc)))
+    return out
 
 
 def gcs_nodes(address: str, timeout_s: float = 5.0) -> list[dict] | None:

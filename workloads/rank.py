@@ -74,7 +74,10 @@ class Rank:
         )
         import torch.distributed as dist
 
+        from workloads.diag import Armed
         from workloads.train import rank_device, run_training
+
+        armed = Armed(cfg.run_id, rank)  # a hang is diagnosed from this rank's stack
 
         backend, device = rank_device(local_rank)
         timeout = datetime.timedelta(seconds=cfg.pg_timeout_s)
@@ -109,6 +112,7 @@ class Rank:
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
+            armed.disarm()
         return RankRecord(
             rank=rank,
             local_rank=local_rank,

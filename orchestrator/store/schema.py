@@ -9,7 +9,7 @@ are computed by ``orchestrator/stats.py`` and stored in ``runs``, ``variant_stat
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 TABLES: dict[str, str] = {
     "meta": """
@@ -29,7 +29,9 @@ TABLES: dict[str, str] = {
         ray_address VARCHAR,
         n_runs_planned INTEGER,
         driver_host VARCHAR,
-        topology_status VARCHAR
+        topology_status VARCHAR,
+        driver_pid INTEGER,          -- with driver_host: whose sweep this is, while running
+        heartbeat_at TIMESTAMPTZ     -- the driver's last sign of life (store/liveness.py)
     """,
     "runs": """
         run_id VARCHAR PRIMARY KEY,
@@ -84,7 +86,9 @@ TABLES: dict[str, str] = {
         p10_step_time_s DOUBLE,
         p90_step_time_s DOUBLE,
         samples_per_s DOUBLE,        -- samples of all ranks / sum of step times
-        tokens_per_s DOUBLE
+        tokens_per_s DOUBLE,
+        attempt INTEGER,             -- 1, or 2+ for a failed run retried by --retry-failed
+        superseded_by VARCHAR        -- a failed run retried later: the retry's run_id
     """,
     "steps": """
         run_id VARCHAR,
@@ -216,6 +220,20 @@ TABLES: dict[str, str] = {
         ci_low DOUBLE,
         ci_high DOUBLE
     """,
+    # Where each rank of a run that hit run_timeout_s was stuck, captured before its actors were
+    # killed: its Python stack (faulthandler) and, on NCCL, PyTorch's flight-recorder dump.
+    "diagnostics": """
+        run_id VARCHAR,
+        rank INTEGER,
+        node_id VARCHAR,
+        hostname VARCHAR,
+        pid INTEGER,
+        kind VARCHAR,                -- timeout
+        captured_at TIMESTAMPTZ,
+        python_stack VARCHAR,        -- every thread of the rank process (faulthandler)
+        nccl_trace VARCHAR,          -- base64 of the NCCL flight recorder's dump, if written
+        error VARCHAR                -- why a part could not be captured
+    """,
 }
 
 VIEWS: dict[str, str] = {
@@ -312,5 +330,12 @@ MIGRATIONS: dict[int, list[str]] = {
              AND variant_stats.offload = f.offload AND variant_stats.grad_accum = f.grad_accum
              AND variant_stats.bucket_mb = f.bucket_mb AND variant_stats.link = f.link
              AND variant_stats.placement = f.placement""",
+    ],
+    # v3: long sweeps (issue 10): driver liveness, retried runs.
+    3: [
+        "ALTER TABLE sweeps ADD COLUMN driver_pid INTEGER",
+        "ALTER TABLE sweeps ADD COLUMN heartbeat_at TIMESTAMPTZ",
+        "ALTER TABLE runs ADD COLUMN attempt INTEGER",
+        "ALTER TABLE runs ADD COLUMN superseded_by VARCHAR",
     ],
 }

@@ -1,0 +1,69 @@
+"""Stopping a sweep cleanly on SIGINT (Ctrl-C), SIGTERM (``ray job stop``, batch schedulers)
+and SIGHUP (a closed terminal).
+
+:func:`install` (called after ``ray.init``, which installs its own SIGTERM handler that exits 1)
+makes each of these signals raise :class:`SweepStopped` in the main thread: the current run's
+``finally`` blocks kill its actors and placement group and remove its NVMe folder, the sweep is
+marked ``interrupted``, and the command exits ``128 + signal`` (130, 143, 129). A signal that
+arrives inside :func:`critical` (a commit) is held until the block ends, so a run is either
+stored whole or not at all. Repeated signals while stopping are ignored (the stop is bounded).
+
+No Ray, no database: plain ``signal``.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class SweepStopped(KeyboardInterrupt):
+    """A stop signal arrived; ``exit_code`` is 128 + the signal number."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+_state = {"critical": 0, "pending": None, "stopping": False}
+
+
+def _handler(signum: int, frame) -> None:
+    if _state["stopping"]:
+        return
+    if _state["critical"]:
+        _state["pending"] = signum
+        return
+    _state["stopping"] = True
+    raise SweepStopped(signum)
+
+
+def install() -> None:
+    """Route SIGINT, SIGTERM and SIGHUP to :class:`SweepStopped` (main thread only)."""
+    _state.update(critical=0, pending=None, stopping=False)
+    for sig in SIGNALS:
+        signal.signal(sig, _handler)
+
+
+def exit_code(exc: BaseException) -> int:
+    """130 for Ctrl-C (a plain KeyboardInterrupt too), else 128 + the signal."""
+    return exc.exit_code if isinstance(exc, SweepStopped) else 128 + signal.SIGINT
+
+
+@contextmanager
+def critical() -> Iterator[None]:
+    """Hold stop signals for the block; one that arrived is raised when it ends."""
+    _state["critical"] += 1
+    try:
+        yield
+    finally:
+        _state["critical"] -= 1
+        pending = _state["pending"]
+        if not _state["critical"] and pending is not None and not _state["stopping"]:
+            _state["pending"] = None
+            _state["stopping"] = True
+            raise SweepStopped(pending)
