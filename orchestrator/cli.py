@@ -52,7 +52,7 @@ def _run(args: argparse.Namespace, train: bool) -> int:
         print(f"resuming sweep {resume[0]}: {len(resume[1])} run(s) left", file=sys.stderr)
 
     address = scheduler.connect(args.address)
-    stopping.install()  # after ray.init, which installs its own SIGTERM handler
+    restore_signals = stopping.install()  # after ray.init, which sets its own SIGTERM handler
     try:
         return _run_connected(args, spec, store, address, train, resume)
     except KeyboardInterrupt as exc:  # stopping.SweepStopped: SIGINT, SIGTERM, SIGHUP
@@ -63,6 +63,7 @@ def _run(args: argparse.Namespace, train: bool) -> int:
         return stopping.exit_code(exc)
     finally:
         scheduler.disconnect()
+        restore_signals()
 
 
 def _run_connected(args, spec, store, address: str, train: bool, resume) -> int:

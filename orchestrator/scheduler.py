@@ -31,6 +31,7 @@ PLACEMENT_STRATEGY = {"pack": "STRICT_PACK", "spread": "STRICT_SPREAD"}
 PLACEMENT_TIMEOUT_S = 120.0  # a group still unplaced by then will not be placed
 ACTOR_READY_TIMEOUT_S = 300.0  # covers runtime_env set-up on a cold node
 _watchdog: Watchdog | None = None  # the embedded cluster's (orchestrator/watchdog.py)
+_connected_here = False  # connect() called ray.init (a caller's own connection is left alone)
 
 
 class RunFailure(Exception):
@@ -81,8 +82,10 @@ def connect(address: str | None) -> str:
     address = address or os.environ.get("RAY_ADDRESS")
     if ray.is_initialized():
         return address or "embedded"
+    global _connected_here
     env = {"RAY_DISABLE_USAGE_STATS": "1"}
     os.environ.update(env)
+    _connected_here = True
     if address:
         kwargs = {}
         if not os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):
@@ -113,9 +116,10 @@ def connect(address: str | None) -> str:
 def disconnect() -> None:
     """Leave Ray; for the embedded cluster, stop it and wait until none of its processes is
     left (the watchdog reaps any straggler)."""
-    global _watchdog
-    if ray.is_initialized():
+    global _watchdog, _connected_here
+    if _connected_here and ray.is_initialized():
         ray.shutdown()
+    _connected_here = False
     if _watchdog is not None:
         _watchdog.stop()
         _watchdog = None

@@ -14,7 +14,8 @@ No Ray, no database: plain ``signal``.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -42,11 +43,20 @@ def _handler(signum: int, frame) -> None:
     raise SweepStopped(signum)
 
 
-def install() -> None:
-    """Route SIGINT, SIGTERM and SIGHUP to :class:`SweepStopped` (main thread only)."""
+def install() -> Callable[[], None]:
+    """Route SIGINT, SIGTERM and SIGHUP to :class:`SweepStopped`; returns a function that puts
+    the previous handlers back. Outside the main thread (where Python allows no handlers)
+    nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
     _state.update(critical=0, pending=None, stopping=False)
-    for sig in SIGNALS:
-        signal.signal(sig, _handler)
+    previous = {sig: signal.signal(sig, _handler) for sig in SIGNALS}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore
 
 
 def exit_code(exc: BaseException) -> int:

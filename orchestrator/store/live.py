@@ -24,7 +24,9 @@ from orchestrator.store import liveness, spool
 from orchestrator.store.db import Store, StoreLocked
 from orchestrator.store.queries import Query
 
-LOCK_WAIT_S = 120.0  # how long one commit waits for a database someone else holds
+LOCK_WAIT_S = 120.0
+"""How long one commit waits for a database someone else holds (then the run stays spooled);
+``LINKSWEEP_LOCK_WAIT_S`` overrides it."""
 
 
 def _say(msg: str) -> None:
@@ -32,8 +34,10 @@ def _say(msg: str) -> None:
 
 
 class LiveStore:
-    def __init__(self, path: str, lock_wait_s: float = LOCK_WAIT_S, say: Callable = _say):
+    def __init__(self, path: str, lock_wait_s: float | None = None, say: Callable = _say):
         self.path = path
+        if lock_wait_s is None:
+            lock_wait_s = float(os.environ.get("LINKSWEEP_LOCK_WAIT_S", LOCK_WAIT_S))
         self.lock_wait_s = lock_wait_s
         self.say = say
         self._open_store: Store | None = None

@@ -1,0 +1,360 @@
+"""Long sweeps with real processes, real signals and real DuckDB files: live queries during a
+sweep, a database held by someone else, kill -9 of the driver and --resume, SIGTERM, a hung
+rank's stacks, the v2 -> v3 upgrade.
+
+Drivers that must be killed run as subprocesses (``python -m orchestrator run``, embedded Ray);
+the others run in-process on the session cluster. Every wait polls a real event (rows in the
+database, a spool file, a process gone) against a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.store import Store, read_query, spool
+from orchestrator.watchdog import descendants
+
+REPO = Path(__file__).resolve().parents[2]
+SWEEP_BODY = """
+name: long
+model: gpt2-tiny
+dataset: builtin
+precision: fp32
+seq_len: 32
+micro_batch_size: 2
+steps: 2
+warmup_steps: 1
+repeats: 2
+world_size: 2
+links: {default: {}, other: {}}
+grid: {strategy: [ddp], grad_accum: [1], placement: [pack]}
+"""  # 2 links x 2 repeats = 4 runs
+
+
+def q(db, sql):
+    return read_query(str(db), sql)[1]
+
+
+def wait_for(what: str, predicate, timeout_s: float, every_s: float = 0.2):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def n_runs(db) -> int:
+    if not Path(db).exists():
+        return 0
+    try:
+        return q(db, "SELECT count(*) FROM runs")[0][0]
+    except Exception:  # noqa: BLE001 - not created yet, or busy past the reader's wait
+        return 0
+
+
+def query_elsewhere(db, sql: str) -> subprocess.CompletedProcess:
+    """`linksweep query` in another process (DuckDB refuses a read-only and a read-write
+    connection to one file in the same process: an in-process driver must not see ours)."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", "query", sql, "--db", str(db), "--format", "json"],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def n_runs_elsewhere(db) -> int:
+    out = query_elsewhere(db, "SELECT count(*) AS n FROM runs")
+    return json.loads(out.stdout)[0]["n"] if out.returncode == 0 else 0
+
+
+def driver(args: list[str], **kw) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = str(REPO)
+    env.update(kw.pop("env", {}))
+    return subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", *args],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        **kw,
+    )
+
+
+def all_gone(procs: dict[int, int]) -> bool:
+    from orchestrator.watchdog import _stat
+
+    return all((st := _stat(p)) is None or st[1] != start for p, start in procs.items())
+
+
+def pairs(db) -> list[tuple]:
+    return q(
+        db,
+        """SELECT link, "repeat", count(*) FROM runs WHERE status = 'ok'
+           AND superseded_by IS NULL GROUP BY ALL ORDER BY ALL""",
+    )
+
+
+# --- without Ray ----------------------------------------------------------------------------
+
+
+def test_v2_database_upgrades_to_v3_keeping_rows(tmp_path):
+    db = str(tmp_path / "v2.duckdb")
+    with Store(db) as s:  # make a v3 file, then take it back to what v2 wrote
+        s.insert("sweeps", [{"sweep_id": "s1", "status": "running", "name": "x"}])
+        s.insert("runs", [{"run_id": "r1", "sweep_id": "s1", "seq": 1, "status": "ok"}])
+        for stmt in (
+            "DROP TABLE diagnostics",
+            "ALTER TABLE sweeps DROP COLUMN driver_pid",
+            "ALTER TABLE sweeps DROP COLUMN heartbeat_at",
+            "ALTER TABLE runs DROP COLUMN attempt",
+            "ALTER TABLE runs DROP COLUMN superseded_by",
+            "UPDATE meta SET value = '2' WHERE key = 'schema_version'",
+        ):
+            s.con.execute(stmt)
+    # a reader upgrades it (one transaction, rows kept)
+    cols = q(db, "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'")
+    assert {("attempt",), ("superseded_by",)} <= set(cols)
+    assert q(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("3",)]
+    assert q(db, "SELECT run_id, status, superseded_by FROM runs") == [("r1", "ok", None)]
+    assert q(db, "SELECT count(*) FROM diagnostics") == [(0,)]
+
+
+def hold_database(db: str, release_file: Path) -> subprocess.Popen:
+    """Another process holding the database read-write until ``release_file`` exists."""
+    code = (
+        "import duckdb, os, sys, time\n"
+        f"con = duckdb.connect({db!r})\n"
+        "print('held', flush=True)\n"
+        f"while not os.path.exists({str(release_file)!r}): time.sleep(0.05)\n"
+        "con.close()\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def test_spooled_run_survives_a_held_database_and_the_next_opener_commits_it(tmp_path):
+    from orchestrator.store.live import LiveStore
+
+    db = str(tmp_path / "r.duckdb")
+    Store(db).close()
+    release = tmp_path / "release"
+    holder = hold_database(db, release)
+    said = []
+    live = LiveStore(db, lock_wait_s=1.0, say=said.append)
+    payload = spool.Payload("sx-r0001", {"runs": [{"run_id": "sx-r0001", "status": "ok"}]})
+    assert live.commit_run(payload) is False  # held: kept in the spool, the caller goes on
+    assert any("held by another process; retrying" in m for m in said)
+    assert any("kept in" in m for m in said)
+    assert [Path(p).name for p in spool.pending(db)] == ["sx-r0001.json"]
+    release.touch()
+    holder.wait(timeout=30)
+    # the next command that opens the database (here: a query) commits it, exactly once
+    assert q(db, "SELECT run_id FROM runs") == [("sx-r0001",)]
+    assert spool.pending(db) == []
+    spool.write(db, payload)  # e.g. died between COMMIT and unlink: committed again = no-op
+    assert q(db, "SELECT count(*) FROM runs") == [(1,)]
+    assert spool.pending(db) == []
+
+
+# --- in-process sweeps on the session cluster --------------------------------------------------
+
+
+def test_held_database_while_runs_finish_loses_no_run(
+    ray_cluster, write_sweep, tmp_path, monkeypatch, capsys
+):
+    """A second process holds the database read-write while two runs finish: both are spooled,
+    the driver says it is waiting, goes on, and the next commit stores everything."""
+    monkeypatch.setenv("LINKSWEEP_LOCK_WAIT_S", "1")
+    path = write_sweep(repeats=4, steps=2)
+    db = tmp_path / "r.duckdb"
+    release = tmp_path / "release"
+    seen = {}
+
+    def holder_thread():
+        # wait until the sweep has stored one run, then hold the database until two finished
+        # runs are waiting in the spool at the same time
+        wait_for("a stored run", lambda: n_runs_elsewhere(db) >= 1, 300)
+        holder = hold_database(str(db), release)
+        seen["max_spooled"] = wait_for(
+            "two spooled runs", lambda: len(spool.pending(str(db))) >= 2 and 2, 300, 0.05
+        )
+        release.touch()
+        holder.wait(timeout=30)
+
+    t = threading.Thread(target=holder_thread)
+    t.start()
+    try:
+        assert main(["run", path, "--db", str(db)]) == 0
+    finally:
+        release.touch()
+        t.join(timeout=60)
+    assert seen.get("max_spooled") == 2
+    err = capsys.readouterr().err
+    assert "held by another process; retrying" in err and "kept in" in err
+    assert spool.pending(str(db)) == []
+    rows = q(db, "SELECT seq, status FROM runs ORDER BY seq")
+    assert rows == [(i, "ok") for i in range(1, 5)]
+    no_steps = q(
+        db, "SELECT count(*) FROM runs r WHERE NOT EXISTS (SELECT 1 FROM steps s USING (run_id))"
+    )
+    assert no_steps == [(0,)]
+    assert q(db, "SELECT status FROM sweeps") == [("ok",)]
+
+
+def test_query_during_a_running_sweep_sees_runs_grow(ray_cluster, write_sweep, tmp_path):
+    """`linksweep query` (another process) while the sweep runs: at least two different,
+    growing, non-zero counts before the sweep ends."""
+    path = write_sweep(repeats=4, steps=2)
+    db = tmp_path / "r.duckdb"
+    counts: list[int] = []
+    done = threading.Event()
+
+    def poll():
+        while not done.is_set():
+            out = query_elsewhere(db, "SELECT count(*) AS n FROM runs")
+            if out.returncode == 0:
+                counts.append(json.loads(out.stdout)[0]["n"])
+            else:
+                assert "does not exist" in out.stderr, out.stderr
+
+    t = threading.Thread(target=poll)
+    t.start()
+    try:
+        assert main(["run", path, "--db", str(db)]) == 0
+    finally:
+        done.set()
+        t.join(timeout=120)
+    during = sorted({c for c in counts if 0 < c < 4})
+    assert len(during) >= 2, counts
+    assert counts == sorted(counts)  # never goes back
+
+
+def test_hung_rank_stores_every_ranks_stack(ray_cluster, write_sweep, tmp_path):
+    path = write_sweep(links={"hang": {"LINKSWEEP_INJECT_FAULT": "0:1:hang"}}, run_timeout_s=20)
+    db = tmp_path / "r.duckdb"
+    assert main(["run", path, "--db", str(db)]) == 1
+    ((status, error),) = q(db, "SELECT status, error FROM runs")
+    assert status == "failed" and "timed out after 20 s" in error
+    diag = q(db, "SELECT rank, pid, python_stack, error FROM diagnostics ORDER BY rank")
+    assert [d[0] for d in diag] == [0, 1]
+    for rank, pid, stack, why in diag:
+        assert pid > 0 and stack, (rank, why)
+        assert "Current thread" in stack or "Thread 0x" in stack
+        assert "workloads/rank.py" in stack  # inside the rank's run()
+    assert "_maybe_fault" in diag[0][2]  # rank 0 is where the fault hangs
+    assert "_maybe_fault" not in diag[1][2]  # rank 1 waits for it in a collective
+
+
+# --- subprocess drivers (embedded Ray): kill -9, --resume, SIGTERM ---------------------------
+
+
+@pytest.fixture
+def long_sweep(tmp_path):
+    path = tmp_path / "long.yaml"
+    path.write_text(SWEEP_BODY)
+    return str(path), str(tmp_path / "r.duckdb")
+
+
+def test_kill_9_then_resume_completes_exactly_the_missing_runs(long_sweep):
+    path, db = long_sweep
+    p = driver(["run", path, "--db", db])
+    try:
+        wait_for("two stored runs", lambda: n_runs(db) >= 2, 400, 0.1)
+        ray_procs = descendants(p.pid)
+        assert len(ray_procs) >= 3  # gcs, raylet, workers... (and the watchdog)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=10)
+        wait_for("no embedded-Ray process left", lambda: all_gone(ray_procs), 15, 0.1)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    # the database opens; the sweep reads interrupted; no run lacks its steps
+    (status,) = q(db, "SELECT status FROM sweeps")[0]
+    assert status == "interrupted"
+    stored = q(db, "SELECT seq FROM runs ORDER BY seq")
+    assert len(stored) >= 2
+    assert (
+        q(
+            db,
+            "SELECT r.run_id FROM runs r LEFT JOIN steps s USING (run_id) GROUP BY ALL "
+            "HAVING count(s.step) = 0",
+        )
+        == []
+    )
+    (sweep_id,) = q(db, "SELECT sweep_id FROM sweeps")[0]
+
+    r = driver(["run", path, "--db", db, "--resume"])
+    out, _ = r.communicate(timeout=600)
+    assert r.returncode == 0, out[-3000:]
+    assert f"resuming sweep {sweep_id}: {4 - len(stored)} run(s) left" in out
+    assert q(db, "SELECT sweep_id, status FROM sweeps") == [(sweep_id, "ok")]
+    assert pairs(db) == [("default", 1, 1), ("default", 2, 1), ("other", 1, 1), ("other", 2, 1)]
+    assert q(db, "SELECT seq FROM runs ORDER BY seq") == [(i,) for i in range(1, 5)]
+    assert q(db, "SELECT sum(n_runs) FROM variant_summary") == [(4,)]
+
+
+def test_resume_refuses_a_different_spec(long_sweep, tmp_path, capsys):
+    path, db = long_sweep
+    with Store(db) as s:
+        from orchestrator.spec import load_spec
+
+        spec = load_spec(path).to_json_dict()
+        s.insert(
+            "sweeps",
+            [
+                {
+                    "sweep_id": "s1",
+                    "name": "long",
+                    "spec": spec,
+                    "status": "interrupted",
+                    "n_runs_planned": 4,
+                }
+            ],
+        )
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(SWEEP_BODY.replace("steps: 2", "steps: 5").replace("[pack]", "[spread]"))
+    assert main(["run", str(changed), "--db", db, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "fields that differ: grid.placement, steps" in err
+    assert main(["run", str(changed), "--db", db, "--resume", "nope"]) == 2
+    assert "no such sweep" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143)])
+def test_stop_signal_mid_run_exits_interrupted_leaving_nothing(long_sweep, sig, code):
+    path, db = long_sweep
+    p = driver(["run", path, "--db", db])
+    try:
+        wait_for("one stored run", lambda: n_runs(db) >= 1, 400, 0.1)
+        ray_procs = descendants(p.pid)
+        os.kill(p.pid, sig)
+        t0 = time.monotonic()
+        out, _ = p.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == code, out[-3000:]
+    assert took < 30
+    assert f"stopped by {signal.Signals(sig).name}" in out
+    assert "SIGTERM received" not in out  # Ray's own handler did not run
+    assert q(db, "SELECT status FROM sweeps") == [("interrupted",)]
+    wait_for("no embedded-Ray process left", lambda: all_gone(ray_procs), 5, 0.1)
