@@ -177,6 +177,13 @@ BENCH_OK_RUN_FIGURES = _q(
     """SELECT strategy, grad_accum, median_step_time_s FROM run_summary
        WHERE status = 'ok' AND median_step_time_s IS NOT NULL ORDER BY seq""",
 )
+BENCH_FAULT_RUNS = _q(
+    "bench_fault_runs",
+    """SELECT r.run_id, r.seq, r.link, r."repeat", r.status, r.superseded_by, r.started_at,
+              r.finished_at, r.startup_s, s.status AS sweep_status,
+              (SELECT count(*) FROM steps st WHERE st.run_id = r.run_id) AS n_step_rows
+       FROM runs r JOIN sweeps s USING (sweep_id) ORDER BY r.seq, r.run_id""",
+)
 BENCH_FAILED_RUNS = _q(
     "bench_failed_runs",
     "SELECT seq, strategy, grad_accum, error FROM runs WHERE status <> 'ok' ORDER BY seq",

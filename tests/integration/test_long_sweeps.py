@@ -174,6 +174,52 @@ def test_spooled_run_survives_a_held_database_and_the_next_opener_commits_it(tmp
     assert spool.pending(db) == []
 
 
+def test_watchdog_reaps_grandchildren_of_a_kill_9_driver():
+    """A stand-in driver forks a child that forks a grandchild, each re-parented when its
+    parent dies (what Ray's workers do); after kill -9 of the driver the watchdog kills both."""
+    code = (
+        "import subprocess, sys, time\n"
+        "from orchestrator.watchdog import Watchdog\n"
+        "w = Watchdog()\n"
+        'inner = \'import subprocess, time; subprocess.Popen(["sleep", "300"]); time.sleep(300)\'\n'
+        "subprocess.Popen([sys.executable, '-c', inner])\n"
+        "print('ready', flush=True); time.sleep(300)\n"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert p.stdout.readline().strip() == "ready"
+    tree = wait_for("child and grandchild", lambda: len(d := descendants(p.pid)) >= 3 and d, 10)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+    wait_for("the whole tree gone", lambda: all_gone(tree), 5, 0.05)
+
+
+def test_a_stop_signal_inside_a_commit_waits_for_its_end():
+    from orchestrator import stopping
+
+    restore = stopping.install()
+    try:
+        order = []
+        with pytest.raises(stopping.SweepStopped) as info, stopping.critical():
+            os.kill(os.getpid(), signal.SIGTERM)
+            order.append("commit finished")
+        assert order == ["commit finished"]
+        assert info.value.exit_code == 143
+        stopping.install()  # a new sweep: armed again
+        with pytest.raises(stopping.SweepStopped) as info:
+            os.kill(os.getpid(), signal.SIGHUP)  # delivered to this thread before kill returns
+            order.append("not reached")
+        assert info.value.exit_code == 129
+        assert order == ["commit finished"]
+    finally:
+        restore()
+
+
 # --- in-process sweeps on the session cluster --------------------------------------------------
 
 
