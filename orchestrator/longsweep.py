@@ -112,6 +112,8 @@ def resume_plan(
     """(sweep id, slots left) of the sweep to resume: the one named, or the latest with this
     spec's name. ResumeError (exit 2) when there is none, it is still running, or it was run
     from a different spec (the message names the differing fields)."""
+    if not os.path.exists(store.path):
+        raise ResumeError(f"--resume: {store.path} does not exist; nothing to resume")
     if sweep_id:
         found = store.rows(Q.SWEEP, sweep_id=sweep_id)
         if not found:

@@ -43,6 +43,8 @@ def _default(value: Any) -> Any:
         return {"$datetime": value.isoformat()}
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
+    if hasattr(value, "item") and hasattr(value, "dtype"):  # a numpy scalar
+        return value.item()
     raise TypeError(f"cannot spool a {type(value).__name__}: {value!r}")
 
 

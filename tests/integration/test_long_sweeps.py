@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.store import Store, read_query, spool
+from orchestrator.store import Q, Store, read_query, spool
 from orchestrator.watchdog import descendants
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,6 +134,35 @@ def test_v2_database_upgrades_to_v3_keeping_rows(tmp_path):
     assert q(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("3",)]
     assert q(db, "SELECT run_id, status, superseded_by FROM runs") == [("r1", "ok", None)]
     assert q(db, "SELECT count(*) FROM diagnostics") == [(0,)]
+
+
+def test_a_sweep_whose_driver_is_gone_reads_interrupted_everywhere(tmp_path):
+    import datetime as dt
+
+    from orchestrator.report.data import load_report_data
+    from orchestrator.store import Reader, export_all, liveness
+
+    db = str(tmp_path / "r.duckdb")
+    dead_pid = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process can have it
+    now = dt.datetime.now(dt.timezone.utc)
+    row = {"driver_host": liveness.this_host(), "heartbeat_at": now, "started_at": now}
+    with Store(db) as s:
+        s.insert(
+            "sweeps", [{"sweep_id": "dead", "status": "running", "driver_pid": dead_pid, **row}]
+        )
+        s.insert(
+            "sweeps", [{"sweep_id": "alive", "status": "running", "driver_pid": os.getpid(), **row}]
+        )
+    # any reader: export, the report's sweep lookup, linksweep query
+    export_all(db, str(tmp_path / "out"), "csv")
+    assert "interrupted" in (tmp_path / "out" / "sweeps.csv").read_text()
+    with Reader(db) as r:
+        assert {x["sweep_id"]: x["status"] for x in r.rows(Q.LATEST_SWEEPS, limit=5)} == {
+            "dead": "interrupted",
+            "alive": "running",
+        }
+    assert load_report_data(db, "dead").sweep["status"] == "interrupted"
+    assert q(db, "SELECT sweep_id FROM sweeps WHERE status = 'running'") == [("alive",)]
 
 
 def hold_database(db: str, release_file: Path) -> subprocess.Popen:

@@ -164,3 +164,10 @@ def test_slots_are_frozen():
     (slot, *_) = fresh_slots(SID, plan_runs(spec()))
     with pytest.raises(dataclasses.FrozenInstanceError):
         slot.run_id = "x"
+
+
+def test_spool_writes_numpy_scalars_as_plain_numbers():
+    import numpy as np
+
+    p = spool.Payload("r", {"runs": [{"n": np.int64(3), "x": np.float32(0.5), "b": np.bool_(1)}]})
+    assert spool.decode(spool.encode(p)).tables["runs"][0] == {"n": 3, "x": 0.5, "b": True}
