@@ -433,3 +433,51 @@ def test_stop_signal_mid_run_exits_interrupted_leaving_nothing(long_sweep, sig, 
     assert "SIGTERM received" not in out  # Ray's own handler did not run
     assert q(db, "SELECT status FROM sweeps") == [("interrupted",)]
     wait_for("no embedded-Ray process left", lambda: all_gone(ray_procs), 5, 0.1)
+
+
+# --- the emulated cluster (root) ---------------------------------------------------------------
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_cluster_down_returns_only_when_everything_is_gone():
+    """Right after `down` returns, no process of the cluster is left (not even a zombie that
+    pgrep would still list) and none of its namespaces exists."""
+    from orchestrator.emulated import netns_available
+
+    ok, why = netns_available()
+    if not ok:
+        pytest.skip(why)
+    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+    if any(line.startswith("198.18.0.") for line in routes.splitlines()):
+        pytest.skip("another emulated cluster holds 198.18.0.0/24 in the root namespace")
+    state_dir = f"/tmp/lsd-{os.getpid()}"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_DISABLE_USAGE_STATS": "1"}
+    env.pop("RAY_ADDRESS", None)
+    up = (
+        "from orchestrator.emulated import parse_link_arg, up\n"
+        f"up(2, [parse_link_arg('fast')], {state_dir!r}, prefix='lsd')\n"
+    )
+    down = f"from orchestrator.emulated import down\nassert down({state_dir!r}) == []\n"
+    pids: list[int] = []
+    namespaces: list[str] = []
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", up], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert r.returncode == 0, r.stderr[-3000:]
+        state = json.loads(Path(state_dir, "state.json").read_text())
+        pids = [int(p) for p in state["start_times"]]
+        namespaces = [n["namespace"] for n in state["plan"]["nodes"]]
+        assert any(Path(f"/proc/{p}").exists() for p in pids)
+    finally:
+        r = subprocess.run(
+            [sys.executable, "-c", down], env=env, capture_output=True, text=True, timeout=300
+        )
+    assert r.returncode == 0, r.stderr[-3000:]
+    # immediately after: nothing of it, by any look
+    left = subprocess.run(["pgrep", "-f", f"{state_dir}/"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", left.stdout
+    assert [p for p in pids if Path(f"/proc/{p}").exists()] == []
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(ns in listed.split() for ns in namespaces), listed
