@@ -102,6 +102,8 @@ class Watchdog:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator.watchdog", str(os.getpid())],
             stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,  # never hold the caller's pipes open past the driver
+            stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
 
