@@ -294,6 +294,37 @@ def test_held_database_while_runs_finish_loses_no_run(
     assert q(db, "SELECT status FROM sweeps") == [("ok",)]
 
 
+def test_sigterm_mid_run_removes_the_runs_placement_group(ray_cluster, write_sweep, tmp_path):
+    """SIGTERM while a run's placement group is up (in this process, on the session cluster,
+    which outlives the sweep): exit 143, the sweep interrupted, no placement group left."""
+    import ray
+
+    path = write_sweep(steps=50)
+    db = tmp_path / "r.duckdb"
+    before = set(ray.util.placement_group_table())
+
+    def created():
+        table = ray.util.placement_group_table()
+        return any(k not in before and v["state"] == "CREATED" for k, v in table.items())
+
+    def stopper():
+        wait_for("the run's placement group", created, 300, 0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    t = threading.Thread(target=stopper)
+    t.start()
+    t0 = time.monotonic()
+    assert main(["run", path, "--db", str(db)]) == 143
+    t.join()
+    assert time.monotonic() - t0 < 300
+    table = ray.util.placement_group_table()
+    assert {
+        k: v["state"] for k, v in table.items() if k not in before and v["state"] != "REMOVED"
+    } == {}
+    assert q(db, "SELECT status FROM sweeps") == [("interrupted",)]
+    assert q(db, "SELECT count(*) FROM runs") == [(0,)]  # the stopped run is not stored
+
+
 def test_query_during_a_running_sweep_sees_runs_grow(ray_cluster, write_sweep, tmp_path):
     """`linksweep query` (another process) while the sweep runs: at least two different,
     growing, non-zero counts before the sweep ends."""
