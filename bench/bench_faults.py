@@ -71,6 +71,17 @@ def stored(db: str) -> list[dict]:
         return []
 
 
+def has_sweep(db: str) -> bool:
+    """A kill before the driver wrote its sweep row leaves nothing to resume: start anew."""
+    if not os.path.exists(db):
+        return False
+    try:
+        with Reader(db) as r:
+            return bool(r.rows(Q.LATEST_SWEEPS, limit=1))
+    except StoreError:
+        return False
+
+
 def launch(sweep: str, db: str, resume: bool, env_extra: dict) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["PYTHONPATH"] = str(REPO)
@@ -120,7 +131,8 @@ def main() -> int:
             env[KILL_IN_COMMIT_ENV] = str(min(set(range(1, planned + 1)) - done_seqs))
         t0_wall = dt.datetime.now(dt.timezone.utc)
         t0 = time.monotonic()
-        p = launch(sweep, db, resume=i > 0, env_extra=env)
+        resume = has_sweep(db)
+        p = launch(sweep, db, resume=resume, env_extra=env)
         if last:
             rc = p.wait(timeout=3600)
             kills_info = None
@@ -144,12 +156,12 @@ def main() -> int:
             }
         after = stored(db)
         new = sorted((r for r in after if r["run_id"] not in before), key=lambda r: r["seq"])
-        rec = {"session": i, "resume": i > 0, "rc": rc, "new_runs": len(new)}
+        rec = {"session": i, "resume": resume, "rc": rc, "new_runs": len(new)}
         if kills_info:
             rec["kill"] = kills_info
             if commit_kill:
                 rec["kill"]["spooled_seq"] = int(env[KILL_IN_COMMIT_ENV])
-        if i > 0 and new:
+        if resume and new:
             first = new[0]
             stored_at = first["finished_at"]
             rec["to_first_step_s"] = round(
