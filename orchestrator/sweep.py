@@ -2,9 +2,11 @@
 
 ``execute_sweep`` reads top to bottom; each step is one call into the module named for it:
 ``planner`` (what runs, with which config and env), ``scheduler`` (Ray: place and run the ranks),
-``rows`` (result -> table rows), the store (one transaction per run, so Ctrl-C or a crash keeps
-every finished run), ``stats`` (the figures of the run's variant group only), ``ui`` (progress).
-A failed run is a row (status ``failed`` and the error text) and the sweep goes on.
+``rows`` (result -> table rows), ``longsweep`` (the run spooled, then committed in one
+transaction while the database is briefly open, so a crash, a stop signal or a busy database
+keeps every finished run; start, resume and end of the sweep), ``stats`` (the figures of the
+run's variant group only), ``ui`` (progress). A failed run is a row (status ``failed`` and the
+error text) and the sweep goes on.
 """
 
 from __future__ import annotations
