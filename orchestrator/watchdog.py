@@ -37,8 +37,9 @@ def _stat(pid: int) -> tuple[int, int] | None:
     return int(fields[1]), int(fields[19])
 
 
-def descendants(root: int) -> dict[int, int]:
-    """pid -> start time of every live descendant of ``root`` (not root itself)."""
+def descendants(root: int | list[int]) -> dict[int, int]:
+    """pid -> start time of every live descendant of ``root`` (one pid or several; the roots
+    themselves not included)."""
     children: dict[int, list[int]] = {}
     starts: dict[int, int] = {}
     for name in os.listdir("/proc"):
@@ -48,7 +49,7 @@ def descendants(root: int) -> dict[int, int]:
                 children.setdefault(st[0], []).append(int(name))
                 starts[int(name)] = st[1]
     out: dict[int, int] = {}
-    todo = [root]
+    todo = [root] if isinstance(root, int) else list(root)
     while todo:
         for child in children.get(todo.pop(), []):
             if child not in out:
@@ -57,17 +58,28 @@ def descendants(root: int) -> dict[int, int]:
     return out
 
 
-def reap(procs: dict[int, int], wait_s: float = REAP_WAIT_S) -> list[int]:
-    """SIGKILL each (pid, start time) still alive; wait until gone. Returns those killed."""
-    killed = []
+def _signal_same(procs: dict[int, int], sig: int) -> list[int]:
+    """Send ``sig`` to each (pid, start time) that is still that process; returns those hit."""
+    hit = []
     for pid, start in procs.items():
         st = _stat(pid)
         if st is not None and st[1] == start:
             try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
+                os.kill(pid, sig)
+                hit.append(pid)
             except ProcessLookupError:
                 pass
+    return hit
+
+
+def reap(procs: dict[int, int], wait_s: float = REAP_WAIT_S) -> list[int]:
+    """Freeze each (pid, start time) still alive and whatever it forked since the last look
+    (SIGSTOP), then SIGKILL them all and wait until gone. Returns those killed."""
+    procs = dict(procs)
+    _signal_same(procs, signal.SIGSTOP)
+    procs.update(descendants(list(procs)))  # children forked after the last snapshot
+    _signal_same(procs, signal.SIGSTOP)
+    killed = _signal_same(procs, signal.SIGKILL)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if all((st := _stat(p)) is None or st[1] != procs[p] for p in killed):
