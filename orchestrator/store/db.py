@@ -40,7 +40,7 @@ class StoreLocked(StoreError):
     """Another process holds the database (DuckDB: one writer, or many readers)."""
 
 
-READ_WAIT_S = 30.0  # a reader waits this long for a sweep's commit (it holds the lock briefly)
+READ_WAIT_S = 10.0  # a reader waits this long for a sweep's commit (it holds the lock briefly)
 
 
 def _connect(
