@@ -112,6 +112,12 @@ def main() -> int:
     ap.add_argument("--commit-every", type=int, default=4)
     ap.add_argument("--max-delay", type=float, default=15.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="stop killing after this many seconds (then the last resume completes the sweep)",
+    )
     ap.add_argument("--json", default=None)
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
@@ -121,9 +127,11 @@ def main() -> int:
     Path(sweep).write_text(SWEEP.format(repeats=args.repeats))
     planned = 2 * args.repeats
     resumes = []
+    t_start = time.monotonic()
     for i in range(args.kills + 1):
         before = {r["run_id"] for r in stored(db)}
-        last = i == args.kills
+        out_of_time = args.budget_s is not None and time.monotonic() - t_start > args.budget_s
+        last = i == args.kills or out_of_time
         commit_kill = not last and args.commit_every and (i + 1) % args.commit_every == 0
         env = {}
         if commit_kill:
@@ -190,7 +198,7 @@ def main() -> int:
     gone = [r["kill"]["ray_gone_s"] for r in resumes if r.get("kill")]
     summary = {
         "planned_runs": planned,
-        "kills": args.kills,
+        "kills": sum(1 for r in resumes if r.get("kill")),
         "commit_kills": len(commit_recovered),
         "stored_current_runs": len(current),
         "lost": len(lost),
