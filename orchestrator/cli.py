@@ -70,6 +70,7 @@ def _run_connected(args, spec, store, address: str, train: bool, resume) -> int:
     from orchestrator import preflight
     from orchestrator.spec import SpecError
     from orchestrator.store import Q
+    from orchestrator.store.db import StoreLocked
     from orchestrator.sweep import execute_sweep
     from orchestrator.ui import SweepUI
 
@@ -86,12 +87,20 @@ def _run_connected(args, spec, store, address: str, train: bool, resume) -> int:
         err(str(exc))
         return EXIT_BAD_INPUT
     ui = SweepUI()
-    sweep_id = execute_sweep(spec, store, address, bundle, ui, train=train, resume=resume)
-    if train:
-        _print_summary(store, sweep_id)
-    else:
-        _print_table(store, Q.BANDWIDTH_TABLE, sweep_id, f"link_bandwidth (sweep {sweep_id})")
-    failed = store.rows(Q.FAILED_RUN_COUNT, sweep_id=sweep_id)[0]["n"]
+    try:
+        sweep_id = execute_sweep(spec, store, address, bundle, ui, train=train, resume=resume)
+    except StoreLocked as exc:  # busy from the start (runs that finished are spooled)
+        err(str(exc))
+        return EXIT_BAD_INPUT
+    try:
+        if train:
+            _print_summary(store, sweep_id)
+        else:
+            _print_table(store, Q.BANDWIDTH_TABLE, sweep_id, f"link_bandwidth (sweep {sweep_id})")
+        failed = store.rows(Q.FAILED_RUN_COUNT, sweep_id=sweep_id)[0]["n"]
+    except StoreLocked:
+        err(f"{args.db} is busy: no summary; every run is stored or spooled (linksweep query)")
+        failed = ui.failed
     print(f"results: {args.db} (sweep {sweep_id})", file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
 

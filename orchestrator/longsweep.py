@@ -12,12 +12,14 @@ import base64
 import datetime as dt
 import json
 import os
+import sys
 
 from orchestrator import provenance, rows, stopping
 from orchestrator.planner import plan_runs
 from orchestrator.resume import ResumeError, RunSlot, remaining_slots, spec_differences
 from orchestrator.spec import SweepSpec
 from orchestrator.store import Q, liveness, spool
+from orchestrator.store.db import StoreLocked
 
 KILL_IN_COMMIT_ENV = "LINKSWEEP_KILL_IN_COMMIT"
 """A test hook (bench/bench_faults.py): ``SEQ`` -> the driver SIGKILLs itself after run SEQ is
@@ -48,10 +50,31 @@ def restart_sweep(store, sweep_id: str, address: str) -> None:
 def finish_sweep(store, sweep_id: str, status: str) -> None:
     """The sweep's final status: ``interrupted`` as given; else ``failed`` if any current run
     (not superseded) failed, including runs of earlier sessions of a resumed sweep."""
-    if status != "interrupted":
-        failed = store.rows(Q.FAILED_RUN_COUNT, sweep_id=sweep_id)[0]["n"]
-        status = "failed" if failed else "ok"
-    store.update("sweeps", {"sweep_id": sweep_id}, {"status": status, "finished_at": _now()})
+    try:
+        if status != "interrupted":
+            failed = store.rows(Q.FAILED_RUN_COUNT, sweep_id=sweep_id)[0]["n"]
+            status = "failed" if failed else "ok"
+        store.update("sweeps", {"sweep_id": sweep_id}, {"status": status, "finished_at": _now()})
+    except StoreLocked:
+        # The database stayed busy: the final status waits in the spool like a run (an
+        # interrupted sweep's driver is gone by then, which the readers see anyway).
+        values = {"status": status, "finished_at": _now()}
+        update = {"table": "sweeps", "key": {"sweep_id": sweep_id}, "values": values}
+        store.say(f"sweep {sweep_id}: final status {status!r} kept in the spool (database busy)")
+        spool.write(store.path, spool.Payload(f"{sweep_id}-zz-end", {}, [update]))
+
+
+def refresh_stats_if_free(refresh, *args) -> None:
+    """``sweep.refresh_stats`` unless the database stays busy: then say so and go on (the next
+    run of the group, or ``--resume``, refreshes it)."""
+    try:
+        refresh(*args)
+    except StoreLocked:
+        print(
+            "linksweep: statistics refresh skipped (database busy); the next run of this "
+            "variant group or --resume refreshes them",
+            file=sys.stderr,
+        )
 
 
 def diagnostic_rows(run_id: str, result) -> list[dict]:

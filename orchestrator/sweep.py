@@ -83,7 +83,7 @@ def execute_sweep(
             )
             diag = longsweep.diagnostic_rows(run_id, result)
             if longsweep.commit_run(store, slot, run_rows, diag):
-                refresh_stats(store, spec, sweep_id, p.variant)
+                longsweep.refresh_stats_if_free(refresh_stats, store, spec, sweep_id, p.variant)
             ui.run_finished(p, run_rows.run)
     except KeyboardInterrupt:
         status = "interrupted"

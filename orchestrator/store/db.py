@@ -176,7 +176,10 @@ class Store(_Handle):
         for path in spool.pending(self.path):
             p = spool.read(path)
             with self.transaction():
-                if not self.rows(Q.RUN_EXISTS, run_id=p.run_id)[0]["n"]:
+                if not p.tables:  # updates only (a sweep's final status): idempotent
+                    for u in p.updates:
+                        self.update(u["table"], u["key"], u["values"])
+                elif not self.rows(Q.RUN_EXISTS, run_id=p.run_id)[0]["n"]:
                     for table, table_rows in p.tables.items():
                         self.insert(table, table_rows)
                     for u in p.updates:

@@ -258,7 +258,7 @@ def test_held_database_while_runs_finish_loses_no_run(
     """A second process holds the database read-write while two runs finish: both are spooled,
     the driver says it is waiting, goes on, and the next commit stores everything."""
     monkeypatch.setenv("LINKSWEEP_LOCK_WAIT_S", "1")
-    path = write_sweep(repeats=4, steps=2)
+    path = write_sweep(repeats=6, steps=2)
     db = tmp_path / "r.duckdb"
     release = tmp_path / "release"
     seen = {}
@@ -286,7 +286,7 @@ def test_held_database_while_runs_finish_loses_no_run(
     assert "held by another process; retrying" in err and "kept in" in err
     assert spool.pending(str(db)) == []
     rows = q(db, "SELECT seq, status FROM runs ORDER BY seq")
-    assert rows == [(i, "ok") for i in range(1, 5)]
+    assert rows == [(i, "ok") for i in range(1, 7)]
     no_steps = q(
         db, "SELECT count(*) FROM runs r WHERE NOT EXISTS (SELECT 1 FROM steps s USING (run_id))"
     )
