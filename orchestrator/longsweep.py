@@ -47,7 +47,7 @@ def restart_sweep(store, sweep_id: str, address: str) -> None:
     store.update("sweeps", {"sweep_id": sweep_id}, {**values, **driver_identity()})
 
 
-def finish_sweep(store, sweep_id: str, status: str) -> None:
+def finish_sweep(store, sweep_id: str, status: str) -> str:
     """The sweep's final status: ``interrupted`` as given; else ``failed`` if any current run
     (not superseded) failed, including runs of earlier sessions of a resumed sweep."""
     try:
@@ -55,13 +55,17 @@ def finish_sweep(store, sweep_id: str, status: str) -> None:
             failed = store.rows(Q.FAILED_RUN_COUNT, sweep_id=sweep_id)[0]["n"]
             status = "failed" if failed else "ok"
         store.update("sweeps", {"sweep_id": sweep_id}, {"status": status, "finished_at": _now()})
+        return status
     except StoreLocked:
         # The database stayed busy: the final status waits in the spool like a run (an
         # interrupted sweep's driver is gone by then, which the readers see anyway).
         values = {"status": status, "finished_at": _now()}
         update = {"table": "sweeps", "key": {"sweep_id": sweep_id}, "values": values}
+        if status != "interrupted":
+            update["recompute_status"] = True  # ok or failed: decided when it is committed
         store.say(f"sweep {sweep_id}: final status {status!r} kept in the spool (database busy)")
         spool.write(store.path, spool.Payload(f"{sweep_id}-zz-end", {}, [update]))
+    return status
 
 
 def refresh_stats_if_free(refresh, *args) -> None:

@@ -90,8 +90,7 @@ def execute_sweep(
         raise
     finally:
         heartbeat.stop()
-        longsweep.finish_sweep(store, sweep_id, status)
-        ui.sweep_finished(sweep_id, status)
+        ui.sweep_finished(sweep_id, longsweep.finish_sweep(store, sweep_id, status))
     return sweep_id
 
 

@@ -178,7 +178,11 @@ class Store(_Handle):
             with self.transaction():
                 if not p.tables:  # updates only (a sweep's final status): idempotent
                     for u in p.updates:
-                        self.update(u["table"], u["key"], u["values"])
+                        values = dict(u["values"])
+                        if u.get("recompute_status"):
+                            n = self.rows(Q.FAILED_RUN_COUNT, **u["key"])[0]["n"]
+                            values["status"] = "failed" if n else "ok"
+                        self.update(u["table"], u["key"], values)
                 elif not self.rows(Q.RUN_EXISTS, run_id=p.run_id)[0]["n"]:
                     for table, table_rows in p.tables.items():
                         self.insert(table, table_rows)
