@@ -57,7 +57,7 @@ def _run(args: argparse.Namespace, train: bool) -> int:
         return _run_connected(args, spec, store, address, train, resume)
     except KeyboardInterrupt as exc:  # stopping.SweepStopped: SIGINT, SIGTERM, SIGHUP
         err(
-            f"{exc or 'interrupted'}; finished runs are stored (resume: linksweep run "
+            f"{stopping.describe(exc)}; finished runs are stored (resume: linksweep run "
             f"{args.sweep} --resume --db {args.db})"
         )
         return stopping.exit_code(exc)

@@ -24,7 +24,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from orchestrator.planner import NodeCapacity, RunResult, place_ranks
-from orchestrator.watchdog import Watchdog
+from orchestrator.watchdog import MARKER_ENV, Watchdog
 from workloads.contract import LinkbenchConfig, RankRecord, RunConfig
 
 PLACEMENT_STRATEGY = {"pack": "STRICT_PACK", "spread": "STRICT_SPREAD"}
@@ -103,6 +103,7 @@ def connect(address: str | None) -> str:
         return address
     global _watchdog
     _watchdog = Watchdog()  # a kill -9'd driver leaves no embedded Ray process behind
+    os.environ[MARKER_ENV] = str(os.getpid())  # inherited by every process of the cluster
     ray.init(
         address="local",  # a new cluster, never one some `ray start` left in /tmp/ray
         num_cpus=os.cpu_count() or 1,
@@ -110,6 +111,8 @@ def connect(address: str | None) -> str:
         logging_level="ERROR",
         log_to_driver=False,
     )
+    with contextlib.suppress(Exception):  # private API: the marker is a help, not a need
+        _watchdog.tell(ray._private.worker._global_node.get_session_dir_path())
     return "embedded"
 
 

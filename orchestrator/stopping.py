@@ -30,12 +30,13 @@ class SweepStopped(KeyboardInterrupt):
         self.exit_code = 128 + signum
 
 
-_state = {"critical": 0, "pending": None, "stopping": False}
+_state = {"critical": 0, "pending": None, "stopping": False, "signum": None}
 
 
 def _handler(signum: int, frame) -> None:
     if _state["stopping"]:
         return
+    _state["signum"] = signum  # Ray re-raises ours as a plain KeyboardInterrupt inside get/wait
     if _state["critical"]:
         _state["pending"] = signum
         return
@@ -49,7 +50,7 @@ def install() -> Callable[[], None]:
     nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
-    _state.update(critical=0, pending=None, stopping=False)
+    _state.update(critical=0, pending=None, stopping=False, signum=None)
     previous = {sig: signal.signal(sig, _handler) for sig in SIGNALS}
 
     def restore() -> None:
@@ -59,9 +60,22 @@ def install() -> Callable[[], None]:
     return restore
 
 
+def received(exc: BaseException) -> int:
+    """The signal that stopped the sweep: ``exc``'s, else the last one the handler saw (Ray
+    turns any KeyboardInterrupt raised inside ``ray.get``/``ray.wait`` into a plain one), else
+    SIGINT (a KeyboardInterrupt before :func:`install`)."""
+    if isinstance(exc, SweepStopped):
+        return exc.signum
+    return _state["signum"] or signal.SIGINT
+
+
 def exit_code(exc: BaseException) -> int:
-    """130 for Ctrl-C (a plain KeyboardInterrupt too), else 128 + the signal."""
-    return exc.exit_code if isinstance(exc, SweepStopped) else 128 + signal.SIGINT
+    """128 + the signal: 130 (SIGINT), 143 (SIGTERM), 129 (SIGHUP)."""
+    return 128 + received(exc)
+
+
+def describe(exc: BaseException) -> str:
+    return f"stopped by {signal.Signals(received(exc)).name}"
 
 
 @contextmanager

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-POLL_S = 0.2
+POLL_S = 0.1
 REAP_WAIT_S = 10.0
 
 
@@ -88,10 +88,41 @@ def reap(procs: dict[int, int], wait_s: float = REAP_WAIT_S) -> list[int]:
     return killed
 
 
+MARKER_ENV = "LINKSWEEP_DRIVER_PID"
+"""Set in the driver's env after the watchdog starts: every Ray process inherits it."""
+
+
+def _marked(pid: int, markers: list[bytes]) -> bool:
+    """Whether the process's command line or environment names one of ``markers`` (the Ray
+    session's folder; ``LINKSWEEP_DRIVER_PID=<pid>``). A worker forked just before the driver
+    died is not in the last snapshot, and Ray renames workers only once they are up."""
+    for part in ("cmdline", "environ"):
+        try:
+            with open(f"/proc/{pid}/{part}", "rb") as f:
+                data = f.read()
+        except OSError:
+            return False
+        if any(m in data for m in markers):
+            return True
+    return False
+
+
+def marked_processes(markers: list[bytes], exclude: set[int]) -> dict[int, int]:
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in exclude and _marked(int(name), markers):
+            st = _stat(int(name))
+            if st is not None:
+                out[int(name)] = st[1]
+    return out
+
+
 def watch(driver_pid: int) -> None:
-    """Until stdin closes (the driver died or is done): track the driver's descendants."""
+    """Until stdin closes (the driver died or is done): track the driver's descendants; lines
+    written to stdin are extra markers (the Ray session folder) to find stragglers by."""
     me = os.getpid()
     known: dict[int, int] = {}
+    markers = [f"{MARKER_ENV}={driver_pid}\0".encode()]
     while True:
         current = descendants(driver_pid)
         current.pop(me, None)
@@ -101,8 +132,12 @@ def watch(driver_pid: int) -> None:
             if st is None or st[1] != known[pid]:
                 del known[pid]  # gone by itself
         ready, _, _ = select.select([sys.stdin], [], [], POLL_S)
-        if ready and not os.read(sys.stdin.fileno(), 4096):
-            break
+        if ready:
+            data = os.read(sys.stdin.fileno(), 4096)
+            if not data:
+                break
+            markers += [line.encode() for line in data.decode().split() if line]
+    known.update(marked_processes(markers, {me, os.getppid()}))
     reap(known)
 
 
@@ -118,6 +153,12 @@ class Watchdog:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
+
+    def tell(self, marker: str) -> None:
+        """One more marker of the cluster's processes (e.g. the Ray session folder)."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.write(marker.encode() + b"\n")
+            self.proc.stdin.flush()
 
     def stop(self, timeout_s: float = REAP_WAIT_S + 5) -> None:
         if self.proc.stdin is not None:

@@ -44,15 +44,16 @@ class LiveStore:
         self._lock = threading.RLock()  # the heartbeat thread opens the database too
         self.on_commit: Callable[[], None] | None = None  # a test hook: called before COMMIT
 
-    def _waiting(self, what: str) -> Callable[[float], None]:
+    def _waiting(self, what: str, wait_s: float) -> Callable[[float], None]:
         told = [-1.0]
+        first = min(1.0, wait_s / 2)  # a moment's overlap with a reader is not worth a word
 
         def on_wait(waited: float) -> None:
-            if waited - told[0] >= 10.0 or told[0] < 0:
+            if waited >= first and (told[0] < 0 or waited - told[0] >= 10.0):
                 told[0] = waited
                 self.say(
                     f"{self.path} is held by another process; retrying ({what}, "
-                    f"waited {waited:.0f} s of {self.lock_wait_s:.0f} s)"
+                    f"waited {waited:.0f} s of {wait_s:.0f} s)"
                 )
 
         return on_wait
@@ -65,7 +66,8 @@ class LiveStore:
                 yield self._open_store
                 return
             wait = self.lock_wait_s if wait_s is None else wait_s
-            store = Store(self.path, wait_s=wait, on_wait=self._waiting(what))
+            on_wait = None if what == "heartbeat" else self._waiting(what, wait)
+            store = Store(self.path, wait_s=wait, on_wait=on_wait)
             self._open_store = store
             try:
                 yield store

@@ -97,10 +97,31 @@ def driver(args: list[str], **kw) -> subprocess.Popen:
     )
 
 
-def all_gone(procs: dict[int, int]) -> bool:
+def survivors(procs: dict[int, int]) -> list[str]:
+    """pid and command line of each process of ``procs`` still there (same start time)."""
     from orchestrator.watchdog import _stat
 
-    return all((st := _stat(p)) is None or st[1] != start for p, start in procs.items())
+    out = []
+    for p, start in procs.items():
+        st = _stat(p)
+        if st is not None and st[1] == start:
+            try:
+                cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")[:150]
+            except OSError:
+                cmd = b"?"
+            out.append(f"{p} {cmd.decode(errors='replace')}")
+    return out
+
+
+def all_gone(procs: dict[int, int]) -> bool:
+    return not survivors(procs)
+
+
+def wait_all_gone(procs: dict[int, int], timeout_s: float) -> None:
+    try:
+        wait_for("no embedded-Ray process left", lambda: all_gone(procs), timeout_s, 0.1)
+    except AssertionError:
+        raise AssertionError(f"left after {timeout_s:.0f} s: {survivors(procs)}") from None
 
 
 def pairs(db) -> list[tuple]:
@@ -212,6 +233,52 @@ def test_spooled_run_survives_a_held_database_and_the_next_opener_commits_it(tmp
     assert spool.pending(db) == []
 
 
+def test_watchdog_reaps_grandchildren_of_a_kill_9_driver():
+    """A stand-in driver forks a child that forks a grandchild, each re-parented when its
+    parent dies (what Ray's workers do); after kill -9 of the driver the watchdog kills both."""
+    code = (
+        "import subprocess, sys, time\n"
+        "from orchestrator.watchdog import Watchdog\n"
+        "w = Watchdog()\n"
+        'inner = \'import subprocess, time; subprocess.Popen(["sleep", "300"]); time.sleep(300)\'\n'
+        "subprocess.Popen([sys.executable, '-c', inner])\n"
+        "print('ready', flush=True); time.sleep(300)\n"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert p.stdout.readline().strip() == "ready"
+    tree = wait_for("child and grandchild", lambda: len(d := descendants(p.pid)) >= 3 and d, 10)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+    wait_for("the whole tree gone", lambda: all_gone(tree), 5, 0.05)
+
+
+def test_a_stop_signal_inside_a_commit_waits_for_its_end():
+    from orchestrator import stopping
+
+    restore = stopping.install()
+    try:
+        order = []
+        with pytest.raises(stopping.SweepStopped) as info, stopping.critical():
+            os.kill(os.getpid(), signal.SIGTERM)
+            order.append("commit finished")
+        assert order == ["commit finished"]
+        assert info.value.exit_code == 143
+        stopping.install()  # a new sweep: armed again
+        with pytest.raises(stopping.SweepStopped) as info:
+            os.kill(os.getpid(), signal.SIGHUP)  # delivered to this thread before kill returns
+            order.append("not reached")
+        assert info.value.exit_code == 129
+        assert order == ["commit finished"]
+    finally:
+        restore()
+
+
 # --- in-process sweeps on the session cluster --------------------------------------------------
 
 
@@ -251,7 +318,9 @@ def test_held_database_while_runs_finish_loses_no_run(
     rows = q(db, "SELECT seq, status FROM runs ORDER BY seq")
     assert rows == [(i, "ok") for i in range(1, 7)]
     no_steps = q(
-        db, "SELECT count(*) FROM runs r WHERE NOT EXISTS (SELECT 1 FROM steps s USING (run_id))"
+        db,
+        "SELECT count(*) FROM runs r "
+        "WHERE NOT EXISTS (SELECT 1 FROM steps s WHERE s.run_id = r.run_id)",
     )
     assert no_steps == [(0,)]
     assert q(db, "SELECT status FROM sweeps") == [("ok",)]
@@ -351,7 +420,7 @@ def test_kill_9_then_resume_completes_exactly_the_missing_runs(long_sweep):
         assert len(ray_procs) >= 3  # gcs, raylet, workers... (and the watchdog)
         os.kill(p.pid, signal.SIGKILL)
         p.wait(timeout=10)
-        wait_for("no embedded-Ray process left", lambda: all_gone(ray_procs), 15, 0.1)
+        wait_all_gone(ray_procs, 15)
     finally:
         if p.poll() is None:
             p.kill()
@@ -426,7 +495,7 @@ def test_stop_signal_mid_run_exits_interrupted_leaving_nothing(long_sweep, sig, 
     assert f"stopped by {signal.Signals(sig).name}" in out
     assert "SIGTERM received" not in out  # Ray's own handler did not run
     assert q(db, "SELECT status FROM sweeps") == [("interrupted",)]
-    wait_for("no embedded-Ray process left", lambda: all_gone(ray_procs), 5, 0.1)
+    wait_all_gone(ray_procs, 5)
 
 
 # --- the emulated cluster (root) ---------------------------------------------------------------
