@@ -1,7 +1,8 @@
 """``linksweep`` command line. Thin: parse arguments, call the modules that do the work.
 
 Exit codes: 0 success; 1 a run failed (all runs still stored) or a check found a problem;
-2 bad input (nothing run, nothing written); 130 interrupted.
+2 bad input (nothing run, nothing written); 130/143/129 stopped by SIGINT/SIGTERM/SIGHUP
+(the sweep is marked ``interrupted``; ``--resume`` continues it).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from orchestrator.cli_help import (
     SQL_HELP,
     WORKFLOW,
 )
-from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, err
+from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, err
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -46,12 +47,46 @@ def _run(args: argparse.Namespace, train: bool) -> int:
         err(str(exc))
         return EXIT_BAD_INPUT
 
-    from orchestrator import preflight, scheduler
-    from orchestrator.store import Q, Store
+    from orchestrator import scheduler, stopping
+    from orchestrator.store.live import LiveStore
+
+    store = LiveStore(args.db)
+    resume = None
+    if train and (getattr(args, "resume", None) or getattr(args, "retry_failed", False)):
+        from orchestrator.longsweep import resume_plan
+        from orchestrator.resume import ResumeError
+
+        sweep_arg = args.resume if isinstance(args.resume, str) else None
+        try:
+            resume = resume_plan(store, spec, sweep_arg, args.retry_failed)
+        except (ResumeError, StoreError) as exc:
+            err(str(exc))
+            return EXIT_BAD_INPUT
+        print(f"resuming sweep {resume[0]}: {len(resume[1])} run(s) left", file=sys.stderr)
+
+    address = scheduler.connect(args.address)
+    restore_signals = stopping.install()  # after ray.init, which sets its own SIGTERM handler
+    try:
+        return _run_connected(args, spec, store, address, train, resume)
+    except KeyboardInterrupt as exc:  # stopping.SweepStopped: SIGINT, SIGTERM, SIGHUP
+        err(
+            f"{stopping.describe(exc)}; finished runs are stored (resume: linksweep run "
+            f"{args.sweep} --resume --db {args.db})"
+        )
+        return stopping.exit_code(exc)
+    finally:
+        scheduler.disconnect()
+        restore_signals()
+
+
+def _run_connected(args, spec, store, address: str, train: bool, resume) -> int:
+    from orchestrator import preflight
+    from orchestrator.spec import SpecError
+    from orchestrator.store import Q
+    from orchestrator.store.db import StoreLocked
     from orchestrator.sweep import execute_sweep
     from orchestrator.ui import SweepUI
 
-    address = scheduler.connect(args.address)
     if address == "embedded":
         print(
             "Ray: embedded single-node cluster on this machine (no --address, no RAY_ADDRESS); "
@@ -64,25 +99,21 @@ def _run(args: argparse.Namespace, train: bool) -> int:
     except SpecError as exc:
         err(str(exc))
         return EXIT_BAD_INPUT
-    try:
-        store = Store(args.db)
-    except StoreError as exc:
-        err(str(exc))
-        return EXIT_BAD_INPUT
     ui = SweepUI()
     try:
-        with store:
-            sweep_id = execute_sweep(spec, store, address, bundle, ui, train=train)
-            if train:
-                _print_summary(store, sweep_id)
-            else:
-                _print_table(
-                    store, Q.BANDWIDTH_TABLE, sweep_id, f"link_bandwidth (sweep {sweep_id})"
-                )
-            failed = store.rows(Q.FAILED_RUN_COUNT, sweep_id=sweep_id)[0]["n"]
-    except KeyboardInterrupt:
-        err("interrupted; finished runs are stored")
-        return EXIT_INTERRUPTED
+        sweep_id = execute_sweep(spec, store, address, bundle, ui, train=train, resume=resume)
+    except StoreLocked as exc:  # busy from the start (runs that finished are spooled)
+        err(str(exc))
+        return EXIT_BAD_INPUT
+    try:
+        if train:
+            _print_summary(store, sweep_id)
+        else:
+            _print_table(store, Q.BANDWIDTH_TABLE, sweep_id, f"link_bandwidth (sweep {sweep_id})")
+        failed = store.rows(Q.FAILED_RUN_COUNT, sweep_id=sweep_id)[0]["n"]
+    except StoreLocked:
+        err(f"{args.db} is busy: no summary; every run is stored or spooled (linksweep query)")
+        failed = ui.failed
     print(f"results: {args.db} (sweep {sweep_id})", file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
 
@@ -257,6 +288,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("sweep", help="sweep file (YAML), e.g. sweeps/quickstart.yaml")
     r.add_argument("--db", default="results.duckdb", help=DB_HELP)
     r.add_argument("--address", default=None, help=ADDRESS_HELP)
+    r.add_argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="SWEEP_ID",
+        help="continue an interrupted sweep (default: the latest with this file's name): same "
+        "sweep id, only the runs not stored yet, in the original order",
+    )
+    r.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="with --resume (implied): also re-run failed runs (kept, marked superseded); "
+        "default: off",
+    )
     r.set_defaults(func=cmd_run)
 
     lb = sub.add_parser(

@@ -17,7 +17,14 @@ from dataclasses import asdict, dataclass, field
 
 from orchestrator.ds_config import deepspeed_config, default_bucket_mb
 from orchestrator.spec import SpecError, SweepSpec, offload_applies
-from workloads.contract import LinkbenchConfig, NodeInfo, RankRecord, RunConfig
+from workloads.contract import (
+    NCCL_TRACE_PREFIX,
+    LinkbenchConfig,
+    NodeInfo,
+    RankDiagnostic,
+    RankRecord,
+    RunConfig,
+)
 
 NCCL_DEBUG_DEFAULTS = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,ENV"}
 LEARNING_RATE = 1e-3  # any sane value: we time steps, we do not train to convergence
@@ -215,8 +222,21 @@ def run_env(spec: SweepSpec, link: str, run_id: str, cpus_per_rank: int) -> dict
     # Ray starts workers at nice 15; ranks compete with everything else on a shared machine at
     # the priority a bare torchrun would have (bench/bench_overhead.py compares the two).
     env["RAY_worker_niceness"] = "0"
+    env.update(nccl_flight_recorder_env(run_id))
     env.update(spec.links[link])
     return env
+
+
+def nccl_flight_recorder_env(run_id: str) -> dict[str, str]:
+    """PyTorch's NCCL flight recorder for a run: keep a trace of recent collectives and dump it
+    on a watchdog timeout, or when its trigger pipe is written (a hang, workloads/diag.py)."""
+    prefix = f"{NCCL_TRACE_PREFIX}{run_id}-"
+    return {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": prefix,
+    }
 
 
 def nvme_dir_for(spec: SweepSpec, v: Variant, run_id: str) -> str | None:
@@ -305,6 +325,8 @@ class RunResult:
     """Seconds of the phases the driver times (placement, teardown; ``contract.PHASES``)."""
     launcher: str = "actors"
     """How the ranks started: ``actors`` (fresh Ray actors) or ``fork`` (per-node fork server)."""
+    diagnostics: list[RankDiagnostic] = field(default_factory=list)
+    """Each rank's stack (and NCCL trace) when the run hit run_timeout_s."""
 
 
 def place_ranks(infos: list[NodeInfo]) -> list[RankPlacement]:

@@ -24,15 +24,25 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from orchestrator.planner import NodeCapacity, RunResult, place_ranks
+from orchestrator.watchdog import MARKER_ENV, Watchdog
 from workloads.contract import LinkbenchConfig, RankRecord, RunConfig
 
 PLACEMENT_STRATEGY = {"pack": "STRICT_PACK", "spread": "STRICT_SPREAD"}
 PLACEMENT_TIMEOUT_S = 120.0  # a group still unplaced by then will not be placed
 ACTOR_READY_TIMEOUT_S = 300.0  # covers runtime_env set-up on a cold node
+_watchdog: Watchdog | None = None  # the embedded cluster's (orchestrator/watchdog.py)
+_connected_here = False  # connect() called ray.init (a caller's own connection is left alone)
 
 
 class RunFailure(Exception):
     """A run could not complete; the message is stored as the run's error."""
+
+
+class RunTimeout(RunFailure):
+    """The run reached run_timeout_s: its ranks' stacks are captured before they are killed."""
+
+
+DIAG_TIMEOUT_S = 20.0  # capturing every rank's stack on its node, before the actors are killed
 
 
 @ray.remote(num_cpus=0)
@@ -72,8 +82,10 @@ def connect(address: str | None) -> str:
     address = address or os.environ.get("RAY_ADDRESS")
     if ray.is_initialized():
         return address or "embedded"
+    global _connected_here
     env = {"RAY_DISABLE_USAGE_STATS": "1"}
     os.environ.update(env)
+    _connected_here = True
     if address:
         kwargs = {}
         if not os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):
@@ -89,6 +101,9 @@ def connect(address: str | None) -> str:
             }
         ray.init(address=address, logging_level="ERROR", log_to_driver=False, **kwargs)
         return address
+    global _watchdog
+    _watchdog = Watchdog()  # a kill -9'd driver leaves no embedded Ray process behind
+    os.environ[MARKER_ENV] = str(os.getpid())  # inherited by every process of the cluster
     ray.init(
         address="local",  # a new cluster, never one some `ray start` left in /tmp/ray
         num_cpus=os.cpu_count() or 1,
@@ -96,7 +111,21 @@ def connect(address: str | None) -> str:
         logging_level="ERROR",
         log_to_driver=False,
     )
+    with contextlib.suppress(Exception):  # private API: the marker is a help, not a need
+        _watchdog.tell(ray._private.worker._global_node.get_session_dir_path())
     return "embedded"
+
+
+def disconnect() -> None:
+    """Leave Ray; for the embedded cluster, stop it and wait until none of its processes is
+    left (the watchdog reaps any straggler)."""
+    global _watchdog, _connected_here
+    if _connected_here and ray.is_initialized():
+        ray.shutdown()
+    _connected_here = False
+    if _watchdog is not None:
+        _watchdog.stop()
+        _watchdog = None
 
 
 def alive_nodes() -> list[dict]:
@@ -283,6 +312,9 @@ def execute_run(
             for a, p in zip(actors, result.placements, strict=True)
         ]
         result.rank_records = _wait_all(refs, timeout_s, on_tick)
+    except RunTimeout as exc:
+        result.error = str(exc)
+        result.diagnostics = capture_diagnostics(run_cfg.run_id, result.placements)
     except RunFailure as exc:
         result.error = str(exc)
     except Exception as exc:  # noqa: BLE001 - RayActorError, RayTaskError, GetTimeoutError...
@@ -378,7 +410,7 @@ def _wait_all(refs: list, timeout_s: float, on_tick: Callable[[], None] | None) 
     while pending:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise RunFailure(
+            raise RunTimeout(
                 f"run timed out after {timeout_s:.0f} s (run_timeout_s) with "
                 f"{len(pending)} of {len(refs)} ranks unfinished: a hang, e.g. a rank stuck in "
                 "a collective; actors were killed"
@@ -389,6 +421,32 @@ def _wait_all(refs: list, timeout_s: float, on_tick: Callable[[], None] | None) 
         if on_tick is not None:
             on_tick()
     return sorted((results[r] for r in refs), key=lambda r: r.rank)
+
+
+def capture_diagnostics(run_id: str, placements: list) -> list:
+    """Every rank's stack (and NCCL trace), each read on the rank's own node by a pinned task
+    (``workloads.diag.capture``); a rank whose node does not answer gets a row saying so."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from workloads.contract import RankDiagnostic
+    from workloads.diag import capture
+
+    remote_capture = ray.remote(num_cpus=0, max_retries=0)(capture)
+    refs = [
+        remote_capture.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=p.node_id, soft=False)
+        ).remote(run_id, p.rank, p.pid)
+        for p in placements
+    ]
+    out = []
+    for p, ref in zip(placements, refs, strict=True):
+        try:
+            out.append(ray.get(ref, timeout=DIAG_TIMEOUT_S))
+        except Exception as exc:  # noqa: BLE001 - the diagnosis must not stop the cleanup
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+            out.append(RankDiagnostic(rank=p.rank, pid=p.pid, error=_first_line(exc)))
+    return out
 
 
 def gcs_nodes(address: str, timeout_s: float = 5.0) -> list[dict] | None:

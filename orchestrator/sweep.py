@@ -2,18 +2,19 @@
 
 ``execute_sweep`` reads top to bottom; each step is one call into the module named for it:
 ``planner`` (what runs, with which config and env), ``scheduler`` (Ray: place and run the ranks),
-``rows`` (result -> table rows), the store (one transaction per run, so Ctrl-C or a crash keeps
-every finished run), ``stats`` (the figures of the run's variant group only), ``ui`` (progress).
-A failed run is a row (status ``failed`` and the error text) and the sweep goes on.
+``rows`` (result -> table rows), ``longsweep`` (the run spooled, then committed in one
+transaction while the database is briefly open, so a crash, a stop signal or a busy database
+keeps every finished run; start, resume and end of the sweep), ``stats`` (the figures of the
+run's variant group only), ``ui`` (progress). A failed run is a row (status ``failed`` and the
+error text) and the sweep goes on.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import shutil
-import time
 
-from orchestrator import linkmodel, provenance, rows, scheduler, stats
+from orchestrator import linkmodel, longsweep, rows, scheduler, stats
 from orchestrator.discovery import discover_nodes, links_by_node, node_rows
 from orchestrator.planner import (
     PlannedRun,
@@ -27,8 +28,8 @@ from orchestrator.planner import (
     plan_runs,
     run_config,
     run_env,
-    run_id_for,
 )
+from orchestrator.resume import RunSlot, fresh_slots
 from orchestrator.spec import SweepSpec
 from orchestrator.store import Q
 
@@ -38,32 +39,46 @@ def _now() -> dt.datetime:
 
 
 def execute_sweep(
-    spec: SweepSpec, store, address: str, bundle: dict[str, float], ui, train: bool = True
+    spec: SweepSpec,
+    store,
+    address: str,
+    bundle: dict[str, float],
+    ui,
+    train: bool = True,
+    resume: tuple[str, list[RunSlot]] | None = None,
 ) -> str:
     """Run every planned run in order, storing each as it ends. Returns the sweep id.
 
-    ``ui`` receives progress callbacks (see orchestrator/ui.py). KeyboardInterrupt marks the sweep
-    ``interrupted`` and re-raises; finished runs are already stored.
+    ``store`` is a ``LiveStore`` (the database is open only while a run is committed).
+    ``resume``: (sweep id, slots left) from ``longsweep.resume_plan``; the sweep keeps its id.
+    ``ui`` receives progress callbacks (see orchestrator/ui.py). A stop signal or Ctrl-C
+    (``stopping.SweepStopped``, a KeyboardInterrupt) marks the sweep ``interrupted`` and
+    re-raises; finished runs are already stored.
     """
-    planned = plan_runs(spec) if train else []
-    sweep_id = new_sweep_id()
-    sweep = rows.sweep_row(spec, sweep_id, address, len(planned), provenance.context())
-    with store.transaction():
-        store.insert("sweeps", [sweep])
-    topo_links = discover_topology(store, sweep_id)
-    record_links(store, spec, sweep_id, address)
-    ui.sweep_started(spec, sweep_id, len(planned))
+    if resume is None:
+        sweep_id = new_sweep_id()
+        slots = fresh_slots(sweep_id, plan_runs(spec) if train else [])
+        longsweep.start_sweep(store, spec, sweep_id, address, len(slots))
+    else:
+        sweep_id, slots = resume
+        longsweep.restart_sweep(store, sweep_id, address)
+    heartbeat = store.heartbeat(sweep_id)
     status = "ok"
     launchers = None
     try:
+        topo_links = discover_topology(store, sweep_id)
+        record_links(store, spec, sweep_id, address)
+        ui.sweep_started(spec, sweep_id, len(slots))
         prices = {}
         if spec.grid.linkbench or not train:
             prices = run_linkbenches(spec, store, sweep_id, bundle, ui)
+        if resume is not None:
+            refresh_all_stats(store, spec, sweep_id)  # runs another command committed
         board = scheduler.progress_board()
-        if planned and launcher_for(spec, bundle) == "fork":
+        if slots and launcher_for(spec, bundle) == "fork":
             launchers = scheduler.start_launchers()
-        for p in planned:
-            run_id = run_id_for(sweep_id, p.seq)
+        for slot in slots:
+            p, run_id = slot.planned, slot.run_id
             ui.run_started(p, run_id)
             started = _now()
             result = run_one(
@@ -73,19 +88,19 @@ def execute_sweep(
             run_rows = rows.build_rows(
                 spec, sweep_id, p, run_id, result, started, _now(), topo_links, link_prices
             )
-            store_run(store, run_rows)
-            refresh_stats(store, spec, sweep_id, p.variant)
-            refresh_link_model(store, spec, sweep_id, p.variant)
-            if run_rows.run["status"] != "ok":
-                status = "failed"
+            diag = longsweep.diagnostic_rows(run_id, result)
+            if longsweep.commit_run(store, slot, run_rows, diag):
+                group = (store, spec, sweep_id, p.variant)
+                longsweep.refresh_stats_if_free(refresh_stats, *group)
+                longsweep.refresh_stats_if_free(refresh_link_model, *group)
             ui.run_finished(p, run_rows.run)
     except KeyboardInterrupt:
         status = "interrupted"
         raise
     finally:
         scheduler.stop_launchers(launchers)
-        store.update("sweeps", {"sweep_id": sweep_id}, {"status": status, "finished_at": _now()})
-        ui.sweep_finished(sweep_id, status)
+        heartbeat.stop()
+        ui.sweep_finished(sweep_id, longsweep.finish_sweep(store, sweep_id, status))
     return sweep_id
 
 
@@ -118,6 +133,7 @@ def discover_topology(store, sweep_id: str) -> dict:
     tables = node_rows(sweep_id, discover_nodes())
     with store.transaction():
         for table, table_rows in tables.items():
+            store.delete(table, {"sweep_id": sweep_id})  # a resumed sweep: the cluster now
             store.insert(table, table_rows)
     statuses = sorted({r["nvml"] for r in tables["nodes"]})
     store.update("sweeps", {"sweep_id": sweep_id}, {"topology_status": "; ".join(statuses)})
@@ -132,6 +148,7 @@ def record_links(store, spec: SweepSpec, sweep_id: str, address: str) -> None:
 
     rows_ = describe_links(spec.links, recorded_link_shapes(address), sweep_id)
     with store.transaction():
+        store.delete("link_descriptions", {"sweep_id": sweep_id})  # a resumed sweep: now
         store.insert("link_descriptions", rows_)
 
 
@@ -140,6 +157,12 @@ def run_linkbenches(spec: SweepSpec, store, sweep_id: str, bundle, ui) -> dict:
     algbw, read back from the ``link_bandwidth`` view (where its medians are computed)."""
     prices = {}
     for link, placement in link_placements(spec):
+        measured = store.rows(Q.LINK_ALGBW, sweep_id=sweep_id, link=link, placement=placement)
+        if measured:  # a resumed sweep measured it already
+            prices[(link, placement)] = {
+                (r["op"], r["msg_bytes"]): r["algbw_gbps"] for r in measured
+            }
+            continue
         run_id = linkbench_id_for(sweep_id, link, placement)
         ui.linkbench_started(link, placement)
         result = scheduler.execute_run(
@@ -161,19 +184,16 @@ def run_linkbenches(spec: SweepSpec, store, sweep_id: str, bundle, ui) -> dict:
     return prices
 
 
-def store_run(store, run_rows: rows.RunRows) -> None:
-    t0 = time.perf_counter()
-    with store.transaction():
-        store.insert("runs", [run_rows.run])
-        store.insert("steps", run_rows.steps)
-        store.insert("ranks", run_rows.ranks)
-        store.insert("comms", run_rows.comms)
-        store.insert("transports", run_rows.transports)
-        store.insert("telemetry", run_rows.telemetry)
-        store.insert("run_phases", run_rows.phases)
-    commit_s = time.perf_counter() - t0
-    with store.transaction():  # its own commit phase, timed once the run is safely stored
-        store.insert("run_phases", [rows.commit_phase_row(run_rows.run["run_id"], commit_s)])
+def refresh_all_stats(store, spec: SweepSpec, sweep_id: str) -> None:
+    """Every variant group's figures (a resumed sweep: runs may have been committed by another
+    command from the spool, without their statistics)."""
+    seen = set()
+    for p in plan_runs(spec):
+        key = tuple(getattr(p.variant, k) for k in stats.GROUP_KEY)
+        if key not in seen:
+            seen.add(key)
+            refresh_stats(store, spec, sweep_id, p.variant)
+            refresh_link_model(store, spec, sweep_id, p.variant)
 
 
 def refresh_stats(store, spec: SweepSpec, sweep_id: str, v: Variant) -> None:

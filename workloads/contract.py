@@ -339,3 +339,25 @@ class NodeReport:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+# Hang diagnosis (a run that reaches run_timeout_s): where each rank writes what it was doing.
+STACK_FILE_PREFIX = "/tmp/linksweep-stack-"
+"""Each rank's faulthandler file: ``{prefix}{run_id}-r{rank}.txt`` (workloads/diag.py)."""
+NCCL_TRACE_PREFIX = "/tmp/linksweep-nccl-trace-"
+"""PyTorch's NCCL flight recorder: dump ``{prefix}{run_id}-{rank}``, trigger pipe ``...{rank}.pipe``
+(TORCH_NCCL_DEBUG_INFO_TEMP_FILE / TORCH_NCCL_DEBUG_INFO_PIPE_FILE = ``{prefix}{run_id}-``)."""
+
+
+@dataclass(frozen=True)
+class RankDiagnostic:
+    """What one rank of a hung run was doing, captured on its node before it was killed."""
+
+    rank: int
+    pid: int
+    python_stack: str | None = None
+    """Every thread's Python stack (faulthandler, dumped on SIGUSR1)."""
+    nccl_trace: bytes | None = None
+    """The NCCL flight recorder's dump (a pickle, PyTorch's format), when one was written."""
+    error: str | None = None
+    """Why a part is missing."""

@@ -84,6 +84,9 @@ class Rank:
 
                 if cfg.strategy != "ddp":
                     import deepspeed  # noqa: F401
+            from workloads.diag import Armed
+
+        armed = Armed(cfg.run_id, rank)  # a hang is diagnosed from this rank's stack
 
         backend, device = rank_device(local_rank)
         timeout = datetime.timedelta(seconds=cfg.pg_timeout_s)
@@ -120,6 +123,7 @@ class Rank:
             with clock.phase("rank_teardown"):
                 if dist.is_initialized():
                     dist.destroy_process_group()
+            armed.disarm()
         return RankRecord(
             rank=rank,
             local_rank=local_rank,

@@ -150,14 +150,13 @@ def down(
     namespaces = [s["namespace"] for s in started if s["kind"] == "netns"]
 
     leftovers: list[str] = []
-    pids = raynodes.cluster_pids(state, namespaces)
-    still = raynodes.terminate(pids, log)
+    still = raynodes.terminate_all(state, namespaces, log)
     leftovers += [f"process {p} did not exit" for p in sorted(still)]
 
     if started:
         log(f"removing {len(started)} network steps")
     netns.undo_steps(started)
-    leftovers += netns.leftovers(started, state["plan"]["host_iface"])
+    leftovers += netns.wait_removed(started, state["plan"]["host_iface"])
 
     state_dir = Path(state_dir)
     if not keep_logs:

@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -166,3 +167,16 @@ def leftovers(started: Sequence[dict[str, Any]], host_iface: str) -> list[str]:
     if any(s["kind"] == "host_veth" for s in started) and root_link_exists(host_iface):
         found.append(f"interface {host_iface} still exists")
     return found
+
+
+def wait_removed(
+    started: Sequence[dict[str, Any]], host_iface: str, timeout_s: float = 10.0
+) -> list[str]:
+    """:func:`leftovers`, polled until empty or ``timeout_s``: ``down`` returns only when every
+    namespace and interface it removed is gone (or says which are not)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = leftovers(started, host_iface)
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)

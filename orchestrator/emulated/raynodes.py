@@ -331,7 +331,12 @@ def record_pids(state: dict[str, Any], label: str, pids: set[int]) -> None:
 
 
 def terminate(pids: set[int], log: Log) -> set[int]:
-    """SIGTERM, wait up to STOP_GRACE_S, then SIGKILL; returns pids still alive."""
+    """SIGTERM, wait up to STOP_GRACE_S, then SIGKILL; returns pids still there.
+
+    A process counts as gone only once its /proc entry is (its parent reaped it): a zombie
+    raylet still shows in ``pgrep``, so ``down`` waits for that too.
+    """
+    starts = {p: _start_time(p) for p in pids}
 
     def signal_all(sig: signal.Signals) -> None:
         for pid in pids:
@@ -340,10 +345,10 @@ def terminate(pids: set[int], log: Log) -> set[int]:
 
     def wait(deadline: float) -> set[int]:
         while True:
-            left = {p for p in pids if _alive(p)}
+            left = {p for p in pids if starts[p] is not None and _start_time(p) == starts[p]}
             if not left or time.monotonic() > deadline:
                 return left
-            time.sleep(0.1)
+            time.sleep(0.05)
 
     if not pids:
         return set()
@@ -357,3 +362,15 @@ def terminate(pids: set[int], log: Log) -> set[int]:
         signal_all(signal.SIGKILL)
         left = wait(time.monotonic() + 5.0)
     return left
+
+
+def terminate_all(state: dict[str, Any], namespaces: Sequence[str], log: Log) -> set[int]:
+    """Terminate the cluster's processes until a fresh look finds none (a worker can be forked
+    while its siblings stop); returns those that would not go."""
+    still: set[int] = set()
+    for _ in range(5):
+        pids = cluster_pids(state, namespaces) - still
+        if not pids:
+            break
+        still |= terminate(pids, log)
+    return still

@@ -11,15 +11,18 @@ foreign one is refused with a clear message and left unchanged.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import time
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import duckdb
 
-from orchestrator.store import columnar
+from orchestrator.store import columnar, liveness, spool
+from orchestrator.store import queries as Q
 from orchestrator.store.queries import Query
 from orchestrator.store.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, VIEWS
 
@@ -33,16 +36,38 @@ def _is_lock_error(exc: Exception) -> bool:
     return "lock" in text.lower() and ("Could not set lock" in text or "Conflicting lock" in text)
 
 
-def _connect(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
-    try:
-        return duckdb.connect(path, read_only=read_only)
-    except duckdb.IOException as exc:
-        if _is_lock_error(exc):
-            raise StoreError(
-                f"{path} is locked by another process (a sweep is writing to it); "
-                "query it when the sweep has finished, or query a copy"
-            ) from None
-        raise StoreError(f"cannot open {path}: {exc}") from None
+class StoreLocked(StoreError):
+    """Another process holds the database (DuckDB: one writer, or many readers)."""
+
+
+READ_WAIT_S = 10.0  # a reader waits this long for a sweep's commit (it holds the lock briefly)
+
+
+def _connect(
+    path: str, read_only: bool, wait_s: float = 0.0, on_wait=None
+) -> duckdb.DuckDBPyConnection:
+    """Open ``path``; while another process holds it, retry with backoff for up to ``wait_s``
+    (calling ``on_wait(waited_s)`` before each retry), then raise StoreLocked."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.02
+    while True:
+        try:
+            return duckdb.connect(path, read_only=read_only)
+        except duckdb.IOException as exc:
+            if not _is_lock_error(exc):
+                raise StoreError(f"cannot open {path}: {exc}") from None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                held = f" for more than {wait_s:.0f} s" if wait_s >= 1 else ""
+                raise StoreLocked(
+                    f"{path} is locked by another process{held} (a sweep commits runs briefly; "
+                    "another program, e.g. the duckdb CLI, may hold it open); try again, or "
+                    "query a copy"
+                ) from None
+            if on_wait is not None:
+                on_wait(wait_s - left)
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 1.0)
 
 
 def _table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
@@ -133,14 +158,47 @@ class _Handle:
 class Store(_Handle):
     """Read-write handle used by the driver. Use as a context manager."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, wait_s: float = 0.0, on_wait=None):
         self.path = path
-        self.con = _connect(path, read_only=False)
+        self.con = _connect(path, read_only=False, wait_s=wait_s, on_wait=on_wait)
         try:
             _prepare(self.con, path)
+            self.recover()
         except Exception:
             self.con.close()
             raise
+
+    def recover(self) -> list[str]:
+        """Commit every spooled run (idempotent) and mark sweeps whose driver is gone
+        ``interrupted``. Runs whenever the database is opened for writing; returns the run ids
+        this call committed."""
+        committed = []
+        for path in spool.pending(self.path):
+            p = spool.read(path)
+            with self.transaction():
+                if not p.tables:  # updates only (a sweep's final status): idempotent
+                    for u in p.updates:
+                        values = dict(u["values"])
+                        if u.get("recompute_status"):
+                            n = self.rows(Q.FAILED_RUN_COUNT, **u["key"])[0]["n"]
+                            values["status"] = "failed" if n else "ok"
+                        self.update(u["table"], u["key"], values)
+                elif not self.rows(Q.RUN_EXISTS, run_id=p.run_id)[0]["n"]:
+                    for table, table_rows in p.tables.items():
+                        self.insert(table, table_rows)
+                    for u in p.updates:
+                        self.update(u["table"], u["key"], u["values"])
+                    committed.append(p.run_id)
+            spool.done(path)
+        now, host = dt.datetime.now(dt.timezone.utc), liveness.this_host()
+        for sweep in self.rows(Q.RUNNING_SWEEPS):
+            if liveness.driver_gone(sweep, host, now):
+                self.update(
+                    "sweeps",
+                    {"sweep_id": sweep["sweep_id"], "status": "running"},
+                    {"status": "interrupted", "finished_at": sweep.get("heartbeat_at") or now},
+                )
+        return committed
 
     @contextmanager
     def transaction(self):
@@ -238,6 +296,38 @@ def _rows(con: duckdb.DuckDBPyConnection, query: Query, params: dict) -> list[di
     return [dict(zip(cols, r, strict=True)) for r in rows]
 
 
+def _needs_write(con: duckdb.DuckDBPyConnection, path: str, version: int) -> bool:
+    """An older schema, spooled runs, or a sweep whose driver is gone: worth a brief write."""
+    if version < SCHEMA_VERSION or spool.pending(path):
+        return True
+    now, host = dt.datetime.now(dt.timezone.utc), liveness.this_host()
+    return any(liveness.driver_gone(s, host, now) for s in _rows(con, Q.RUNNING_SWEEPS, {}))
+
+
+def _open_read(path: str) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to a linksweep database, brought up to date first when needed.
+
+    Written by an older linksweep: upgraded once (one transaction, rows kept), since the named
+    queries read the current schema. Spooled runs are committed and dead drivers' sweeps marked
+    ``interrupted`` (``Store.recover``), so every reader sees the same truth. If the database
+    cannot be written now (a sweep is committing, a read-only file), it is read as it is.
+    """
+    con = _connect(path, read_only=True, wait_s=READ_WAIT_S)
+    version = _schema_version(con)
+    if version is None:
+        con.close()
+        raise StoreError(f"{path} is not a linksweep database (no meta table)")
+    if version <= SCHEMA_VERSION and _needs_write(con, path, version):
+        con.close()
+        try:
+            Store(path, wait_s=2.0).close()
+        except StoreError:
+            if version < SCHEMA_VERSION:
+                raise
+        con = _connect(path, read_only=True, wait_s=READ_WAIT_S)
+    return con
+
+
 class Reader(_Handle):
     """Read-only handle for the report, the CLI and benchmarks. Use as a context manager.
 
@@ -250,17 +340,7 @@ class Reader(_Handle):
                 f"--db {path} does not exist; run a sweep first (linksweep run SWEEP.yaml --db {path})"
             )
         self.path = path
-        self.con = _connect(path, read_only=True)
-        version = _schema_version(self.con)
-        if version is None:
-            self.con.close()
-            raise StoreError(f"{path} is not a linksweep database (no meta table)")
-        if version < SCHEMA_VERSION:
-            # Written by an older linksweep: upgrade it once (one transaction, rows kept), since
-            # the named queries read the current schema.
-            self.con.close()
-            Store(path).close()
-            self.con = _connect(path, read_only=True)
+        self.con = _open_read(path)
 
     def rows(self, query: Query, **params: Any) -> list[dict[str, Any]]:
         try:
@@ -276,7 +356,7 @@ def check_writable(path: str) -> None:
         if not os.access(parent, os.W_OK):
             raise StoreError(f"--db {path}: folder {parent} is not writable")
         return
-    con = _connect(path, read_only=True)
+    con = _connect(path, read_only=True, wait_s=READ_WAIT_S)
     try:
         version = _schema_version(con)
         tables = con.execute(
@@ -299,11 +379,8 @@ def read_query(path: str, sql: str) -> tuple[list[str], list[tuple]]:
     """Run one SQL statement read-only. Raises StoreError with a clear message on any failure."""
     if not os.path.exists(path):
         raise StoreError(f"{path} does not exist; run a sweep first (linksweep run SWEEP.yaml)")
-    con = _connect(path, read_only=True)
+    con = _open_read(path)
     try:
-        version = _schema_version(con)
-        if version is None:
-            raise StoreError(f"{path} is not a linksweep database (no meta table)")
         try:
             cur = con.execute(sql)
         except duckdb.Error as exc:
@@ -317,7 +394,7 @@ def read_query(path: str, sql: str) -> tuple[list[str], list[tuple]]:
 def export_all(path: str, out_dir: str, fmt: str) -> list[str]:
     """Write every table and view to ``out_dir`` as parquet or csv; return the files written."""
     os.makedirs(out_dir, exist_ok=True)
-    con = _connect(path, read_only=True)
+    con = _open_read(path)
     written = []
     try:
         names = [*TABLES, *VIEWS]

@@ -41,7 +41,37 @@ LATEST_SWEEPS = _q(
 )
 FAILED_RUN_COUNT = _q(
     "failed_run_count",
-    "SELECT count(*) AS n FROM runs WHERE sweep_id = $sweep_id AND status <> 'ok'",
+    """SELECT count(*) AS n FROM runs
+       WHERE sweep_id = $sweep_id AND status <> 'ok' AND superseded_by IS NULL""",
+)
+
+# --- long sweeps: spool, liveness, resume (issue 10) ----------------------------------------
+RUN_EXISTS = _q("run_exists", "SELECT count(*) AS n FROM runs WHERE run_id = $run_id")
+RUNNING_SWEEPS = _q(
+    "running_sweeps",
+    """SELECT sweep_id, status, driver_host, driver_pid, heartbeat_at, started_at
+       FROM sweeps WHERE status = 'running'""",
+)
+LATEST_SWEEP_NAMED = _q(
+    "latest_sweep_named",
+    """SELECT * FROM sweeps WHERE name = $name AND n_runs_planned > 0
+       ORDER BY started_at DESC NULLS LAST LIMIT 1""",
+)
+SWEEP_RUN_SLOTS = _q(
+    "sweep_run_slots",
+    """SELECT run_id, seq, "repeat", strategy, offload, grad_accum, bucket_mb, link, placement,
+              status, coalesce(attempt, 1) AS attempt, superseded_by
+       FROM runs WHERE sweep_id = $sweep_id ORDER BY seq, attempt""",
+)
+RUN_STEP_COUNTS = _q(
+    "run_step_counts",
+    """SELECT r.run_id, r.status, count(s.step) AS n_step_rows FROM runs r
+       LEFT JOIN steps s USING (run_id) WHERE r.sweep_id = $sweep_id GROUP BY ALL""",
+)
+DIAGNOSTICS = _q(
+    "diagnostics",
+    """SELECT d.* FROM diagnostics d JOIN runs r USING (run_id)
+       WHERE r.sweep_id = $sweep_id ORDER BY d.run_id, d.rank""",
 )
 
 # --- statistics (orchestrator/stats.py reads these, computes, stores variant/sensitivity) ---
@@ -55,6 +85,7 @@ VARIANT_GROUP_RUNS = _q(
        WHERE sweep_id = $sweep_id AND strategy = $strategy AND offload = $offload
          AND grad_accum = $grad_accum AND bucket_mb = $bucket_mb AND placement = $placement
          AND overlap_comm = $overlap_comm
+         AND superseded_by IS NULL
        ORDER BY seq""",
 )
 LINK_ALGBW = _q(
@@ -188,6 +219,13 @@ BENCH_OK_RUN_FIGURES = _q(
     "bench_ok_run_figures",
     """SELECT strategy, grad_accum, median_step_time_s FROM run_summary
        WHERE status = 'ok' AND median_step_time_s IS NOT NULL ORDER BY seq""",
+)
+BENCH_FAULT_RUNS = _q(
+    "bench_fault_runs",
+    """SELECT r.run_id, r.seq, r.link, r."repeat", r.status, r.superseded_by, r.started_at,
+              r.finished_at, r.startup_s, s.status AS sweep_status,
+              (SELECT count(*) FROM steps st WHERE st.run_id = r.run_id) AS n_step_rows
+       FROM runs r JOIN sweeps s USING (sweep_id) ORDER BY r.seq, r.run_id""",
 )
 BENCH_FAILED_RUNS = _q(
     "bench_failed_runs",

@@ -29,7 +29,9 @@ TABLES: dict[str, str] = {
         ray_address VARCHAR,
         n_runs_planned INTEGER,
         driver_host VARCHAR,
-        topology_status VARCHAR
+        topology_status VARCHAR,
+        driver_pid INTEGER,          -- with driver_host: whose sweep this is, while running
+        heartbeat_at TIMESTAMPTZ     -- the driver's last sign of life (store/liveness.py)
     """,
     "runs": """
         run_id VARCHAR PRIMARY KEY,
@@ -93,7 +95,9 @@ TABLES: dict[str, str] = {
         peak_tflops DOUBLE,          -- dense peak per GPU for the run's precision
         peak_source VARCHAR,         -- where peak_tflops comes from, or why there is none
         mfu DOUBLE,                  -- achieved / peak; NULL without a peak (CPU)
-        launcher VARCHAR             -- actors | fork: how the ranks started (v3)
+        launcher VARCHAR,            -- actors | fork: how the ranks started (v3)
+        attempt INTEGER,             -- 1, or 2+ for a failed run retried by --retry-failed
+        superseded_by VARCHAR        -- a failed run retried later: the retry's run_id
     """,
     "steps": """
         run_id VARCHAR,
@@ -293,6 +297,20 @@ TABLES: dict[str, str] = {
         rel_error DOUBLE,            -- (predicted - measured) / measured
         n_links_fit INTEGER
     """,
+    # Where each rank of a run that hit run_timeout_s was stuck, captured before its actors were
+    # killed: its Python stack (faulthandler) and, on NCCL, PyTorch's flight-recorder dump.
+    "diagnostics": """
+        run_id VARCHAR,
+        rank INTEGER,
+        node_id VARCHAR,
+        hostname VARCHAR,
+        pid INTEGER,
+        kind VARCHAR,                -- timeout
+        captured_at TIMESTAMPTZ,
+        python_stack VARCHAR,        -- every thread of the rank process (faulthandler)
+        nccl_trace VARCHAR,          -- base64 of the NCCL flight recorder's dump, if written
+        error VARCHAR                -- why a part could not be captured
+    """,
 }
 
 VIEWS: dict[str, str] = {
@@ -428,7 +446,12 @@ MIGRATIONS: dict[int, list[str]] = {
     # runs, so rows stored by v2 (a percentile bootstrap at any n) are relabelled or recomputed
     # from the stored run figures. New table link_descriptions (created from TABLES).
     # v3: run_phases (a new table: created by the schema itself); how a run's ranks started.
+    # v3: long sweeps (issue 10): driver liveness, retried runs.
     3: [
+        "ALTER TABLE sweeps ADD COLUMN driver_pid INTEGER",
+        "ALTER TABLE sweeps ADD COLUMN heartbeat_at TIMESTAMPTZ",
+        "ALTER TABLE runs ADD COLUMN attempt INTEGER",
+        "ALTER TABLE runs ADD COLUMN superseded_by VARCHAR",
         "ALTER TABLE runs ADD COLUMN launcher VARCHAR",
         *(
             f"ALTER TABLE runs ADD COLUMN {col}"
