@@ -4,6 +4,7 @@ DuckDB only: no Ray."""
 
 from __future__ import annotations
 
+import duckdb
 import pytest
 
 from orchestrator.emulated.describe import shapes_by_interface
@@ -100,7 +101,8 @@ def test_v2_database_gets_run_phases_and_keeps_its_runs(tmp_path):
     with Store(db) as s, s.transaction():
         s.insert("runs", [{"run_id": "kept", "sweep_id": "s", "status": "ok"}])
     as_v2(db)
-    assert read_query(db, "SELECT value FROM meta")[1] == [("2",)]
+    with duckdb.connect(db, read_only=True) as con:  # not read_query: readers upgrade
+        assert con.execute("SELECT value FROM meta").fetchall() == [("2",)]
     with Store(db) as s:
         with s.transaction():
             s.insert("run_phases", [{"run_id": "kept", "rank": None, "phase": "commit",
