@@ -8,7 +8,8 @@ README's table comes from this test's output).
 
 Measured so far on the shared 2-core machine, it does NOT pass reliably: with 500 mbit-4 gbit
 and 3 timed steps the worst left-out link was 15.5% off (505 s); with 500 mbit-2 gbit and 5
-timed steps 44.7% (698 s), the fastest link being slower than the line in every variant.
+timed steps 44.7% (698 s): the fastest link fell off the line both ways (ZeRO-3: +44.7% at
+grad_accum 1, -31.8% at 8).
 ZeRO-3's exposure at grad_accum 8 was above DDP's both times (1.03 vs 0.76, 1.08 vs 0.40).
 Slower links make DDP at grad_accum 8 a hinge rather than a line (it hides up to ~0.25 s of
 communication), so the link set cannot simply be moved down either.
