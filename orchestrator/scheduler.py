@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ class RunTimeout(RunFailure):
     """The run reached run_timeout_s: its ranks' stacks are captured before they are killed."""
 
 
+FAILURE_GRACE_S = 5.0  # after a rank fails, how long the others get to report theirs
 DIAG_TIMEOUT_S = 20.0  # capturing every rank's stack on its node, before the actors are killed
 
 
@@ -403,13 +405,22 @@ def _kill_forked(launchers: LauncherPool, run_id: str) -> None:
 
 
 def _wait_all(refs: list, timeout_s: float, on_tick: Callable[[], None] | None) -> list[RankRecord]:
-    """Collect every rank's result; the first failure or the deadline ends the run."""
+    """Collect every rank's result (``refs`` in rank order); the deadline or a failure ends the
+    run. After the first failure the other ranks get ``FAILURE_GRACE_S`` to report theirs, so
+    the error names every failed rank: the one that failed first (the cause) is often not the
+    one whose error arrives first (a peer's "connection closed")."""
     deadline = time.monotonic() + timeout_s
     pending = list(refs)
     results: dict = {}
+    failures: dict = {}
+    grace_end = float("inf")
     while pending:
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if failures:
+            remaining = min(remaining, grace_end - time.monotonic())
+            if remaining <= 0:
+                break
+        elif remaining <= 0:
             raise RunTimeout(
                 f"run timed out after {timeout_s:.0f} s (run_timeout_s) with "
                 f"{len(pending)} of {len(refs)} ranks unfinished: a hang, e.g. a rank stuck in "
@@ -417,10 +428,37 @@ def _wait_all(refs: list, timeout_s: float, on_tick: Callable[[], None] | None) 
             )
         done, pending = ray.wait(pending, num_returns=1, timeout=min(remaining, 0.5))
         for ref in done:
-            results[ref] = ray.get(ref)  # raises the rank's exception: the run fails now
+            try:
+                results[ref] = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - RayTaskError, RayActorError...
+                if not failures:
+                    grace_end = time.monotonic() + FAILURE_GRACE_S
+                failures[refs.index(ref)] = exc
         if on_tick is not None:
             on_tick()
+    if failures:
+        raise RunFailure(ranks_error_text(failures, len(refs)))
     return sorted((results[r] for r in refs), key=lambda r: r.rank)
+
+
+def ranks_error_text(failures: dict[int, BaseException], world_size: int) -> str:
+    """One line per failed rank (its exception's last line, where a traceback names the
+    cause), then the full text of the lowest failed rank's error, bounded."""
+    lines = [f"{len(failures)} of {world_size} rank(s) failed"]
+    for rank in sorted(failures):
+        lines.append(f"rank {rank}: {_cause_line(failures[rank])}")
+    first = failures[min(failures)]
+    return ("\n".join(lines) + "\n\n" + _error_text(first)).strip()[:8000]
+
+
+_EXC_LINE = re.compile(r"^\w[\w.]*(Error|Exception|Failure|Interrupt)\b.*:")
+
+
+def _cause_line(exc: BaseException) -> str:
+    """The last line of a rank's traceback text (``Type: message``), else its first line."""
+    text = str(getattr(exc, "cause", None) or exc)
+    found = [ln.strip() for ln in text.splitlines() if _EXC_LINE.match(ln.strip())]
+    return found[-1] if found else _first_line(exc)
 
 
 def capture_diagnostics(run_id: str, placements: list) -> list:

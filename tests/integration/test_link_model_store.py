@@ -13,6 +13,7 @@ from orchestrator.cli import main
 from orchestrator.planner import Variant
 from orchestrator.store import SCHEMA_VERSION, Q, Store, read_query
 from orchestrator.sweep import refresh_link_model
+from tests.integration.schema_v2 import as_v2
 
 COMPUTE_S, EXPOSURE = 0.4, 0.9
 COMM_S = {"r50": 4.0, "r100": 2.0, "r300": 0.667, "r1g": 0.2}
@@ -30,6 +31,7 @@ def _fill(store: Store, sweep_id: str = "s1") -> None:
             runs.append({
                 "run_id": f"{sweep_id}-{seq}", "sweep_id": sweep_id, "seq": seq,
                 "strategy": "zero3", "offload": "none", "grad_accum": 8, "bucket_mb": 25,
+                "overlap_comm": "default",
                 "link": link, "placement": "spread", "repeat": rep,
                 "status": "failed" if failed else "ok", "throttled": False,
                 "median_step_time_s": None if failed else (COMPUTE_S + EXPOSURE * x) * jitter,
@@ -51,10 +53,7 @@ def test_v2_database_upgrades_to_v3_keeping_rows(tmp_path):
     db = str(tmp_path / "v2.duckdb")
     with Store(db) as s:
         _fill(s)
-        # Make it what linksweep v2 wrote: no link model tables, version 2.
-        s.query("DROP TABLE link_model")
-        s.query("DROP TABLE link_model_check")
-        s.query("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    as_v2(db)  # what linksweep v2 wrote: no link model tables, no v3 columns, version 2
     assert SCHEMA_VERSION == 3
     with Store(db) as s:
         assert s.query("SELECT count(*) FROM runs")[1] == [(8,)]

@@ -23,6 +23,7 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.store import Q, Store, read_query, spool
 from orchestrator.watchdog import descendants
+from tests.integration.schema_v2 import as_v2
 
 REPO = Path(__file__).resolve().parents[2]
 SWEEP_BODY = """
@@ -140,15 +141,7 @@ def test_v2_database_upgrades_to_v3_keeping_rows(tmp_path):
     with Store(db) as s:  # make a v3 file, then take it back to what v2 wrote
         s.insert("sweeps", [{"sweep_id": "s1", "status": "running", "name": "x"}])
         s.insert("runs", [{"run_id": "r1", "sweep_id": "s1", "seq": 1, "status": "ok"}])
-        for stmt in (
-            "DROP TABLE diagnostics",
-            "ALTER TABLE sweeps DROP COLUMN driver_pid",
-            "ALTER TABLE sweeps DROP COLUMN heartbeat_at",
-            "ALTER TABLE runs DROP COLUMN attempt",
-            "ALTER TABLE runs DROP COLUMN superseded_by",
-            "UPDATE meta SET value = '2' WHERE key = 'schema_version'",
-        ):
-            s.con.execute(stmt)
+    as_v2(db)
     # a reader upgrades it (one transaction, rows kept)
     cols = q(db, "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'")
     assert {("attempt",), ("superseded_by",)} <= set(cols)

@@ -124,7 +124,7 @@ def test_failed_run_is_stored_and_sweep_goes_on(ray_cluster, write_sweep, tmp_pa
     assert main(["run", path, "--db", str(db)]) == 1
     rows = q(db, "SELECT link, status, error FROM runs ORDER BY seq")
     assert [(r[0], r[1]) for r in rows] == [("broken", "failed"), ("default", "ok")]
-    assert "injected fault on rank 1 at step 1" in rows[0][2]
+    assert "rank 1: RuntimeError: injected fault on rank 1 at step 1" in rows[0][2]
     (sweep_status,) = q(db, "SELECT status FROM sweeps")[0]
     assert sweep_status == "failed"
     # the failed run is counted, excluded from figures, never deleted
