@@ -281,17 +281,25 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
         seed=spec.seed,
         lr=LEARNING_RATE,
         profile_steps=PROFILE_STEPS,
-        pg_timeout_s=min(600.0, spec.run_timeout_s),
+        pg_timeout_s=pg_timeout_s(spec),
         nvme_dir=nvme_dir,
         ds_config=ds_config,
     )
 
 
+PG_TIMEOUT_MARGIN_S = 60.0
+
+
+def pg_timeout_s(spec: SweepSpec) -> float:
+    """The process group's collective timeout: past the run's own deadline, so a hang is
+    caught by ``run_timeout_s`` while every rank is still alive and its stack can be read
+    (a shorter one made the waiting rank raise and exit first, taking its stack with it)."""
+    return spec.run_timeout_s + PG_TIMEOUT_MARGIN_S
+
+
 def linkbench_config(spec: SweepSpec, run_id: str, gpu: bool) -> LinkbenchConfig:
     max_mb = spec.linkbench_max_mb or (256 if gpu else 16)
-    return LinkbenchConfig(
-        run_id=run_id, max_bytes=max_mb * 2**20, pg_timeout_s=min(600.0, spec.run_timeout_s)
-    )
+    return LinkbenchConfig(run_id=run_id, max_bytes=max_mb * 2**20, pg_timeout_s=pg_timeout_s(spec))
 
 
 # --------------------------------------------------------------------------------------------

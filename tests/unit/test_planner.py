@@ -119,7 +119,7 @@ def test_run_config_is_frozen_with_ds_config_for_zero_only():
         ddp.steps = 1  # type: ignore[misc]
     assert ddp.ds_config is None and ddp.nvme_dir is None
     assert (ddp.run_id, ddp.strategy, ddp.seq_len, ddp.steps) == ("s-r0001", "ddp", 64, 5)
-    assert ddp.pg_timeout_s == 600.0  # capped below run_timeout_s
+    assert ddp.pg_timeout_s == 960.0  # past run_timeout_s: the driver's deadline comes first
 
     z2 = run_config(s, by_key[("zero2", "none")], "s-r0002")
     assert z2.ds_config["zero_optimization"]["stage"] == 2
