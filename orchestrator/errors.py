@@ -1,10 +1,11 @@
-"""Exit codes and the one error printer every command uses.
+"""Exit codes, the one error printer every command uses, and the text a failed run stores.
 
 Imports nothing from linksweep: every driver module may import it.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 
 EXIT_OK = 0
@@ -16,3 +17,43 @@ EXIT_INTERRUPTED = 130  # Ctrl-C: finished runs are stored
 def err(msg: str) -> None:
     """Print one message for the user on stderr, prefixed with the program's name."""
     print(f"linksweep: {msg}", file=sys.stderr)
+
+
+# --- the text stored in runs.error for a failed run (pure) ---
+
+
+def first_line(exc: BaseException) -> str:
+    """The root cause's type and first line (Ray wraps a task's exception)."""
+    cause = getattr(exc, "cause", None)
+    shown = cause if cause is not None else exc
+    text = str(shown).strip().splitlines()
+    return f"{type(shown).__name__}: {text[0] if text else ''}".strip()
+
+
+def error_text(exc: BaseException) -> str:
+    """The root cause first (Ray wraps worker exceptions), then Ray's full text, bounded."""
+    cause = getattr(exc, "cause", None)
+    head = f"{type(cause).__name__}: {cause}" if cause is not None else ""
+    body = str(exc)
+    text = f"{head}\n{body}" if head and head not in body[:200] else body
+    return text.strip()[:8000]
+
+
+def ranks_error_text(failures: dict[int, BaseException], world_size: int) -> str:
+    """One line per failed rank (its exception's last line, where a traceback names the
+    cause), then the full text of the lowest failed rank's error, bounded."""
+    lines = [f"{len(failures)} of {world_size} rank(s) failed"]
+    for rank in sorted(failures):
+        lines.append(f"rank {rank}: {_cause_line(failures[rank])}")
+    first = failures[min(failures)]
+    return ("\n".join(lines) + "\n\n" + error_text(first)).strip()[:8000]
+
+
+_EXC_LINE = re.compile(r"^\w[\w.]*(Error|Exception|Failure|Interrupt)\b.*:")
+
+
+def _cause_line(exc: BaseException) -> str:
+    """The last line of a rank's traceback text (``Type: message``), else its first line."""
+    text = str(getattr(exc, "cause", None) or exc)
+    found = [ln.strip() for ln in text.splitlines() if _EXC_LINE.match(ln.strip())]
+    return found[-1] if found else first_line(exc)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from orchestrator.errors import error_text, first_line, ranks_error_text
 from orchestrator.planner import NodeCapacity, RunResult, place_ranks
 from orchestrator.watchdog import MARKER_ENV, Watchdog
 from workloads.contract import LinkbenchConfig, RankRecord, RunConfig
@@ -185,7 +185,7 @@ def run_on_every_node(fn: Callable[[], object], timeout_s: float) -> list[NodeAn
             try:
                 answers.append(NodeAnswer(n, result=ray.get(ref)))
             except Exception as exc:  # noqa: BLE001 - a failed probe is an answer, not a crash
-                answers.append(NodeAnswer(n, error=_first_line(exc)))
+                answers.append(NodeAnswer(n, error=first_line(exc)))
         else:
             with contextlib.suppress(Exception):  # already finished or gone: nothing to stop
                 ray.cancel(ref, force=True)
@@ -226,23 +226,6 @@ def run_pinned_actors(
     finally:
         for a in actors:
             ray.kill(a)
-
-
-def _first_line(exc: BaseException) -> str:
-    """The root cause's type and first line (Ray wraps a task's exception)."""
-    cause = getattr(exc, "cause", None)
-    shown = cause if cause is not None else exc
-    text = str(shown).strip().splitlines()
-    return f"{type(shown).__name__}: {text[0] if text else ''}".strip()
-
-
-def _error_text(exc: BaseException) -> str:
-    """The root cause first (Ray wraps worker exceptions), then Ray's full text, bounded."""
-    cause = getattr(exc, "cause", None)
-    head = f"{type(cause).__name__}: {cause}" if cause is not None else ""
-    body = str(exc)
-    text = f"{head}\n{body}" if head and head not in body[:200] else body
-    return text.strip()[:8000]
 
 
 def execute_run(
@@ -320,7 +303,7 @@ def execute_run(
     except RunFailure as exc:
         result.error = str(exc)
     except Exception as exc:  # noqa: BLE001 - RayActorError, RayTaskError, GetTimeoutError...
-        result.error = _error_text(exc)
+        result.error = error_text(exc)
     finally:
         t_teardown = time.perf_counter()
         if launchers is not None:
@@ -441,26 +424,6 @@ def _wait_all(refs: list, timeout_s: float, on_tick: Callable[[], None] | None) 
     return sorted((results[r] for r in refs), key=lambda r: r.rank)
 
 
-def ranks_error_text(failures: dict[int, BaseException], world_size: int) -> str:
-    """One line per failed rank (its exception's last line, where a traceback names the
-    cause), then the full text of the lowest failed rank's error, bounded."""
-    lines = [f"{len(failures)} of {world_size} rank(s) failed"]
-    for rank in sorted(failures):
-        lines.append(f"rank {rank}: {_cause_line(failures[rank])}")
-    first = failures[min(failures)]
-    return ("\n".join(lines) + "\n\n" + _error_text(first)).strip()[:8000]
-
-
-_EXC_LINE = re.compile(r"^\w[\w.]*(Error|Exception|Failure|Interrupt)\b.*:")
-
-
-def _cause_line(exc: BaseException) -> str:
-    """The last line of a rank's traceback text (``Type: message``), else its first line."""
-    text = str(getattr(exc, "cause", None) or exc)
-    found = [ln.strip() for ln in text.splitlines() if _EXC_LINE.match(ln.strip())]
-    return found[-1] if found else _first_line(exc)
-
-
 def capture_diagnostics(run_id: str, placements: list) -> list:
     """Every rank's stack (and NCCL trace), each read on the rank's own node by a pinned task
     (``workloads.diag.capture``); a rank whose node does not answer gets a row saying so."""
@@ -483,7 +446,7 @@ def capture_diagnostics(run_id: str, placements: list) -> list:
         except Exception as exc:  # noqa: BLE001 - the diagnosis must not stop the cleanup
             with contextlib.suppress(Exception):
                 ray.cancel(ref, force=True)
-            out.append(RankDiagnostic(rank=p.rank, pid=p.pid, error=_first_line(exc)))
+            out.append(RankDiagnostic(rank=p.rank, pid=p.pid, error=first_line(exc)))
     return out
 
 
