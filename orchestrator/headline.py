@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.links import link_label
-from orchestrator.stats import INTERVAL_LABELS, INTERVAL_RANGE, MIN_RUNS_FOR_CI
+from orchestrator.stats import INTERVAL_LABELS, INTERVAL_RANGE, MIN_RUNS_FOR_CI, varying
 
 STRATEGY_ORDER = ("ddp", "zero1", "zero2", "zero3")
 NO_DIFFERENCE = "no difference beyond the spread"
@@ -250,7 +250,7 @@ def build_headline(
     if not rows:
         return Headline()
     ov = {o["link"]: o for o in overview}
-    vary = {k for k in ("placement", "bucket_mb") if len({r.get(k) for r in rows}) > 1}
+    vary = varying(rows, ("placement", "bucket_mb"))
     links = sorted(
         {r["link"] for r in rows},
         key=lambda x: (list(link_order).index(x) if x in link_order else 99, x),

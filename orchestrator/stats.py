@@ -38,7 +38,8 @@ values, which is why the tests can enumerate the bootstrap distribution for n=2 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -343,3 +344,18 @@ def variant_and_sensitivity_rows(
             }
         )
     return variant_rows, sens_rows
+
+
+def varying(rows: Iterable[Mapping[str, Any]], keys: Sequence[str] = VARIANT_KEY) -> set[str]:
+    """The keys that take more than one value over ``rows`` (the rest need no label).
+    ``bucket_mb`` varies only where one strategy has several: each framework's own default
+    (DDP 25 MB, DeepSpeed's) is implied by the strategy's name."""
+    rows = list(rows)
+    out = {k for k in keys if k != "bucket_mb" and len({r.get(k) for r in rows}) > 1}
+    if "bucket_mb" in keys:
+        per_strategy: dict[Any, set] = {}
+        for r in rows:
+            per_strategy.setdefault(r.get("strategy"), set()).add(r.get("bucket_mb"))
+        if any(len(v) > 1 for v in per_strategy.values()):
+            out.add("bucket_mb")
+    return out

@@ -1,12 +1,14 @@
 """Variant labels and ordering, shared by the figures and the tables.
 
-Pure functions of row dicts (keys as the schema's columns). Imports nothing from linksweep.
+Pure functions of row dicts (keys as the schema's columns). Imports only ``orchestrator.stats``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
+
+from orchestrator.stats import varying  # noqa: F401 - the figures' and tables' import
 
 VARIANT_KEYS = (
     "strategy",
@@ -31,12 +33,6 @@ def strategy_label(row: dict) -> str:
     """``zero3+cpu`` for ZeRO-3 with CPU offload; ``ddp`` for DDP."""
     off = row.get("offload")
     return row["strategy"] if off in (None, "none") else f"{row['strategy']}+{off}"
-
-
-def varying(rows: Iterable[dict], keys: Sequence[str] = VARIANT_KEYS) -> set[str]:
-    """The keys that take more than one value over ``rows`` (the rest need no label)."""
-    rows = list(rows)
-    return {k for k in keys if len({r.get(k) for r in rows}) > 1}
 
 
 def variant_sort_key(row: dict, link_order: Sequence[str]) -> tuple:

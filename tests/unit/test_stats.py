@@ -381,3 +381,15 @@ def test_overlap_is_part_of_the_variant():
     assert slowdown == {"default": pytest.approx(2.0), "false": pytest.approx(3.0)}
     tflops = {(r["overlap_comm"], r["link"]): r["achieved_tflops_per_gpu"] for r in variant_rows}
     assert tflops[("false", "slow")] == 0.25 and tflops[("default", "base")] is None
+
+
+def test_bucket_varies_only_when_one_strategy_has_several():
+    from orchestrator.stats import varying
+
+    defaults = [
+        {"strategy": "ddp", "bucket_mb": 25, "link": "fast"},
+        {"strategy": "zero3", "bucket_mb": 2000, "link": "slow"},
+    ]
+    assert varying(defaults) == {"strategy", "link"}  # each framework's own default: no label
+    swept = [*defaults, {"strategy": "ddp", "bucket_mb": 100, "link": "fast"}]
+    assert varying(swept, ("bucket_mb",)) == {"bucket_mb"}
