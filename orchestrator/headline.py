@@ -35,6 +35,12 @@ from orchestrator.stats import INTERVAL_LABELS, INTERVAL_RANGE, MIN_RUNS_FOR_CI,
 
 STRATEGY_ORDER = ("ddp", "zero1", "zero2", "zero3")
 NO_DIFFERENCE = "no difference beyond the spread"
+OVERLAP_NAME = {"default": " (overlap default)", "true": " (overlap on)", "false": " (overlap off)"}
+OVERLAP_WORDS = {
+    "default": "at each framework's default overlap",
+    "true": "with overlap on",
+    "false": "with overlap off",
+}
 
 
 def strategy_name(row: Mapping[str, Any]) -> str:
@@ -96,12 +102,18 @@ def _series(row: Mapping[str, Any], vary: set[str]) -> str:
         name += f" {row['placement']}"
     if "bucket_mb" in vary:
         name += f" bucket {row['bucket_mb']} MB"
+    if "overlap_comm" in vary:
+        name += OVERLAP_NAME.get(str(row.get("overlap_comm")), f" (overlap {row['overlap_comm']})")
     return name
 
 
 def _series_order(row: Mapping[str, Any]) -> tuple:
-    s = row["strategy"]
-    return (STRATEGY_ORDER.index(s) if s in STRATEGY_ORDER else 9, str(row.get("offload")))
+    s, o = row["strategy"], str(row.get("overlap_comm"))
+    return (
+        STRATEGY_ORDER.index(s) if s in STRATEGY_ORDER else 9,
+        str(row.get("offload")),
+        list(OVERLAP_NAME).index(o) if o in OVERLAP_NAME else 9,
+    )
 
 
 def _x(c: Cell) -> str:
@@ -250,7 +262,7 @@ def build_headline(
     if not rows:
         return Headline()
     ov = {o["link"]: o for o in overview}
-    vary = varying(rows, ("placement", "bucket_mb"))
+    vary = varying(rows, ("placement", "bucket_mb", "overlap_comm"))
     links = sorted(
         {r["link"] for r in rows},
         key=lambda x: (list(link_order).index(x) if x in link_order else 99, x),
@@ -276,7 +288,15 @@ def build_headline(
                 if key in cells:
                     nbytes.setdefault(key, {})[int(v["grad_accum"])] = v["comm_bytes_per_step"]
         label = link_label(link, ov.get(link))
-        sentences = _sentences(label, base, cells, gas)
+        if "overlap_comm" in vary:  # strategies compared at one overlap setting at a time
+            sentences = []
+            for o, words in OVERLAP_WORDS.items():
+                suffix = OVERLAP_NAME[o]
+                sub = {k.removesuffix(suffix): c for k, c in cells.items() if k.endswith(suffix)}
+                if sub:
+                    sentences += _sentences(f"{label} {words}", base, sub, gas)
+        else:
+            sentences = _sentences(label, base, cells, gas)
         why = _bytes_sentence({s: nbytes[s] for s in cells if s in nbytes})
         if why and any(c.beyond_spread for per in cells.values() for c in per.values()):
             sentences.append(why)
@@ -315,11 +335,11 @@ def extra_vs_predicted(
     (``predicted_comm_s_per_step`` on the link minus on the baseline). ``ratio`` = measured /
     predicted: near 1, the link's bandwidth explains the slowdown; well above, something else
     (latency, contention, CPU) costs time too."""
-    key = ("strategy", "offload", "grad_accum", "bucket_mb", "placement")
-    base = {tuple(v[k] for k in key): v for v in variants if v.get("link") == baseline}
+    key = ("strategy", "offload", "grad_accum", "bucket_mb", "overlap_comm", "placement")
+    base = {tuple(v.get(k) for k in key): v for v in variants if v.get("link") == baseline}
     out = []
     for v in variants:
-        b = base.get(tuple(v[k] for k in key))
+        b = base.get(tuple(v.get(k) for k in key))
         if v.get("link") == baseline or b is None:
             continue
         if v.get("median_step_time_s") is None or b.get("median_step_time_s") is None:
@@ -328,7 +348,7 @@ def extra_vs_predicted(
         pv, pb = v.get("predicted_comm_s_per_step"), b.get("predicted_comm_s_per_step")
         predicted = None if pv is None or pb is None else pv - pb
         out.append(
-            {k: v[k] for k in key}
+            {k: v.get(k) for k in key}
             | {
                 "link": v["link"],
                 "baseline_link": baseline,

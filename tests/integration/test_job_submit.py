@@ -7,6 +7,7 @@ so it never touches the session's test cluster; stopping it terminates only what
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.store import read_query
+from tests.integration.test_long_sweeps import SWEEP_BODY, n_runs, pairs, q, wait_for
 
 REPO = str(Path(__file__).resolve().parents[2])
 BIN = os.path.dirname(sys.executable)
@@ -56,8 +58,9 @@ def wait_for_dashboard(url: str, deadline_s: float, head, log_path) -> None:
     raise TimeoutError(f"Ray dashboard at {url} did not come up: {last}")
 
 
-@pytest.mark.slow
-def test_ray_job_submit_lands_in_db(tmp_path, write_sweep):
+@pytest.fixture(scope="module")
+def job_head(tmp_path_factory):
+    """A `ray start --head` with its job server; yields (job address, env for the job CLI)."""
     gcs_port, dash_port = free_port(), free_port()
     # Every port explicit: other Ray instances on this machine (the session cluster) hold the
     # defaults, e.g. the dashboard agent's 52365.
@@ -72,10 +75,14 @@ def test_ray_job_submit_lands_in_db(tmp_path, write_sweep):
     }
     # Ray >= 2.5x enables token auth by default when ~/.ray/auth_token exists; on this loopback-only
     # test cluster it is switched off explicitly for the head, the job CLI and the job's driver.
+    # `ray job stop` SIGKILLs the job RAY_JOB_STOP_WAIT_TIME_S after its SIGTERM (Ray's default
+    # 3 s): 30 s, as docs/long-sweeps.md tells users, so the driver can stop cleanly.
     env = {**os.environ, "RAY_DISABLE_USAGE_STATS": "1", "RAY_AUTH_MODE": "disabled"}
-    ray_tmp = tempfile.mkdtemp(prefix="lsjob", dir="/tmp")
-    head_log = open(tmp_path / "head.log", "w")  # noqa: SIM115 - closed in the finally below
+    env["RAY_JOB_STOP_WAIT_TIME_S"] = "30"
     env.pop("RAY_ADDRESS", None)
+    ray_tmp = tempfile.mkdtemp(prefix="lsjob", dir="/tmp")
+    log_path = tmp_path_factory.mktemp("head") / "head.log"
+    head_log = open(log_path, "w")  # noqa: SIM115 - closed in the finally below
     head = subprocess.Popen(
         [
             f"{BIN}/ray",
@@ -98,37 +105,8 @@ def test_ray_job_submit_lands_in_db(tmp_path, write_sweep):
     )
     url = f"http://127.0.0.1:{dash_port}"
     try:
-        wait_for_dashboard(url, 120, head, tmp_path / "head.log")
-        sweep = write_sweep(name="job")
-        db = tmp_path / "job.duckdb"  # absolute: the job's working dir is temporary
-        out = subprocess.run(
-            [
-                f"{BIN}/ray",
-                "job",
-                "submit",
-                "--address",
-                url,
-                "--working-dir",
-                REPO,
-                "--",
-                sys.executable,
-                "-m",
-                "orchestrator",
-                "run",
-                sweep,
-                "--db",
-                str(db),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-        cols, rows = read_query(str(db), "SELECT status, ray_address FROM sweeps")
-        assert rows == [("ok", rows[0][1])] and rows[0][1] != "embedded"
-        _, runs = read_query(str(db), "SELECT status FROM runs")
-        assert runs == [("ok",)]
+        wait_for_dashboard(url, 120, head, log_path)
+        yield url, env
     finally:
         os.killpg(head.pid, signal.SIGTERM)
         try:
@@ -137,3 +115,60 @@ def test_ray_job_submit_lands_in_db(tmp_path, write_sweep):
             os.killpg(head.pid, signal.SIGKILL)
         head_log.close()
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def ray_job(env: dict, *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [f"{BIN}/ray", "job", *args], env=env, capture_output=True, text=True, timeout=timeout_s
+    )
+
+
+def linksweep_job(url: str, *args: str, wait: bool = True) -> list[str]:
+    """`ray job submit` arguments that run the linksweep CLI from this checkout."""
+    head = ["submit", "--address", url, "--working-dir", REPO] + ([] if wait else ["--no-wait"])
+    return [*head, "--", sys.executable, "-m", "orchestrator", *args]
+
+
+@pytest.mark.slow
+def test_ray_job_submit_lands_in_db(job_head, tmp_path, write_sweep):
+    url, env = job_head
+    sweep = write_sweep(name="job")
+    db = tmp_path / "job.duckdb"  # absolute: the job's working dir is temporary
+    out = ray_job(env, *linksweep_job(url, "run", sweep, "--db", str(db)))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    cols, rows = read_query(str(db), "SELECT status, ray_address FROM sweeps")
+    assert rows == [("ok", rows[0][1])] and rows[0][1] != "embedded"
+    _, runs = read_query(str(db), "SELECT status FROM runs")
+    assert runs == [("ok",)]
+
+
+def job_status(env: dict, url: str, job_id: str) -> str:
+    out = ray_job(env, "status", "--address", url, job_id, timeout_s=60).stdout
+    found = [w for w in ("SUCCEEDED", "FAILED", "STOPPED", "RUNNING", "PENDING") if w in out]
+    return found[0] if found else "UNKNOWN"
+
+
+@pytest.mark.slow
+def test_ray_job_stop_then_resume_through_ray_job_submit(job_head, tmp_path):
+    """`ray job stop` mid-sweep: the sweep reads interrupted; a second job with --resume runs
+    exactly the missing (variant, repeat) pairs under the same sweep id."""
+    url, env = job_head
+    sweep, db = tmp_path / "long.yaml", tmp_path / "r.duckdb"
+    sweep.write_text(SWEEP_BODY)  # 4 runs
+    out = ray_job(env, *linksweep_job(url, "run", str(sweep), "--db", str(db), wait=False))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    first = re.search(r"raysubmit_\w+", out.stdout + out.stderr)[0]
+    wait_for("one stored run", lambda: n_runs(db) >= 1, 600, 0.2)
+    stop = ray_job(env, "stop", "--address", url, first, timeout_s=120)
+    assert stop.returncode == 0, stop.stdout[-2000:] + stop.stderr[-2000:]
+    wait_for("the job stopped", lambda: job_status(env, url, first) == "STOPPED", 60, 0.5)
+    logs = ray_job(env, "logs", "--address", url, first, timeout_s=60).stdout[-3000:]
+    ((sweep_id, status),) = q(db, "SELECT sweep_id, status FROM sweeps")
+    assert status == "interrupted", logs
+    assert 1 <= n_runs(db) < 4, logs
+
+    args = linksweep_job(url, "run", str(sweep), "--db", str(db), "--resume")
+    out = ray_job(env, *args)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert q(db, "SELECT sweep_id, status FROM sweeps") == [(sweep_id, "ok")]
+    assert pairs(db) == [("default", 1, 1), ("default", 2, 1), ("other", 1, 1), ("other", 2, 1)]

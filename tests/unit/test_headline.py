@@ -234,3 +234,28 @@ def test_single_runs_give_no_finding():
     assert link.sentences[0].startswith("On slow, no finding yet: slowdowns DDP 1.90×")
     assert "single runs" in link.sentences[0] and "hurt most" not in link.sentences[0]
     assert link.cells["DDP"][1].text() == "1.90×"
+
+
+def test_with_overlap_as_an_axis_strategies_are_compared_at_one_overlap_setting():
+    """Overlap on vs off of one strategy is not "which strategy is hurt most": each overlap
+    setting gets its own sentence, and the table one row per strategy and setting."""
+
+    def sens(strategy, overlap, ga, x, lo, hi):
+        return _sens(strategy, ga, x, lo, hi) | {"overlap_comm": overlap}
+
+    rows = [
+        sens("ddp", "default", 1, 1.9, 1.4, 2.1), sens("ddp", "default", 8, 1.25, 1.0, 1.4),
+        sens("ddp", "false", 1, 2.2, 2.1, 2.4), sens("ddp", "false", 8, 1.28, 1.03, 1.39),
+        sens("zero3", "default", 1, 2.65, 2.5, 2.7), sens("zero3", "default", 8, 2.7, 2.4, 3.2),
+        sens("zero3", "false", 1, 2.2, 2.0, 2.5), sens("zero3", "false", 8, 3.06, 2.84, 3.14),
+    ]  # fmt: skip
+    variants = [v | {"overlap_comm": o} for v in VARIANTS for o in ("default", "false")]
+    (link,) = build_headline(rows, variants, OVERVIEW, ["fast", "slow"]).links
+    default, off = link.sentences[0], link.sentences[1]
+    assert "at each framework's default overlap, ZeRO-3 is hurt most" in default
+    assert "with overlap off, ZeRO-3 is hurt most, and more as grad_accum grows" in off
+    assert NO_DIFFERENCE not in default + off  # ZeRO-3 off at 8 clears DDP off at 8
+    assert list(link.cells) == [
+        "DDP (overlap default)", "DDP (overlap off)",
+        "ZeRO-3 (overlap default)", "ZeRO-3 (overlap off)",
+    ]  # fmt: skip
