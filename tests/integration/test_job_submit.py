@@ -143,9 +143,11 @@ def test_ray_job_submit_lands_in_db(job_head, tmp_path, write_sweep):
 
 
 def job_status(env: dict, url: str, job_id: str) -> str:
-    out = ray_job(env, "status", "--address", url, job_id, timeout_s=60).stdout
-    found = [w for w in ("SUCCEEDED", "FAILED", "STOPPED", "RUNNING", "PENDING") if w in out]
-    return found[0] if found else "UNKNOWN"
+    """STOPPED, SUCCEEDED, FAILED, RUNNING or PENDING, from `ray job status` ("Job 'x' was
+    stopped", "... succeeded", "... is currently running")."""
+    out = ray_job(env, "status", "--address", url, job_id, timeout_s=60).stdout.lower()
+    found = [w for w in ("stopped", "succeeded", "failed", "running", "pending") if w in out]
+    return found[0].upper() if found else "UNKNOWN"
 
 
 @pytest.mark.slow
@@ -159,9 +161,13 @@ def test_ray_job_stop_then_resume_through_ray_job_submit(job_head, tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     first = re.search(r"raysubmit_\w+", out.stdout + out.stderr)[0]
     wait_for("one stored run", lambda: n_runs(db) >= 1, 600, 0.2)
+    t_stop = time.monotonic()
     stop = ray_job(env, "stop", "--address", url, first, timeout_s=120)
     assert stop.returncode == 0, stop.stdout[-2000:] + stop.stderr[-2000:]
-    wait_for("the job stopped", lambda: job_status(env, url, first) == "STOPPED", 60, 0.5)
+    ended = ("STOPPED", "FAILED", "SUCCEEDED")
+    wait_for("the job ended", lambda: job_status(env, url, first) in ended, 90, 0.5)
+    assert job_status(env, url, first) == "STOPPED"
+    print(f"ray job stop -> job STOPPED: {time.monotonic() - t_stop:.1f} s")
     logs = ray_job(env, "logs", "--address", url, first, timeout_s=60).stdout[-3000:]
     ((sweep_id, status),) = q(db, "SELECT sweep_id, status FROM sweeps")
     assert status == "interrupted", logs
