@@ -28,7 +28,7 @@ from workloads.contract import (
 
 NCCL_DEBUG_DEFAULTS = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,ENV"}
 LEARNING_RATE = 1e-3  # any sane value: we time steps, we do not train to convergence
-PROFILE_STEPS = 1  # optimizer steps of the profiled pass that counts collectives
+PROFILE_STEPS = 1  # profiled optimizer steps that count collectives (the last warmup step if >1)
 
 
 @dataclass(frozen=True)

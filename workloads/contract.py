@@ -110,7 +110,8 @@ class RunConfig:
     seed: int
     lr: float
     profile_steps: int
-    """Optimizer steps of the profiled pass after the timed ones (collectives counted); 0: none."""
+    """Optimizer steps whose collectives are counted (0: none): the last warmup steps when there
+    are more warmup steps than this, else a pass after the timed ones (``workloads/train.py``)."""
     pg_timeout_s: float
     """torch.distributed process-group timeout."""
     nvme_dir: str | None = None
@@ -203,7 +204,7 @@ class LinkbenchRecord:
 # (actors requested -> the rank's process runs linksweep code; the driver's clock minus the rank's,
 # one machine's clock on one node), imports (torch, transformers, deepspeed), pg_init,
 # model_data_build, strategy_init (DDP wrap or deepspeed.initialize), warmup, timed_steps,
-# profiled_pass, rank_teardown. Measured by the driver: placement (placement group reserved),
+# profiled_pass (the profiled steps, wherever they ran; warmup excludes them), rank_teardown. Measured by the driver: placement (placement group reserved),
 # teardown (actors killed, group removed), commit (the run's transaction).
 PHASES = (
     "placement",

@@ -2,7 +2,7 @@
 
 While the logger is enabled DeepSpeed synchronises the device after every collective, so it
 stays off during timed steps (the run's DeepSpeed config has it disabled) and is enabled here,
-after them. Sizes are converted to nccl-tests' convention (full buffer; DeepSpeed logs the local
+for the profiled steps only (the last warmup step, or a pass after the timed steps). Sizes are converted to nccl-tests' convention (full buffer; DeepSpeed logs the local
 shard for all_gather) so DDP and ZeRO rows in ``comms`` compare directly. Why the sizes differ,
 and what DeepSpeed issues per step: ``orchestrator/comm_model.py``'s docstring.
 

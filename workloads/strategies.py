@@ -2,8 +2,8 @@
 
 A strategy owns the wrapped model and optimizer. The loop calls ``micro_step`` grad_accum times
 (``boundary`` true on the last) and then ``optimizer_step``: one optimizer step = one timed step.
-Communication is accounted per collective (op, message bytes, count, time) during a separate
-profiled pass, because timing a collective means synchronising around it. Runs in rank
+Communication is accounted per collective (op, message bytes, count, time) during profiled steps
+outside the timed ones, because timing a collective means synchronising around it. Runs in rank
 processes; imports only workloads modules.
 """
 

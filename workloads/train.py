@@ -4,8 +4,11 @@ Runs on every rank inside an initialised torch.distributed process group. One ti
 optimizer step (grad_accum micro-steps + the update); on GPU the device is synchronised before
 each clock read. Per-rank step times are returned as they are; reducing them to one figure
 (max over ranks per step, median over steps) is the driver's job (orchestrator/stats.py).
-After the timed steps, a short profiled pass counts every collective (op, bytes, time); it is
-kept out of the timed steps because timing a collective synchronises around it.
+A profiled step counts every collective (op, bytes, time); it is kept out of the timed steps
+because timing a collective synchronises around it. When the run warms up for more steps than it
+profiles, the profiled steps are the last warmup steps (never the first step, which carries
+one-off work such as DDP's bucket rebuild and ZeRO-3's trace): they cost the run nothing extra.
+Otherwise they run as a separate pass after the timed steps.
 """
 
 from __future__ import annotations
@@ -52,6 +55,14 @@ def _maybe_fault(fault, rank: int, step: int) -> None:
         if fault[2] == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         raise RuntimeError(f"injected fault on rank {rank} at step {step} ({FAULT_ENV})")
+
+
+def profiled_warmup_start(warmup_steps: int, profile_steps: int) -> int | None:
+    """The first of the last ``profile_steps`` warmup steps, when there are more warmup steps
+    than that (so the first step is never profiled); None: profile after the timed steps."""
+    if profile_steps > 0 and warmup_steps > profile_steps:
+        return warmup_steps - profile_steps
+    return None
 
 
 def rank_device(local_rank: int) -> tuple[str, torch.device]:
@@ -125,6 +136,10 @@ def run_training(
     ga = cfg.grad_accum
     samples = cfg.micro_batch_size * ga
     total = cfg.warmup_steps + cfg.steps
+    profile_steps = cfg.profile_steps if world_size > 1 else 0
+    profile_from = profiled_warmup_start(cfg.warmup_steps, profile_steps)
+    comms: tuple = ()
+    profiled_s = 0.0
     steps: list[StepRecord] = []
     first_step_wall = None
     telemetry = Telemetry(device, nvml_index)
@@ -132,9 +147,18 @@ def run_training(
     timed_start = loop_start if cfg.warmup_steps == 0 else None
     for step in range(total):
         warmup = step < cfg.warmup_steps
+        if step == profile_from:
+            _sync(device)
+            profile_t0 = time.perf_counter()
+            strategy.profile_start()
         if step == cfg.warmup_steps:
+            if profile_from is not None:
+                _sync(device)
+                comms = strategy.profile_stop()  # totals over profile_steps; the driver divides
+                profiled_s = time.perf_counter() - profile_t0
+                clock.add("profiled_pass", profiled_s)
             timed_start = time.perf_counter()
-            clock.add("warmup", timed_start - loop_start)
+            clock.add("warmup", timed_start - loop_start - profiled_s)
             telemetry.start()  # sample the timed window only
         batch_list = [next(data).to(device) for _ in range(ga)]  # data prep outside the clock
         _sync(device)
@@ -165,9 +189,7 @@ def run_training(
     if timed_start is not None:
         clock.add("timed_steps", time.perf_counter() - timed_start)
     telemetry_out = telemetry.stop()
-    comms: tuple = ()
-    profile_steps = cfg.profile_steps
-    if profile_steps and world_size > 1:
+    if profile_steps and profile_from is None:
         with clock.phase("profiled_pass"):
             strategy.profile_start()
             for _ in range(profile_steps):

@@ -71,7 +71,7 @@ def comm_sweep(run_sweep, tmp_path_factory):
         "seq_len": 32,
         "micro_batch_size": 1,
         "steps": 2,
-        "warmup_steps": 1,
+        "warmup_steps": 2,  # the default: collectives are counted in the last warmup step
         "repeats": 1,
         "world_size": 2,
         "grid": {"strategy": ["ddp", "zero3"], "grad_accum": [1, 4]},
@@ -114,6 +114,29 @@ def test_comms_table_rows(comm_sweep):
     assert ops[("zero3", "all_gather")][0] == 4  # parameters gathered every micro-step
     assert ops[("zero3", "reduce_scatter")][0] == 4
     assert all(bw > 0 for _, _, bw in ops.values())
+
+
+def test_profiled_step_is_the_last_warmup_step(comm_sweep):
+    """With 2 warmup steps and 1 profiled step, the profiled step is warmup step 1: the run's
+    phases say so (warmup holds step 0 only) and no extra pass ran after the timed steps."""
+    rows = q(
+        comm_sweep,
+        "SELECT p.run_id, p.rank, p.phase, p.seconds FROM run_phases p "
+        "WHERE p.phase IN ('warmup', 'profiled_pass', 'timed_steps')",
+    )
+    steps = {
+        (r, k, s): t
+        for r, k, s, t in q(comm_sweep, "SELECT run_id, rank, step, step_time_s FROM steps")
+    }
+    phases = {(r, k, p): s for r, k, p, s in rows}
+    assert len(phases) == 4 * 2 * 3  # 4 runs x 2 ranks x 3 phases
+    for run_id, rank, _ in phases:
+        s0, s1 = steps[(run_id, rank, 0)], steps[(run_id, rank, 1)]
+        warm, prof = phases[(run_id, rank, "warmup")], phases[(run_id, rank, "profiled_pass")]
+        assert prof >= s1 and warm >= s0, (run_id, rank)
+        assert warm < s0 + s1, (run_id, rank, warm, s0, s1)  # step 1 ran as the profiled one
+    n_timed = q(comm_sweep, "SELECT min(n_steps), max(n_steps) FROM runs")
+    assert n_timed == [(2, 2)]
 
 
 def _nvme_buildable() -> tuple[bool, str]:
