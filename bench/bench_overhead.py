@@ -1,7 +1,7 @@
 """What does linksweep's machinery cost a step? The same gpt2-tiny DDP run, under ``linksweep run``
 and under a bare ``torchrun``, alternated on one machine.
 
-    python bench/bench_overhead.py [--trials 3] [--steps 20] [--warmup 3] [--with-nice0]
+    python bench/bench_overhead.py [--trials 5] [--steps 20] [--warmup 3] [--with-nice0]
                                    [--json OUT] [--keep]
 
 Arms: ``linksweep`` (``launcher: fork``: ranks forked by a per-node launcher whose fork server
@@ -24,8 +24,10 @@ Trials alternate A, B, A, B... so drift and neighbours on a shared machine hit b
 table shows every trial, then the median of each side and the ratio linksweep / torchrun of those
 medians (target: within 5%, i.e. 0.95..1.05), the median of the per-trial ratios, and the
 ratio of each side's fastest run (neighbours only add time, so on a busy machine the fastest run
-is the least disturbed one). When the per-trial ratios spread wider than 5%, the machine is too
-busy to decide the target: run more trials, or run it on a quiet machine.
+is the least disturbed one). The verdict uses the 95% bootstrap interval of the median per-trial
+ratio: within 5% when the whole interval lies in 0.95..1.05, not within when it lies wholly
+outside, undecided otherwise (or with fewer than 5 trials): then run more trials, or run it on a
+quieter machine.
 
 Start-up seconds, from "start the ranks" to "the last rank begins its first (warmup) step":
 - linksweep: ``runs.startup_s`` = last rank's first_step_wall_s minus the moment the driver asked
@@ -53,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -69,8 +72,8 @@ sys.path.insert(0, str(REPO))  # run as a script from anywhere: import orchestra
 from orchestrator import stats  # noqa: E402
 from orchestrator.store import Q, Reader  # noqa: E402
 
-TRIALS = 3
-"""Pairs of runs; 3 gives a median that one disturbed trial cannot move."""
+TRIALS = 5
+"""Trials (one run per arm each); 5 is the fewest the verdict's bootstrap interval accepts."""
 STEPS = 20
 """Timed steps per run: enough for a stable median at ~0.1-0.3 s per step on 2 CPU cores."""
 WARMUP = 3
@@ -188,8 +191,31 @@ def run_torchrun(sweep: Path, work: Path, trial: int) -> dict:
     }
 
 
+VERDICT_WORDS = {
+    "within": f"within {TARGET:.0%} of torchrun (the whole interval is inside the band)",
+    "outside": f"NOT within {TARGET:.0%} of torchrun (the whole interval is outside the band)",
+    "undecided": f"UNDECIDED against the {TARGET:.0%} band (the interval straddles it, or fewer "
+    "than 5 trials): run more trials, or on a quieter machine",
+}
+
 LINKSWEEP_ARMS = ("linksweep", "linksweep_actors", "linksweep_nice0")
 """The arms compared against ``torchrun``; ``linksweep_nice0`` only with --with-nice0."""
+
+
+def verdict(per_trial: list[float], target: float = TARGET) -> tuple[str, tuple[float, float]]:
+    """Is the step ratio within ``1 +- target``? Decided on the 95% bootstrap interval of the
+    median per-trial ratio (each trial pairs the two sides back to back, so drift on a shared
+    machine cancels within a pair): ``within`` when the interval lies inside the band,
+    ``outside`` when it lies entirely outside, else ``undecided`` (more trials narrow it).
+    Fewer than 5 trials give no interval worth the name: ``undecided``. Pure."""
+    low, high = stats.bootstrap_median_ci(per_trial) if per_trial else (math.nan, math.nan)
+    if len(per_trial) < 5:
+        return "undecided", (low, high)
+    if 1 - target <= low and high <= 1 + target:
+        return "within", (low, high)
+    if high < 1 - target or low > 1 + target:
+        return "outside", (low, high)
+    return "undecided", (low, high)
 
 
 def summarize(trials: list[dict]) -> dict:
@@ -203,6 +229,7 @@ def summarize(trials: list[dict]) -> dict:
         tr = [t["torchrun"]["median_step_time_s"] for t in pairs]
         ratio = stats.median(ls) / stats.median(tr)
         per_trial = [a / b for a, b in zip(ls, tr, strict=True)]
+        decision, ci = verdict(per_trial)
         out[arm] = {
             "n_pairs": len(pairs),
             "median_step_time_s": stats.median(ls),
@@ -211,8 +238,8 @@ def summarize(trials: list[dict]) -> dict:
             "median_trial_ratio": stats.median(per_trial),
             "trial_ratio_range": [min(per_trial), max(per_trial)],
             "within_target": abs(ratio - 1.0) <= TARGET,
-            # The target is decidable only when the trials agree to within it.
-            "decidable": max(per_trial) - min(per_trial) <= 2 * TARGET,
+            "verdict": decision,  # on the bootstrap interval of the median per-trial ratio
+            "median_trial_ratio_ci": list(ci),
             # Neighbours only ever add time, so the fastest run of each side is its least
             # disturbed one: a second opinion when the machine is busy.
             "ratio_of_min": min(ls) / min(tr),
@@ -245,19 +272,15 @@ def report(trials: list[dict], summary: dict, arms: list[str]) -> None:
         print("no complete linksweep/torchrun pair: nothing to compare")
         return
     for arm, s in summary.items():
+        verdict = VERDICT_WORDS[s["verdict"]]
         print(
             f"{arm}: median step {s['median_step_time_s']:.4f} s vs torchrun "
             f"{s['torchrun_median_step_time_s']:.4f} s over {s['n_pairs']} pair(s); "
             f"ratio {s['ratio']:.3f} (median per-trial ratio {s['median_trial_ratio']:.3f}, "
             f"fastest/fastest {s['ratio_of_min']:.3f}); "
-            f"within {TARGET:.0%}: {'yes' if s['within_target'] else 'NO'}"
-            + (
-                ""
-                if s["decidable"]
-                else f" (UNDECIDED: per-trial ratios span {s['trial_ratio_range'][0]:.3f}.."
-                f"{s['trial_ratio_range'][1]:.3f}, wider than the target; machine too busy)"
-            )
-            + "\n"
+            f"per-trial ratios {s['trial_ratio_range'][0]:.3f}..{s['trial_ratio_range'][1]:.3f}; "
+            f"95% interval of the median per-trial ratio {s['median_trial_ratio_ci'][0]:.3f}.."
+            f"{s['median_trial_ratio_ci'][1]:.3f}: {verdict}\n"
             f"  start-up to first step (median): {arm} {s['startup_s']:.2f} s per run (ranks "
             f"requested -> first step; the sweep's first run {s['first_run_startup_s']:.2f} s), "
             f"torchrun {s['torchrun_startup_s']:.2f} s (launch -> first step); "
