@@ -8,17 +8,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.stats import varying  # noqa: F401 - the figures' and tables' import
-
-VARIANT_KEYS = (
-    "strategy",
-    "offload",
-    "grad_accum",
-    "bucket_mb",
-    "overlap_comm",
-    "link",
-    "placement",
+from orchestrator.stats import (
+    VARIANT_KEY,
+    varying,  # noqa: F401 - the figures' and tables' import
 )
+
+VARIANT_KEYS = VARIANT_KEY
+"""The columns that name a variant (everything but the repeat), in label order."""
 OVERLAP_ORDER = ("default", "true", "false")
 STRATEGY_ORDER = ("ddp", "zero1", "zero2", "zero3")
 OFFLOAD_ORDER = ("none", "cpu", "nvme")
