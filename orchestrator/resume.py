@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.planner import PlannedRun, run_id_for
-
-VARIANT_KEYS = ("strategy", "offload", "grad_accum", "bucket_mb", "link", "placement")
+from orchestrator.stats import VARIANT_KEY as VARIANT_KEYS  # overlap_comm included
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,8 @@ LATEST_SWEEP_NAMED = _q(
 )
 SWEEP_RUN_SLOTS = _q(
     "sweep_run_slots",
-    """SELECT run_id, seq, "repeat", strategy, offload, grad_accum, bucket_mb, link, placement,
-              status, coalesce(attempt, 1) AS attempt, superseded_by
+    """SELECT run_id, seq, "repeat", strategy, offload, grad_accum, bucket_mb, overlap_comm, link,
+              placement, status, coalesce(attempt, 1) AS attempt, superseded_by
        FROM runs WHERE sweep_id = $sweep_id ORDER BY seq, attempt""",
 )
 RUN_STEP_COUNTS = _q(

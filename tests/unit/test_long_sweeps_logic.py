@@ -17,6 +17,7 @@ from orchestrator.resume import (
     spec_differences,
 )
 from orchestrator.spec import parse_spec
+from orchestrator.stats import VARIANT_KEY
 from orchestrator.store import liveness, spool
 
 SID = "20260101-000000-abcdef"
@@ -39,9 +40,7 @@ def stored_row(p, status="ok", attempt=1, superseded_by=None):
         "run_id": attempt_run_id(SID, p.seq, attempt),
         "seq": p.seq,
         "repeat": p.repeat,
-        **{k: getattr(v, k) for k in ("strategy", "offload", "grad_accum", "bucket_mb")},
-        "link": v.link,
-        "placement": v.placement,
+        **{k: getattr(v, k) for k in VARIANT_KEY},  # the columns SWEEP_RUN_SLOTS selects
         "status": status,
         "attempt": attempt,
         "superseded_by": superseded_by,
@@ -94,6 +93,9 @@ def test_a_stored_run_that_disagrees_with_the_plan_is_refused():
     wrong = stored_row(planned[0]) | {"link": "b"}
     with pytest.raises(ResumeError, match="seq 1"):
         remaining_slots(SID, planned, [wrong], retry_failed=False)
+    overlap_off = stored_row(planned[0]) | {"overlap_comm": "false"}  # planned: default
+    with pytest.raises(ResumeError, match="overlap_comm"):
+        remaining_slots(SID, planned, [overlap_off], retry_failed=False)
     beyond = stored_row(planned[0]) | {"seq": 99}
     with pytest.raises(ResumeError, match=r"\[99\]"):
         remaining_slots(SID, planned, [beyond], retry_failed=False)
