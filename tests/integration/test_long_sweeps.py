@@ -180,10 +180,20 @@ def test_a_sweep_whose_driver_is_gone_reads_interrupted_everywhere(tmp_path):
 
 
 def hold_database(db: str, release_file: Path) -> subprocess.Popen:
-    """Another process holding the database read-write until ``release_file`` exists."""
+    """Another process holding the database read-write until ``release_file`` exists.
+
+    The sweep's driver takes the database's lock for each commit, so the holder retries its
+    connect until it gets the lock (a commit in progress is not a failure of this test)."""
     code = (
         "import duckdb, os, sys, time\n"
-        f"con = duckdb.connect({db!r})\n"
+        "deadline = time.monotonic() + 60\n"
+        "while True:\n"
+        "    try:\n"
+        f"        con = duckdb.connect({db!r})\n"
+        "        break\n"
+        "    except duckdb.IOException:\n"
+        "        if time.monotonic() > deadline: raise\n"
+        "        time.sleep(0.02)\n"
         "print('held', flush=True)\n"
         f"while not os.path.exists({str(release_file)!r}): time.sleep(0.05)\n"
         "con.close()\n"
