@@ -298,6 +298,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="add a linksweep arm with RAY_worker_niceness=0 (ranks at nice 0, like torchrun)",
     )
+    p.add_argument(
+        "--without-actors",
+        action="store_true",
+        help="leave out arm linksweep_actors (fork and torchrun only: shorter trials)",
+    )
     p.add_argument("--json", help="write trials, summary and context here")
     p.add_argument("--keep", action="store_true", help="keep the temp folder (dbs, JSON)")
     args = p.parse_args(argv)
@@ -325,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         "torchrun": lambda i: run_torchrun(sweep, work, i),
         "linksweep_actors": lambda i: run_linksweep(actors, work, i),
     }
+    if args.without_actors:
+        del arms["linksweep_actors"]
     if args.with_nice0:
         arms["linksweep_nice0"] = lambda i: run_linksweep(actors, work, i, RAY_worker_niceness="0")
     context["arms"] = list(arms)

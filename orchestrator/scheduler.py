@@ -23,6 +23,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from orchestrator import daemons
 from orchestrator.errors import error_text, first_line, ranks_error_text
 from orchestrator.planner import NodeCapacity, RunResult, place_ranks
 from orchestrator.watchdog import MARKER_ENV, Watchdog
@@ -62,21 +63,27 @@ class ProgressBoard:
 
 
 class ProgressHandle:
-    """The driver's end of a :class:`ProgressBoard`: ``actor`` goes to the ranks."""
+    """The driver's end of a :class:`ProgressBoard`: ``actor`` goes to the ranks. Only for runs
+    of fresh actors: forked ranks report to their launcher (no idle actor beside the ranks)."""
 
     def __init__(self) -> None:
         self.actor = ProgressBoard.remote()
 
     def poll(self) -> dict:
         """The latest progress report, without waiting long for it."""
-        try:
-            return ray.get(self.actor.get.remote(), timeout=2)
-        except Exception:  # noqa: BLE001 - progress display must never fail a run
-            return {}
+        return _progress_report(self.actor.get.remote())
 
 
-def progress_board() -> ProgressHandle:
-    return ProgressHandle()
+def _progress_report(ref) -> dict:
+    try:
+        return ray.get(ref, timeout=2)
+    except Exception:  # noqa: BLE001 - progress display must never fail a run
+        return {}
+
+
+def _ticker(on_progress, poll) -> Callable[[], None] | None:
+    """What :func:`_wait_all` calls about twice a second: the latest report to ``on_progress``."""
+    return None if on_progress is None or poll is None else lambda: on_progress(poll())
 
 
 def connect(address: str | None) -> str:
@@ -115,6 +122,7 @@ def connect(address: str | None) -> str:
     )
     with contextlib.suppress(Exception):  # private API: the marker is a help, not a need
         _watchdog.tell(ray._private.worker._global_node.get_session_dir_path())
+    daemons.yield_quietly()
     return "embedded"
 
 
@@ -235,17 +243,21 @@ def execute_run(
     env: dict[str, str],
     bundle: dict[str, float],
     timeout_s: float,
-    board=None,
-    on_tick: Callable[[], None] | None = None,
+    board: ProgressHandle | None = None,
+    on_progress: Callable[[dict], None] | None = None,
     launchers: LauncherPool | None = None,
 ) -> RunResult:
     """Place, start, run and clean up one run. Never raises for run-level failures.
 
     ``launchers`` (node id -> launcher actor, :func:`start_launchers`): the ranks are forked by
-    the launcher of the node their bundle landed on instead of starting as fresh actors."""
+    the launcher of the node their bundle landed on instead of starting as fresh actors.
+    ``on_progress`` gets rank 0's latest report about twice a second: from ``board`` (fresh
+    actors) or from rank 0's launcher (forked ranks)."""
     from workloads.rank import Rank
 
     result = RunResult(launcher="fork" if launchers is not None else "actors")
+    if _watchdog is not None:  # the embedded cluster: its agents may have started since
+        daemons.yield_quietly()
     t_placement = time.perf_counter()
     pg = placement_group([dict(bundle)] * world_size, strategy=PLACEMENT_STRATEGY[placement])
     actors = []
@@ -260,7 +272,7 @@ def execute_run(
             )
         if launchers is not None:
             result.rank_records = _run_forked(
-                pg, launchers, run_cfg, env, timeout_s, on_tick, result
+                pg, launchers, run_cfg, env, timeout_s, on_progress, result
             )
             return result
         gpu = bundle.get("GPU", 0)
@@ -296,7 +308,8 @@ def execute_run(
             )
             for a, p in zip(actors, result.placements, strict=True)
         ]
-        result.rank_records = _wait_all(refs, timeout_s, on_tick)
+        poll = board.poll if board is not None else None
+        result.rank_records = _wait_all(refs, timeout_s, _ticker(on_progress, poll))
     except RunTimeout as exc:
         result.error = str(exc)
         result.diagnostics = capture_diagnostics(run_cfg.run_id, result.placements)
@@ -357,7 +370,7 @@ def stop_launchers(launchers: LauncherPool | None) -> None:
 
 
 def _run_forked(
-    pg, launchers: LauncherPool, run_cfg, env, timeout_s, on_tick, result
+    pg, launchers: LauncherPool, run_cfg, env, timeout_s, on_progress, result
 ) -> list[RankRecord]:
     """The ranks of a placed run, each forked by the launcher of its bundle's node."""
     from ray.util.placement_group import placement_group_table
@@ -377,7 +390,9 @@ def _run_forked(
         )
         for p in result.placements
     ]
-    return _wait_all(refs, timeout_s, on_tick)
+    rank0 = launchers.get(nodes[0])
+    poll = lambda: _progress_report(rank0.progress.remote(run_cfg.run_id))  # noqa: E731
+    return _wait_all(refs, timeout_s, _ticker(on_progress, poll))
 
 
 def _kill_forked(launchers: LauncherPool, run_id: str) -> None:

@@ -74,16 +74,16 @@ def execute_sweep(
             prices = run_linkbenches(spec, store, sweep_id, bundle, ui)
         if resume is not None:
             refresh_all_stats(store, spec, sweep_id)  # runs another command committed
-        board = scheduler.progress_board()
+        board = None
         if slots and launcher_for(spec, bundle) == "fork":
             launchers = scheduler.start_launchers()
+        elif slots:
+            board = scheduler.ProgressHandle()
         for slot in slots:
             p, run_id = slot.planned, slot.run_id
             ui.run_started(p, run_id)
             started = _now()
-            result = run_one(
-                spec, p, run_id, bundle, board, lambda: ui.tick(board.poll()), launchers
-            )
+            result = run_one(spec, p, run_id, bundle, board, ui.tick, launchers)
             link_prices = prices.get((p.variant.link, p.variant.placement))
             run_rows = rows.build_rows(
                 spec, sweep_id, p, run_id, result, started, _now(), topo_links, link_prices
@@ -105,7 +105,7 @@ def execute_sweep(
 
 
 def run_one(
-    spec: SweepSpec, p: PlannedRun, run_id: str, bundle, board, on_tick, launchers=None
+    spec: SweepSpec, p: PlannedRun, run_id: str, bundle, board, on_progress, launchers=None
 ) -> RunResult:
     """One run (fresh actors, or forked by ``launchers``); its NVMe swap folder is removed
     whatever happens."""
@@ -120,7 +120,7 @@ def run_one(
             bundle,
             spec.run_timeout_s,
             board=board,
-            on_tick=on_tick,
+            on_progress=on_progress,
             launchers=launchers,
         )
     finally:

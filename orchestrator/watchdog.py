@@ -21,11 +21,12 @@ import subprocess
 import sys
 import time
 
-POLL_S = 0.5
+POLL_S = 2.0
 """How often the descendant list is refreshed. A driver's death is seen at once (its end of the
 pipe closes); this only bounds how young a process can be and still be missing from the list,
 and those are found by their markers at reaping time. Each refresh reads every /proc entry: at
-0.1 s that took ~2% of a core, taken from the ranks on a machine whose cores they fill."""
+0.1 s that took ~2% of a core, at 0.5 s ~0.5%, taken from the ranks on a machine whose cores
+they fill."""
 REAP_WAIT_S = 10.0
 
 

@@ -68,8 +68,25 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+class _PipeProgress:
+    """Rank 0's progress reports in a forked child: over the result pipe, to the launcher."""
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+
+    def update(self, run_id: str, step: int, total: int, warmup: bool) -> None:
+        self.conn.send(("progress", {"run_id": run_id, "step": step, "total": total,
+                                     "warmup": warmup}))  # fmt: skip
+
+
+_progress: _PipeProgress | None = None  # in a forked child: its pipe to the launcher
+
+
 def _child(conn, env: dict[str, str], fn: Callable, args: tuple) -> None:
-    """The forked process: exactly ``env``, nice 0, then ``fn(*args)``; result over ``conn``."""
+    """The forked process: exactly ``env``, nice 0, then ``fn(*args)``; result over ``conn``
+    (and, before it, any progress reports ``fn`` sends through ``_progress``)."""
+    global _progress
+    _progress = _PipeProgress(conn)
     _die_with_parent()
     os.environ.clear()
     os.environ.update(env)
@@ -90,11 +107,11 @@ def _child(conn, env: dict[str, str], fn: Callable, args: tuple) -> None:
 
 
 def _run_rank(cfg, rank, world_size, local_rank, master_addr, master_port, gpus) -> RankRecord:
-    """A rank in a forked child: the same ``Rank.run`` as under a Ray actor, no progress actor
-    (the child has no Ray connection)."""
+    """A rank in a forked child: the same ``Rank.run`` as under a Ray actor; rank 0 reports its
+    progress over the pipe (the child has no Ray connection), :meth:`Launcher.progress` serves it."""
     from workloads.rank import Rank
 
-    return Rank().run(cfg, rank, world_size, local_rank, master_addr, master_port, gpus, None)
+    return Rank().run(cfg, rank, world_size, local_rank, master_addr, master_port, gpus, _progress)
 
 
 class ForkFailure(RuntimeError):
@@ -114,6 +131,7 @@ class Launcher:
         self.ctx.set_forkserver_preload(PRELOAD)
         self.lock = threading.Lock()
         self.running: dict[str, list] = {}  # run_id -> its live processes
+        self.reports: dict[str, dict] = {}  # run_id -> the latest progress report of its rank 0
 
     def warm(self) -> float:
         """Start the fork server and import PRELOAD in it (once); returns seconds it took."""
@@ -147,15 +165,23 @@ class Launcher:
         writer.close()
         with self.lock:
             self.running.setdefault(run_id, []).append(proc)
+        reported = False
         try:
-            multiprocessing.connection.wait([reader, proc.sentinel])
-            try:
-                status, value = reader.recv()  # a partly written message: EOFError
-            except (EOFError, OSError):
-                proc.join(timeout=5)
-                raise ForkFailure(_death(proc)) from None
+            while True:  # progress reports (rank 0 only), then the result
+                multiprocessing.connection.wait([reader, proc.sentinel])
+                try:
+                    status, value = reader.recv()  # a partly written message: EOFError
+                except (EOFError, OSError):
+                    proc.join(timeout=5)
+                    raise ForkFailure(_death(proc)) from None
+                if status != "progress":
+                    break
+                self.reports[run_id] = value
+                reported = True
             proc.join(timeout=30)
         finally:
+            if reported:
+                self.reports.pop(run_id, None)
             reader.close()
             with self.lock:
                 procs = self.running.get(run_id, [])
@@ -169,6 +195,10 @@ class Launcher:
                  master_addr: str, master_port: int, gpus: list[str] | None) -> RankRecord:  # fmt: skip
         args = (cfg, rank, world_size, local_rank, master_addr, master_port, gpus)
         return self.call(env, _run_rank, args, run_id=cfg.run_id)
+
+    def progress(self, run_id: str) -> dict:
+        """The latest progress report of the run's rank 0 on this node ({} when none)."""
+        return self.reports.get(run_id, {})
 
     def pids(self, run_id: str) -> list[int]:
         with self.lock:

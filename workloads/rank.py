@@ -18,6 +18,10 @@ import time
 from workloads.contract import LinkbenchConfig, NodeInfo, RankRecord, RunConfig
 from workloads.phases import PhaseClock
 
+PROGRESS_EVERY_S = 0.5
+"""Rank 0 reports its step for the live display at most this often (and always the last step):
+a report per step would cost a fast GPU step a remote call each time."""
+
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -57,6 +61,9 @@ class Rank:
         progress=None,
     ) -> RankRecord:
         """Initialise the process group, train, and return this rank's records.
+
+        ``progress``: where rank 0 reports its step (a ``ProgressBoard`` actor, or the fork
+        launcher's pipe); None: no reports.
 
         ``node_gpu_ids``: every GPU id Ray assigned to this run's ranks on this node. Same-node
         ranks all see these GPUs and pick theirs by local rank, as Ray Train does, so NCCL can
@@ -100,9 +107,16 @@ class Rank:
             )
         on_step = None
         if progress is not None and rank == 0:
+            # a ProgressBoard actor (fresh Ray actors) or the fork launcher's pipe: both have
+            # update(run_id, step, total, warmup), the actor's called through .remote
+            report = getattr(progress.update, "remote", progress.update)
+            last = [float("-inf")]
 
             def on_step(step: int, total: int, warmup: bool) -> None:
-                progress.update.remote(cfg.run_id, step, total, warmup)
+                now = time.monotonic()  # at most two reports a second, and the last step's
+                if now - last[0] >= PROGRESS_EVERY_S or step == total:
+                    last[0] = now
+                    report(cfg.run_id, step, total, warmup)
 
         training, linkbench = None, ()
         try:

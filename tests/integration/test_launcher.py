@@ -100,3 +100,37 @@ def test_a_hung_forked_rank_times_out_and_is_killed(run_sweep, tmp_path, launche
     assert code == 1
     assert runs[0][:2] == ("hung", "failed") and "timed out" in runs[0][2]
     assert runs[1][:2] == ("fine", "ok")
+
+
+def test_forked_rank_0_progress_reaches_the_driver_through_its_launcher(ray_cluster, tmp_path):
+    """A forked rank has no Ray connection: its progress goes over its result pipe to the
+    launcher, which serves the latest report until the rank's call ends."""
+    import time
+
+    import ray
+
+    from orchestrator import scheduler
+
+    release = tmp_path / "release"
+    code = (
+        "import os, time\n"
+        "from workloads import launcher\n"
+        "launcher._progress.update('run-p', 3, 5, False)\n"
+        f"while not os.path.exists({str(release)!r}): time.sleep(0.01)\n"
+    )
+    launchers = scheduler.start_launchers()
+    try:
+        launcher = launchers.get(ray.get_runtime_context().get_node_id())
+        ref = launcher.call.remote({}, exec, (code,), "run-p")
+        deadline = time.monotonic() + 60
+        while not (seen := ray.get(launcher.progress.remote("run-p"))):
+            assert time.monotonic() < deadline, "no progress report within 60 s"
+            time.sleep(0.02)
+        release.touch()
+        assert ray.get(ref, timeout=60) is None
+        after = ray.get(launcher.progress.remote("run-p"))
+    finally:
+        release.touch()
+        scheduler.stop_launchers(launchers)
+    assert seen == {"run_id": "run-p", "step": 3, "total": 5, "warmup": False}
+    assert after == {}  # the run's call is over: nothing stale for the next poll
