@@ -35,7 +35,7 @@ def is_daemon(cmdline: bytes) -> bool:
     """Whether a process's command line (``/proc/PID/cmdline``) is one of the cluster's daemons
     (not the raylet, not a worker). Pure."""
     head = b" ".join(cmdline.split(b"\0")[:3])  # program, maybe "-u", script: not the options
-    return any(m in head for m in DAEMON_MARKERS)  # (the raylet's name the agents' scripts)
+    return any(m in head for m in DAEMON_MARKERS)  # (the raylet's options name the agents' scripts)
 
 
 def yield_to_ranks(root: int | None = None) -> list[int]:
