@@ -146,6 +146,7 @@ def run_linksweep(sweep: Path, work: Path, trial: int, **env: str) -> dict:
     r = rows[-1]  # the sweep's last run: what every run after the first pays
     return {
         "median_step_time_s": r["median_step_time_s"],
+        "p10_step_time_s": r["p10_step_time_s"],
         "startup_s": r["startup_s"],
         "first_run_startup_s": rows[0]["startup_s"],
         "wall_s": wall,
@@ -182,8 +183,10 @@ def run_torchrun(sweep: Path, work: Path, trial: int) -> dict:
         r["rank"]: [s["step_time_s"] for s in r["steps"] if not s["warmup"]] for r in doc["ranks"]
     }
     first = max(r["first_step_wall_s"] for r in doc["ranks"])
+    per_step = [max(ts) for ts in zip(*timed.values(), strict=True)]  # the slowest rank's
     return {
         "median_step_time_s": stats.run_figure(timed),
+        "p10_step_time_s": stats.percentile(per_step, 10),
         "startup_s": first - t0,
         "wall_s": wall,
         "n_steps": len(timed[0]),
@@ -218,6 +221,27 @@ def verdict(per_trial: list[float], target: float = TARGET) -> tuple[str, tuple[
     return "undecided", (low, high)
 
 
+def _p10_summary(pairs: list[dict], arm: str) -> dict:
+    """The same comparison on each run's 10th-percentile step (per step the slowest rank, as
+    for the median). A neighbour that takes the cores for a few seconds slows a stretch of
+    steps; over 150 steps the median absorbs short bursts but not bursts of tens of seconds,
+    which on a shared machine move single trials by 10-25%. Such bursts reach the fastest tenth
+    of the steps far less, while a cost linksweep put on every step (thread pools, allocator, a
+    busy process beside the ranks) would move it like the median. Trials without the figure
+    (JSON from before it was kept) give nothing. Pure."""
+    if not all(t[arm].get("p10_step_time_s") and t["torchrun"].get("p10_step_time_s")
+               for t in pairs):  # fmt: skip
+        return {}
+    per_trial = [t[arm]["p10_step_time_s"] / t["torchrun"]["p10_step_time_s"] for t in pairs]
+    decision, ci = verdict(per_trial)
+    return {
+        "p10_median_trial_ratio": stats.median(per_trial),
+        "p10_trial_ratio_range": [min(per_trial), max(per_trial)],
+        "p10_verdict": decision,
+        "p10_median_trial_ratio_ci": list(ci),
+    }
+
+
 def summarize(trials: list[dict]) -> dict:
     """Per linksweep arm: medians, ratio of medians vs torchrun, median per-trial ratio. Pure."""
     out: dict = {}
@@ -243,6 +267,7 @@ def summarize(trials: list[dict]) -> dict:
             # Neighbours only ever add time, so the fastest run of each side is its least
             # disturbed one: a second opinion when the machine is busy.
             "ratio_of_min": min(ls) / min(tr),
+            **_p10_summary(pairs, arm),
             "startup_s": stats.median([t[arm]["startup_s"] for t in pairs]),
             "first_run_startup_s": stats.median([t[arm]["first_run_startup_s"] for t in pairs]),
             "torchrun_startup_s": stats.median([t["torchrun"]["startup_s"] for t in pairs]),
@@ -286,6 +311,14 @@ def report(trials: list[dict], summary: dict, arms: list[str]) -> None:
             f"torchrun {s['torchrun_startup_s']:.2f} s (launch -> first step); "
             f"whole command: {s['wall_s']:.1f} s vs {s['torchrun_wall_s']:.1f} s"
         )
+        if "p10_verdict" in s:
+            lo, hi = s["p10_median_trial_ratio_ci"]
+            print(
+                f"  10th-percentile step (the least disturbed tenth of the steps): median "
+                f"per-trial ratio {s['p10_median_trial_ratio']:.3f}, per-trial ratios "
+                f"{s['p10_trial_ratio_range'][0]:.3f}..{s['p10_trial_ratio_range'][1]:.3f}; "
+                f"95% interval {lo:.3f}..{hi:.3f}: {VERDICT_WORDS[s['p10_verdict']]}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -207,7 +207,8 @@ REPORT_GPU_LINKS = _q(
 # --- benchmarks (bench/: one sweep per database) -------------------------------------------
 BENCH_RUNS = _q(
     "bench_runs",
-    "SELECT status, n_steps, median_step_time_s, startup_s FROM run_summary ORDER BY seq",
+    """SELECT status, n_steps, median_step_time_s, p10_step_time_s, startup_s FROM run_summary
+       ORDER BY seq""",
 )
 BENCH_VARIANTS = _q(
     "bench_variants",

@@ -46,3 +46,23 @@ def test_summarize_carries_the_verdict():
     s = bench_overhead.summarize(trials)["linksweep"]
     assert s["verdict"] == "within" and s["n_pairs"] == 5
     assert s["median_trial_ratio"] == pytest.approx(1.0)
+
+
+def test_summarize_decides_on_the_10th_percentile_step_too():
+    """One trial with a long disturbance moves its median a lot and its p10 little; the p10
+    comparison carries its own verdict, and trials without the figure give none."""
+
+    def arm(med, p10):
+        return {"median_step_time_s": med, "p10_step_time_s": p10, "startup_s": 0.2,
+                "first_run_startup_s": 5.0, "wall_s": 30.0}  # fmt: skip
+
+    trials = [
+        {"linksweep": arm(1.0 + d, 0.9 + d / 10), "torchrun": arm(1.0, 0.9)}
+        for d in (0.0, 0.2, -0.15, 0.12, 0.01, -0.1)
+    ]
+    s = bench_overhead.summarize(trials)["linksweep"]
+    assert s["verdict"] == "undecided"
+    assert s["p10_verdict"] == "within"
+    assert s["p10_trial_ratio_range"][1] == pytest.approx(0.92 / 0.9)
+    del trials[0]["torchrun"]["p10_step_time_s"]
+    assert "p10_verdict" not in bench_overhead.summarize(trials)["linksweep"]
