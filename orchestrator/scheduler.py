@@ -45,6 +45,7 @@ class RunTimeout(RunFailure):
 
 
 FAILURE_GRACE_S = 5.0  # after a rank fails, how long the others get to report theirs
+TICK_S = 2.0  # the live display's refresh while ranks run; a finished rank is seen at once
 DIAG_TIMEOUT_S = 20.0  # capturing every rank's stack on its node, before the actors are killed
 
 
@@ -82,7 +83,7 @@ def _progress_report(ref) -> dict:
 
 
 def _ticker(on_progress, poll) -> Callable[[], None] | None:
-    """What :func:`_wait_all` calls about twice a second: the latest report to ``on_progress``."""
+    """What :func:`_wait_all` calls every ``TICK_S``: the latest report to ``on_progress``."""
     return None if on_progress is None or poll is None else lambda: on_progress(poll())
 
 
@@ -113,6 +114,7 @@ def connect(address: str | None) -> str:
     global _watchdog
     _watchdog = Watchdog()  # a kill -9'd driver leaves no embedded Ray process behind
     os.environ[MARKER_ENV] = str(os.getpid())  # inherited by every process of the cluster
+    os.environ.update(daemons.quiet_env(os.environ))
     ray.init(
         address="local",  # a new cluster, never one some `ray start` left in /tmp/ray
         num_cpus=os.cpu_count() or 1,
@@ -251,7 +253,7 @@ def execute_run(
 
     ``launchers`` (node id -> launcher actor, :func:`start_launchers`): the ranks are forked by
     the launcher of the node their bundle landed on instead of starting as fresh actors.
-    ``on_progress`` gets rank 0's latest report about twice a second: from ``board`` (fresh
+    ``on_progress`` gets rank 0's latest report every ``TICK_S``: from ``board`` (fresh
     actors) or from rank 0's launcher (forked ranks)."""
     from workloads.rank import Rank
 
@@ -424,7 +426,7 @@ def _wait_all(refs: list, timeout_s: float, on_tick: Callable[[], None] | None) 
                 f"{len(pending)} of {len(refs)} ranks unfinished: a hang, e.g. a rank stuck in "
                 "a collective; actors were killed"
             )
-        done, pending = ray.wait(pending, num_returns=1, timeout=min(remaining, 0.5))
+        done, pending = ray.wait(pending, num_returns=1, timeout=min(remaining, TICK_S))
         for ref in done:
             try:
                 results[ref] = ray.get(ref)

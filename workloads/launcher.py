@@ -38,6 +38,7 @@ import traceback
 from collections.abc import Callable
 
 from workloads.contract import NodeInfo, RankRecord
+from workloads.cpu_policy import idle_process, normal_self
 
 PRELOAD = ["workloads.forkserver_preload"]
 """Imported once in the fork server: torch, transformers, deepspeed, datasets, the workload."""
@@ -94,6 +95,11 @@ def _child(conn, env: dict[str, str], fn: Callable, args: tuple) -> None:
         os.setpriority(os.PRIO_PROCESS, 0, 0)
     code = 1
     try:
+        if not normal_self():  # a fork server restarted by the launcher under SCHED_IDLE
+            raise RuntimeError(
+                "this process is under SCHED_IDLE and may not leave it (no privilege): it would "
+                "measure an idle-priority rank"
+            )
         conn.send(("ok", fn(*args)))
         code = 0
     except BaseException:  # noqa: BLE001 - every failure goes back as text
@@ -134,9 +140,12 @@ class Launcher:
         self.reports: dict[str, dict] = {}  # run_id -> the latest progress report of its rank 0
 
     def warm(self) -> float:
-        """Start the fork server and import PRELOAD in it (once); returns seconds it took."""
+        """Start the fork server and import PRELOAD in it (once); returns seconds it took.
+        Then this actor goes under ``SCHED_IDLE`` (``workloads/cpu_policy.py``): while ranks
+        run it only waits for their results, and its Ray worker wakes every 10 ms."""
         t0 = time.perf_counter()
         self.call({}, os.getpid, ())
+        idle_process(os.getpid())
         return time.perf_counter() - t0
 
     def node_info(self) -> NodeInfo:

@@ -18,9 +18,10 @@ import time
 from workloads.contract import LinkbenchConfig, NodeInfo, RankRecord, RunConfig
 from workloads.phases import PhaseClock
 
-PROGRESS_EVERY_S = 0.5
+PROGRESS_EVERY_S = 2.0
 """Rank 0 reports its step for the live display at most this often (and always the last step):
-a report per step would cost a fast GPU step a remote call each time."""
+a report per step would cost a fast GPU step a remote call each time, and every report wakes
+the process that receives it (the driver polls at the same pace, ``scheduler.TICK_S``)."""
 
 
 def _free_port() -> int:

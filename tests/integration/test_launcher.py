@@ -4,6 +4,8 @@ exactly the launcher's plus the run's."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from orchestrator.store import read_query
@@ -81,8 +83,13 @@ def test_forked_rank_env_is_exactly_the_launchers_plus_the_runs(ray_cluster):
                                              current_env, ()))  # fmt: skip
         second = ray.get(launcher.call.remote({"LS_LINK_B": "b"}, current_env, ()))
         base = ray.get(launcher.call.remote({}, current_env, ()))
+        # the launcher waits under SCHED_IDLE; what it forks runs under the normal policy
+        launcher_pid = ray.get(launcher.node_info.remote()).pid
+        launcher_policy = os.sched_getscheduler(launcher_pid)
+        rank_policy = ray.get(launcher.call.remote({}, os.sched_getscheduler, (0,)))
     finally:
         scheduler.stop_launchers(launchers)
+    assert (launcher_policy, rank_policy) == (os.SCHED_IDLE, os.SCHED_OTHER)
     assert first == {**base, "LS_LINK_A": "a", "NCCL_P2P_DISABLE": "1"}
     assert second == {**base, "LS_LINK_B": "b"}
     assert "LS_LINK_A" not in second and "NCCL_P2P_DISABLE" not in second

@@ -28,3 +28,12 @@ def test_the_raylet_workers_and_ranks_are_not():
     assert not is_daemon(b"/venv/bin/python\0-B\0-c\0from multiprocessing.forkserver import main")
     assert not is_daemon(b"/venv/bin/python\0/venv/bin/linksweep\0run\0s.yaml")
     assert not is_daemon(b"")
+
+
+def test_quiet_env_slows_the_clusters_housekeeping_but_keeps_what_the_user_set():
+    from orchestrator.daemons import QUIET_ENV, quiet_env
+
+    assert quiet_env({}) == QUIET_ENV
+    assert int(QUIET_ENV["REPORTER_UPDATE_INTERVAL_MS"]) > 5000  # Ray's default is 5 s
+    mine = {"REPORTER_UPDATE_INTERVAL_MS": "1000"}
+    assert "REPORTER_UPDATE_INTERVAL_MS" not in quiet_env(mine)
