@@ -5,14 +5,19 @@ Checks the issue's acceptance: for every variant whose runs all succeeded, each 
 is predicted by the line through the other three within 15% (``link_model_check``), and
 ZeRO-3's fitted exposure at grad_accum 8 is above DDP's. Prints the table it checked.
 
-Measured so far on the shared 2-core machine, neither holds reliably, so both are expected
-failures (they report XPASS when they hold) and the first test asserts what does hold:
-- 500 mbit-4 gbit, 3 timed steps: worst left-out link 15.5% off (505 s);
-- 500 mbit-2 gbit, 5 timed steps: 44.7% (698 s), the fastest link off the line both ways;
-- the same in CI: 35.2% (401 s), and DDP's exposure at grad_accum 8 (1.35 [0.77, 1.93]) above
-  ZeRO-3's (0.98), where the two earlier runs had it below (0.76 and 0.40 vs 1.03 and 1.08).
-Slower links make DDP at grad_accum 8 a hinge rather than a line (it hides up to ~0.25 s of
-communication), so the link set cannot simply be moved down either.
+Neither holds reliably on this CPU stand-in, so both are expected failures (they report XPASS
+when they hold) and the first test asserts what does hold. In the twelve runs so far the 15%
+bound held in five and ZeRO-3's exposure came out above DDP's in seven (docs/link-model.md has
+the tally). Why, from the four runs whose databases were kept:
+- the two repeats of a run agree within a few percent, yet the relation bends: ZeRO-3 at
+  grad_accum 1 gains 1.3-1.5 s of step per second of predicted communication between the fast
+  links and 0.6-0.9 between the slow ones, so the ends of the range miss the line through the
+  others by 15-26% in those runs: a systematic curvature, not noise;
+- DDP cannot hide its all-reduce on gpt2-tiny: 95% of its gradient bytes are the token
+  embedding, tied to the LM head, whose gradient is complete only when the backward pass ends
+  (bench/bench_ddp_overlap.py). Both strategies sit near exposure 1 (DDP at grad_accum 8
+  0.89-1.10, ZeRO-3 1.01-1.06), so their order is a coin toss here. In gpt2 itself the
+  embedding is 31% of the bytes; the claim is one for real model sizes, on GPUs.
 """
 
 from __future__ import annotations
@@ -160,9 +165,12 @@ def test_link_model_on_four_emulated_links(link_model_sweep):
 
 
 LOO_XFAIL = (
-    "not reliable on a shared 2-core CPU machine: worst left-out link 15.5%, 44.7% and 35.2% "
-    "off in three runs (the fastest link, where CPU contention rather than the link sets the "
-    "step); DDP at grad_accum 8 came out 0.76, 0.40 and 1.35"
+    "not reliable on the 2-core CPU stand-in: the step bends against predicted communication "
+    "(the ends of the link range 15-45% off the line through the others in 6 of 11 runs)"
+)
+ORDER_XFAIL = (
+    "not a property of gpt2-tiny: 95% of DDP's gradient bytes are the tied embedding, ready "
+    "only at the end of the backward pass, so DDP is as exposed as ZeRO-3 (both ~1)"
 )
 
 
@@ -178,7 +186,7 @@ def test_link_model_predicts_a_left_out_link_within_15_percent(link_model_sweep)
 
 @pytest.mark.root
 @pytest.mark.slow
-@pytest.mark.xfail(reason=LOO_XFAIL, strict=False)
+@pytest.mark.xfail(reason=ORDER_XFAIL, strict=False)
 def test_zero3_exposes_more_than_ddp_at_grad_accum_8(link_model_sweep):
     model, _ = link_model_sweep
     assert model[("zero3", 8)]["exposure"] > model[("ddp", 8)]["exposure"]
