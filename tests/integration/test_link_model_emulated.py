@@ -15,9 +15,10 @@ the tally). Why, from the four runs whose databases were kept:
   others by 15-26% in those runs: a systematic curvature, not noise;
 - DDP cannot hide its all-reduce on gpt2-tiny: 95% of its gradient bytes are the token
   embedding, tied to the LM head, whose gradient is complete only when the backward pass ends
-  (bench/bench_ddp_overlap.py). Both strategies sit near exposure 1 (DDP at grad_accum 8
-  0.89-1.10, ZeRO-3 1.01-1.06), so their order is a coin toss here. In gpt2 itself the
-  embedding is 31% of the bytes; the claim is one for real model sizes, on GPUs.
+  (bench/bench_ddp_overlap.py: one bucket, sent after the backward pass). Both strategies
+  sit near exposure 1 (DDP at grad_accum 8 0.89-1.10, ZeRO-3 1.01-1.06), so their order is a
+  coin toss here. In gpt2 itself the embedding is 31% of the bytes; the claim is one for real
+  model sizes, on GPUs.
 """
 
 from __future__ import annotations
