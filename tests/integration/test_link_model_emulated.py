@@ -6,19 +6,19 @@ is predicted by the line through the other three within 15% (``link_model_check`
 ZeRO-3's fitted exposure at grad_accum 8 is above DDP's. Prints the table it checked.
 
 Neither holds reliably on this CPU stand-in, so both are expected failures (they report XPASS
-when they hold) and the first test asserts what does hold. In the twelve runs so far the 15%
-bound held in five and ZeRO-3's exposure came out above DDP's in seven (docs/link-model.md has
-the tally). Why, from the four runs whose databases were kept:
-- the two repeats of a run agree within a few percent, yet the relation bends: ZeRO-3 at
-  grad_accum 1 gains 1.3-1.5 s of step per second of predicted communication between the fast
-  links and 0.6-0.9 between the slow ones, so the ends of the range miss the line through the
-  others by 15-26% in those runs: a systematic curvature, not noise;
-- DDP cannot hide its all-reduce on gpt2-tiny: 95% of its gradient bytes are the token
-  embedding, tied to the LM head, whose gradient is complete only when the backward pass ends
+when they hold) and the first test asserts what does hold. In the thirteen runs so far the 15%
+bound held in six and ZeRO-3's exposure came out above DDP's in eight (docs/link-model.md has
+the tally). Why, from the five runs whose databases were kept:
+- the two repeats of a run agree within a few percent, so more repeats would not help, yet the
+  shape changes from run to run: in three runs ZeRO-3's step bent against predicted
+  communication and an end link missed by 20-26%, in the latest every link was within 10%;
+  state that holds for a whole run on a shared 2-core VM, not step-to-step noise;
+- DDP cannot hide its all-reduce on gpt2-tiny: 95% of its parameters are the token embedding,
+  tied to the LM head, whose gradient is complete only when the backward pass ends
   (bench/bench_ddp_overlap.py: one bucket, sent after the backward pass). Both strategies
-  sit near exposure 1 (DDP at grad_accum 8 0.89-1.10, ZeRO-3 1.01-1.06), so their order is a
-  coin toss here. In gpt2 itself the embedding is 31% of the bytes; the claim is one for real
-  model sizes, on GPUs.
+  sit near exposure 1 (DDP at grad_accum 8 0.89-1.10, ZeRO-3 1.01-1.09), so their order is a
+  coin toss here. In gpt2 itself the embedding is 31% of the parameters; the claim is one for
+  real model sizes, on GPUs.
 """
 
 from __future__ import annotations
@@ -166,12 +166,12 @@ def test_link_model_on_four_emulated_links(link_model_sweep):
 
 
 LOO_XFAIL = (
-    "not reliable on the 2-core CPU stand-in: the step bends against predicted communication "
-    "(the ends of the link range 15-45% off the line through the others in 6 of 11 runs)"
+    "not reliable on the shared 2-core CPU stand-in: a left-out link 15-45% off the line through "
+    "the others in 6 of 12 runs, the repeats of each run agreeing (run-level state, not noise)"
 )
 ORDER_XFAIL = (
-    "not a property of gpt2-tiny: 95% of DDP's gradient bytes are the tied embedding, ready "
-    "only at the end of the backward pass, so DDP is as exposed as ZeRO-3 (both ~1)"
+    "not a property of gpt2-tiny: 95% of its parameters are the tied embedding, whose gradient is "
+    "ready only at the end of the backward pass, so DDP is as exposed as ZeRO-3 (both ~1)"
 )
 
 
