@@ -5,9 +5,10 @@ rank: a background process that takes a core for a moment delays the step by tha
 Ray processes linksweep starts for itself (GCS, dashboard, log monitor, autoscaler monitor,
 dashboard and runtime-env agents) need ~2-3% of a core between them, at nice 0 like the ranks.
 Reniced to 19 and under ``SCHED_IDLE`` they still run, but in the ranks' idle moments (a rank
-waiting in a collective) rather than by preempting one. Not the raylet: the workers it starts inherit its niceness, and
-a process cannot lower its niceness without privilege (the ranks run at 0). Never a cluster
-linksweep joined: only the embedded one (``scheduler.connect``).
+waiting in a collective) rather than by preempting one. Not the raylet: the workers it starts
+inherit its niceness and policy, and a process cannot leave either without privilege (the ranks
+run at 0, normal policy). Never a cluster linksweep joined: only the embedded one
+(``scheduler.connect``).
 """
 
 from __future__ import annotations
