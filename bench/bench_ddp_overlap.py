@@ -58,9 +58,11 @@ def summarize_step(buckets: list[tuple[float, int]], backward_s: float) -> dict:
     }
 
 
-def _rank(rank: int, world: int, port: int, args: argparse.Namespace, out: dict) -> None:
+def _rank(rank: int, world: int, port: int, args: argparse.Namespace) -> list[dict]:
+    """This rank's per-step summaries, the first two steps dropped (bucket rebuild)."""
     import torch
     import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from workloads.model import VOCAB_SIZE, build_model
@@ -72,14 +74,10 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, out: dict)
         model = DDP(build_model(args.model, seed=0), bucket_cap_mb=args.bucket_mb)
         events: list[tuple[float, int]] = []
 
-        def hook(group, bucket):
+        def hook(group, bucket):  # DDP's own all-reduce, after noting the moment
             buf = bucket.buffer()
             events.append((time.perf_counter(), buf.numel() * buf.element_size()))
-            return (
-                dist.all_reduce(buf.div_(world), group=group, async_op=True)
-                .get_future()
-                .then(lambda fut: fut.value()[0])
-            )
+            return allreduce_hook(group, bucket)
 
         model.register_comm_hook(dist.group.WORLD, hook)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -95,17 +93,15 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, out: dict)
             opt.step()
             opt.zero_grad(set_to_none=True)
             steps.append(summarize_step([(t - t0, b) for t, b in events], backward_s))
-        if rank == 0:
-            out.update(steps=steps[2:])
+        return steps[2:]
     finally:
         dist.destroy_process_group()
 
 
 def _worker(rank: int, world: int, port: int, args: argparse.Namespace, path: str) -> None:
-    out: dict = {}
-    _rank(rank, world, port, args, out)
+    steps = _rank(rank, world, port, args)
     if rank == 0:
-        Path(path).write_text(json.dumps(out))
+        Path(path).write_text(json.dumps(steps))
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -119,7 +115,7 @@ def measure(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "rank0.json")
         mp.spawn(_worker, args=(2, port, args, path), nprocs=2, join=True)
-        steps = json.loads(Path(path).read_text())["steps"]
+        steps = json.loads(Path(path).read_text())
     return {
         "model": args.model,
         "bucket_mb": args.bucket_mb,
