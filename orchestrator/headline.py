@@ -31,7 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.links import link_label
-from orchestrator.stats import INTERVAL_LABELS, INTERVAL_RANGE, MIN_RUNS_FOR_CI, varying
+from orchestrator.stats import (
+    GROUP_KEY,
+    INTERVAL_LABELS,
+    INTERVAL_RANGE,
+    MIN_RUNS_FOR_CI,
+    varying,
+)
 
 STRATEGY_ORDER = ("ddp", "zero1", "zero2", "zero3")
 NO_DIFFERENCE = "no difference beyond the spread"
@@ -335,11 +341,10 @@ def extra_vs_predicted(
     (``predicted_comm_s_per_step`` on the link minus on the baseline). ``ratio`` = measured /
     predicted: near 1, the link's bandwidth explains the slowdown; well above, something else
     (latency, contention, CPU) costs time too."""
-    key = ("strategy", "offload", "grad_accum", "bucket_mb", "overlap_comm", "placement")
-    base = {tuple(v.get(k) for k in key): v for v in variants if v.get("link") == baseline}
+    base = {tuple(v.get(k) for k in GROUP_KEY): v for v in variants if v.get("link") == baseline}
     out = []
     for v in variants:
-        b = base.get(tuple(v.get(k) for k in key))
+        b = base.get(tuple(v.get(k) for k in GROUP_KEY))
         if v.get("link") == baseline or b is None:
             continue
         if v.get("median_step_time_s") is None or b.get("median_step_time_s") is None:
@@ -348,7 +353,7 @@ def extra_vs_predicted(
         pv, pb = v.get("predicted_comm_s_per_step"), b.get("predicted_comm_s_per_step")
         predicted = None if pv is None or pb is None else pv - pb
         out.append(
-            {k: v.get(k) for k in key}
+            {k: v.get(k) for k in GROUP_KEY}
             | {
                 "link": v["link"],
                 "baseline_link": baseline,

@@ -14,14 +14,12 @@ import os
 import sys
 
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_OK, err
+from orchestrator.stats import GROUP_KEY
 
 FORMATS = ("table", "csv", "json")
+SHORT = {"grad_accum": "ga", "overlap_comm": "overlap"}
 COLUMNS = (
-    ("strategy", "strategy"),
-    ("offload", "offload"),
-    ("grad_accum", "ga"),
-    ("bucket_mb", "bucket_mb"),
-    ("placement", "placement"),
+    *((k, SHORT.get(k, k)) for k in GROUP_KEY),
     ("bandwidth_gbps", "busbw_gbps"),
     ("exposure", "exposure"),
     ("reference_link", "scaled_from"),

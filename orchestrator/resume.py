@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.planner import PlannedRun, run_id_for
-from orchestrator.stats import VARIANT_KEY as VARIANT_KEYS  # overlap_comm included
+from orchestrator.stats import VARIANT_KEY
 
 
 @dataclass(frozen=True)
@@ -57,11 +57,11 @@ def remaining_slots(
     for p in planned:
         runs = by_seq.get(p.seq, [])
         for r in runs:
-            got = tuple(r[k] for k in VARIANT_KEYS)
-            want = tuple(getattr(p.variant, k) for k in VARIANT_KEYS)
+            got = tuple(r[k] for k in VARIANT_KEY)
+            want = tuple(getattr(p.variant, k) for k in VARIANT_KEY)
             if got != want or int(r["repeat"]) != p.repeat:
                 raise ResumeError(
-                    f"stored run {r['run_id']} (seq {p.seq}) is {dict(zip(VARIANT_KEYS, got, strict=False))} "
+                    f"stored run {r['run_id']} (seq {p.seq}) is {dict(zip(VARIANT_KEY, got, strict=False))} "
                     f"repeat {r['repeat']}, the plan says {p.variant.to_dict()} repeat {p.repeat}"
                 )
         current = [r for r in runs if r.get("superseded_by") is None]

@@ -23,6 +23,7 @@ from orchestrator.report.findings import (
     throttling,
 )
 from orchestrator.report.fmt import fmt_value
+from orchestrator.report.labels import VARIANT_KEY
 from orchestrator.report.linkmodel_view import link_model_html
 from orchestrator.report.markup import esc, html_table, missing, sorted_variants
 from orchestrator.report.phases import phases_html
@@ -95,19 +96,16 @@ def _figure_html(f: FigureResult) -> str:
 
 
 VARIANT_COLS = (
-    "strategy", "offload", "grad_accum", "bucket_mb", "overlap_comm", "link", "placement",
-    "n_runs", "n_excluded", "median_step_time_s", "ci_low_s", "ci_high_s", "interval_kind",
+    *VARIANT_KEY, "n_runs", "n_excluded", "median_step_time_s", "ci_low_s", "ci_high_s", "interval_kind",
     "samples_per_s",
     "tokens_per_s", "comm_bytes_per_step", "expected_comm_bytes_per_step",
     "predicted_comm_s_per_step", "peak_mem_bytes", "achieved_tflops_per_gpu", "mfu",
 )  # fmt: skip
 SENS_COLS = (
-    "strategy", "offload", "grad_accum", "bucket_mb", "overlap_comm", "placement", "link",
-    "baseline_link", "slowdown", "ci_low", "ci_high", "interval_kind",
+    *VARIANT_KEY, "baseline_link", "slowdown", "ci_low", "ci_high", "interval_kind",
 )  # fmt: skip
 RUN_COLS = (
-    "seq", "strategy", "offload", "grad_accum", "bucket_mb", "overlap_comm", "link",
-    "placement", "repeat", "status", "n_steps", "median_step_time_s", "startup_s",
+    "seq", *VARIANT_KEY, "repeat", "status", "n_steps", "median_step_time_s", "startup_s",
     "effective_transport", "link_check", "throttled", "max_temp_c", "min_sm_clock_mhz",
     "comm_bytes_per_step", "peak_mem_bytes", "achieved_tflops_per_gpu", "mfu", "peak_source",
 )  # fmt: skip

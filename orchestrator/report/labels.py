@@ -8,13 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.stats import (
+from orchestrator.stats import (  # noqa: F401 - the figures' and tables' import
+    GROUP_KEY,
     VARIANT_KEY,
-    varying,  # noqa: F401 - the figures' and tables' import
+    varying,
 )
 
-VARIANT_KEYS = VARIANT_KEY
-"""The columns that name a variant (everything but the repeat), in label order."""
 OVERLAP_ORDER = ("default", "true", "false")
 STRATEGY_ORDER = ("ddp", "zero1", "zero2", "zero3")
 OFFLOAD_ORDER = ("none", "cpu", "nvme")
@@ -43,8 +42,9 @@ def variant_sort_key(row: dict, link_order: Sequence[str]) -> tuple:
     )
 
 
-def variant_label(row: dict, vary: set[str]) -> str:
-    """A short variant name: strategy, grad_accum and link always; the rest when they vary."""
+def group_label(row: dict, vary: set[str]) -> str:
+    """A variant group's short name (every key but the link): strategy and grad_accum always;
+    bucket, overlap and placement when they vary."""
     parts = [strategy_label(row), f"ga={row['grad_accum']}"]
     if "bucket_mb" in vary:
         parts.append(f"bucket={row['bucket_mb']}MB")
@@ -52,8 +52,12 @@ def variant_label(row: dict, vary: set[str]) -> str:
         parts.append(f"overlap={row['overlap_comm']}")
     if "placement" in vary:
         parts.append(str(row["placement"]))
-    parts.append(str(row["link"]))
     return " ".join(parts)
+
+
+def variant_label(row: dict, vary: set[str]) -> str:
+    """A short variant name: the group's label, then the link."""
+    return f"{group_label(row, vary)} {row['link']}"
 
 
 def series_key(row: dict, vary: set[str]) -> tuple:

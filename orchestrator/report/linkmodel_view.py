@@ -13,39 +13,34 @@ from typing import Any
 
 from orchestrator.report.draw import RC, color_map, legend_outside, new_figure
 from orchestrator.report.fmt import sig3, tick_seconds
-from orchestrator.report.labels import STRATEGY_ORDER, order_index, strategy_label
+from orchestrator.report.labels import (
+    GROUP_KEY,
+    group_label,
+    order_index,
+    variant_sort_key,
+    varying,
+)
 from orchestrator.report.markup import esc, html_table, missing
 
-GROUP_KEYS = ("strategy", "offload", "grad_accum", "bucket_mb", "placement")
 MAX_PANELS = 16
 
 MODEL_COLS = (
-    "strategy", "offload", "grad_accum", "bucket_mb", "placement", "n_links", "n_runs",
+    *GROUP_KEY, "n_links", "n_runs",
     "n_excluded", "exposure", "exposure_ci_low", "exposure_ci_high", "compute_s",
     "compute_ci_low_s", "compute_ci_high_s", "residual_rel", "quality", "note",
 )  # fmt: skip
 CHECK_COLS = (
-    "strategy", "offload", "grad_accum", "bucket_mb", "placement", "link", "n_runs",
+    *GROUP_KEY, "link", "n_runs",
     "predicted_comm_s", "measured_step_s", "predicted_step_s", "rel_error", "n_links_fit",
 )  # fmt: skip
 
 
 def _gkey(r: dict) -> tuple:
-    return tuple(r.get(k) for k in GROUP_KEYS)
+    return tuple(r.get(k) for k in GROUP_KEY)
 
 
 def _sort(r: dict) -> tuple:
-    return (order_index(r.get("strategy"), STRATEGY_ORDER), str(r.get("offload")),
-            r.get("bucket_mb") or 0, str(r.get("placement")), r.get("grad_accum") or 0)  # fmt: skip
-
-
-def _title(r: dict, vary: set[str]) -> str:
-    parts = [strategy_label(r), f"ga={r['grad_accum']}"]
-    if "bucket_mb" in vary:
-        parts.append(f"bucket={r['bucket_mb']}MB")
-    if "placement" in vary:
-        parts.append(str(r["placement"]))
-    return " ".join(parts)
+    return variant_sort_key(r, [])
 
 
 def _exposure_text(m: dict) -> str:
@@ -81,7 +76,7 @@ def plot_link_model(
         slowest[r["link"]] = max(slowest.get(r["link"], 0.0), r["predicted_comm_s_per_step"])
     links = sorted(slowest, key=lambda x: (-slowest[x], order_index(x, link_order)))
     colors = color_map(links)
-    vary = {k for k in GROUP_KEYS if len({m.get(k) for m in fits}) > 1}
+    vary = varying(fits, GROUP_KEY)
     import matplotlib
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FuncFormatter, MaxNLocator
@@ -104,7 +99,7 @@ def plot_link_model(
                     color="0.2", linewidth=1.6, zorder=2)  # fmt: skip
             ax.set_xlim(0, x_hi)
             ax.set_ylim(bottom=0)
-            ax.set_title(f"{_title(m, vary)}\n{_exposure_text(m)}", fontsize=10.5)
+            ax.set_title(f"{group_label(m, vary)}\n{_exposure_text(m)}", fontsize=10.5)
             ax.xaxis.set_major_locator(MaxNLocator(4))
             ax.xaxis.set_major_formatter(FuncFormatter(tick_seconds))
             ax.yaxis.set_major_formatter(FuncFormatter(tick_seconds))

@@ -25,7 +25,7 @@ from orchestrator.report.draw import (
 from orchestrator.report.fmt import fmt_msg_size, tick_seconds
 from orchestrator.report.labels import (
     OP_ORDER,
-    VARIANT_KEYS,
+    VARIANT_KEY,
     order_index,
     series_key,
     series_sort,
@@ -134,7 +134,7 @@ def plot_step_times(step_times: list[dict], link_order: Sequence[str]) -> tuple[
     groups: dict[tuple, list[float]] = defaultdict(list)
     first: dict[tuple, dict] = {}
     for r in rows:
-        key = tuple(r[k] for k in VARIANT_KEYS)
+        key = tuple(r[k] for k in VARIANT_KEY)
         groups[key].append(r["step_time_s"])
         first.setdefault(key, r)
     keys = sorted(groups, key=lambda k: variant_sort_key(first[k], link_order))
