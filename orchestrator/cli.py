@@ -51,6 +51,11 @@ def _run(args: argparse.Namespace, train: bool) -> int:
     from orchestrator.store.live import LiveStore
 
     store = LiveStore(args.db)
+    try:
+        store.recover()  # what an earlier driver left spooled; its sweep marked interrupted
+    except StoreError as exc:
+        err(str(exc))
+        return EXIT_BAD_INPUT
     resume = None
     if train and (getattr(args, "resume", None) or getattr(args, "retry_failed", False)):
         from orchestrator.longsweep import resume_plan
@@ -184,9 +189,10 @@ def _print_headline(store, sweep_id: str) -> None:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    from orchestrator.store import StoreError, read_query
+    from orchestrator.store import StoreError, bring_up_to_date, read_query
 
     try:
+        bring_up_to_date(args.db)
         cols, rows = read_query(args.db, args.sql)
     except StoreError as exc:
         err(str(exc))

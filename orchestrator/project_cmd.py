@@ -52,9 +52,10 @@ def project_command(db: str, sweep_id: str | None, bandwidth_gbps: str, fmt: str
         return EXIT_BAD_INPUT
 
     from orchestrator.report.data import ReportError, pick_sweep
-    from orchestrator.store import Q, Reader, StoreError
+    from orchestrator.store import Q, Reader, StoreError, bring_up_to_date
 
     try:
+        bring_up_to_date(db)
         with Reader(db) as reader:
             sweep = pick_sweep(reader, sweep_id)
             sid = sweep["sweep_id"]

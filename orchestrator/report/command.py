@@ -11,7 +11,7 @@ from orchestrator.errors import EXIT_BAD_INPUT, EXIT_OK, err
 from orchestrator.report.data import ReportError, load_report_data
 from orchestrator.report.figures import build_figures
 from orchestrator.report.html import render_html
-from orchestrator.store import Reader, StoreError, export_all
+from orchestrator.store import Reader, StoreError, bring_up_to_date, export_all
 
 EXPORT_FORMATS = ("parquet", "csv")
 
@@ -26,6 +26,7 @@ def report_command(db: str, sweep_id: str | None, out_dir: str) -> int:
         err(f"--db {db} does not exist; run a sweep first (linksweep run SWEEP.yaml --db {db})")
         return EXIT_BAD_INPUT
     try:
+        bring_up_to_date(db)
         data = load_report_data(db, sweep_id)
     except (StoreError, ReportError) as exc:
         err(str(exc))
@@ -70,6 +71,7 @@ def export_command(db: str, fmt: str, out_dir: str) -> int:
         err(f"--db {db} does not exist; run a sweep first (linksweep run SWEEP.yaml --db {db})")
         return EXIT_BAD_INPUT
     try:
+        bring_up_to_date(db)
         with Reader(db):  # refuses a foreign or locked database with a clear message
             pass
         os.makedirs(out_dir, exist_ok=True)

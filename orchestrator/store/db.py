@@ -5,8 +5,12 @@ ones): it stores each run in one transaction, so a crash or Ctrl-C leaves every 
 intact. Everyone else reads through :class:`Reader` (``read_only=True``) with the named queries
 of ``orchestrator/store/queries.py``; ``read_query`` runs a user's own SQL (``linksweep query``).
 
-Opening an older database upgrades it in a transaction (``schema.MIGRATIONS``); a newer or
-foreign one is refused with a clear message and left unchanged.
+Where data changes, by name: ``Store.insert``/``update``/``delete`` in a transaction (the driver),
+``Store.commit_spooled`` (spooled runs, ``spool.py``), ``Store.mark_interrupted`` (sweeps whose
+driver is gone), and ``bring_up_to_date``, the one write a reading command makes before it
+reads. Opening for writing (``Store``) creates or upgrades the schema in a transaction
+(``schema.MIGRATIONS``) and nothing else; opening read-only never writes. A newer or foreign
+database is refused with a clear message and left unchanged.
 """
 
 from __future__ import annotations
@@ -159,19 +163,21 @@ class Store(_Handle):
     """Read-write handle used by the driver. Use as a context manager."""
 
     def __init__(self, path: str, wait_s: float = 0.0, on_wait=None):
+        """Open ``path`` read-write, creating its schema or upgrading an older one (one
+        transaction, rows kept). Nothing else is written here: the spool is committed by
+        :meth:`commit_spooled`, dead drivers' sweeps marked by :meth:`mark_interrupted`."""
         self.path = path
         self.con = _connect(path, read_only=False, wait_s=wait_s, on_wait=on_wait)
         try:
             _prepare(self.con, path)
-            self.recover()
         except Exception:
             self.con.close()
             raise
 
-    def recover(self) -> list[str]:
-        """Commit every spooled run (idempotent) and mark sweeps whose driver is gone
-        ``interrupted``. Runs whenever the database is opened for writing; returns the run ids
-        this call committed."""
+    def commit_spooled(self) -> list[str]:
+        """Commit every spooled run (``spool.py``), one transaction each, oldest first, and
+        delete its file; returns the run ids this call inserted. Idempotent: a run already
+        stored (the process died between COMMIT and unlink) is not inserted again."""
         committed = []
         for path in spool.pending(self.path):
             p = spool.read(path)
@@ -190,15 +196,20 @@ class Store(_Handle):
                         self.update(u["table"], u["key"], u["values"])
                     committed.append(p.run_id)
             spool.done(path)
-        now, host = dt.datetime.now(dt.timezone.utc), liveness.this_host()
-        for sweep in self.rows(Q.RUNNING_SWEEPS):
-            if liveness.driver_gone(sweep, host, now):
-                self.update(
-                    "sweeps",
-                    {"sweep_id": sweep["sweep_id"], "status": "running"},
-                    {"status": "interrupted", "finished_at": sweep.get("heartbeat_at") or now},
-                )
         return committed
+
+    def mark_interrupted(self) -> list[str]:
+        """Sweeps still ``running`` whose driver is gone (``liveness.driver_gone``) become
+        ``interrupted``, finished at their last heartbeat; returns their ids."""
+        now, host = dt.datetime.now(dt.timezone.utc), liveness.this_host()
+        gone = [s for s in self.rows(Q.RUNNING_SWEEPS) if liveness.driver_gone(s, host, now)]
+        for sweep in gone:
+            self.update(
+                "sweeps",
+                {"sweep_id": sweep["sweep_id"], "status": "running"},
+                {"status": "interrupted", "finished_at": sweep.get("heartbeat_at") or now},
+            )
+        return [s["sweep_id"] for s in gone]
 
     @contextmanager
     def transaction(self):
@@ -304,34 +315,58 @@ def _needs_write(con: duckdb.DuckDBPyConnection, path: str, version: int) -> boo
     return any(liveness.driver_gone(s, host, now) for s in _rows(con, Q.RUNNING_SWEEPS, {}))
 
 
-def _open_read(path: str) -> duckdb.DuckDBPyConnection:
-    """A read-only connection to a linksweep database, brought up to date first when needed.
+def bring_up_to_date(path: str, wait_s: float = 2.0) -> None:
+    """The one write a reading command makes, before it opens the database read-only, so every
+    reader sees the same truth: an older schema upgraded, spooled runs committed
+    (:meth:`Store.commit_spooled`), sweeps whose driver is gone marked ``interrupted``.
 
-    Written by an older linksweep: upgraded once (one transaction, rows kept), since the named
-    queries read the current schema. Spooled runs are committed and dead drivers' sweeps marked
-    ``interrupted`` (``Store.recover``), so every reader sees the same truth. If the database
-    cannot be written now (a sweep is committing, a read-only file), it is read as it is.
+    Looks first (read-only) and writes only when one of those is due. When the database cannot
+    be written now (a sweep is committing, a read-only file) it is read as it is, except an older
+    schema, which the named queries cannot read (StoreError). A missing file is left missing.
     """
+    if not os.path.exists(path):
+        return
+    con = _connect(path, read_only=True, wait_s=READ_WAIT_S)
+    try:
+        version = _schema_version(con)
+        due = version is not None and version <= SCHEMA_VERSION and _needs_write(con, path, version)
+    finally:
+        con.close()
+    if not due:
+        return
+    try:
+        with Store(path, wait_s=wait_s) as store:
+            store.commit_spooled()
+            store.mark_interrupted()
+    except StoreError:
+        if version < SCHEMA_VERSION:
+            raise
+
+
+def _open_read(path: str) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to a linksweep database of this schema version. Never writes:
+    an older database is refused (``bring_up_to_date`` upgrades it)."""
     con = _connect(path, read_only=True, wait_s=READ_WAIT_S)
     version = _schema_version(con)
     if version is None:
         con.close()
         raise StoreError(f"{path} is not a linksweep database (no meta table)")
-    if version <= SCHEMA_VERSION and _needs_write(con, path, version):
+    if version < SCHEMA_VERSION:
         con.close()
-        try:
-            Store(path, wait_s=2.0).close()
-        except StoreError:
-            if version < SCHEMA_VERSION:
-                raise
-        con = _connect(path, read_only=True, wait_s=READ_WAIT_S)
+        raise StoreError(
+            f"{path} has schema version {version}, older than this linksweep's "
+            f"{SCHEMA_VERSION}: open it with a linksweep command (query, report, export, run) "
+            "once to upgrade it"
+        )
     return con
 
 
 class Reader(_Handle):
     """Read-only handle for the report, the CLI and benchmarks. Use as a context manager.
+    Opening never writes (commands call :func:`bring_up_to_date` first, by name).
 
-    Refuses (StoreError) a missing file, a locked one, or one that is not a linksweep database.
+    Refuses (StoreError) a missing file, a locked one, an older schema, or one that is not a
+    linksweep database.
     """
 
     def __init__(self, path: str):

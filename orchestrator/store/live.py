@@ -3,11 +3,11 @@
 :class:`LiveStore` has :class:`Store`'s API (``transaction``, ``insert``, ``update``, ``delete``,
 ``rows``, ``table``), but opens the database for each call or transaction and closes it right
 after, so ``linksweep query``, ``report`` and ``export`` work while a sweep runs. A finished run
-goes through :meth:`LiveStore.commit_run`: spooled durably first (``spool.py``), then committed
-by opening the database (``Store`` commits whatever is spooled). If someone else holds the
-database, opening is retried with backoff and the driver says so; a run still spooled when the
-wait ends stays spooled, and the next open for writing (the next run's, or any command's)
-commits it. Nothing is lost and nothing fails the sweep.
+goes through :meth:`LiveStore.commit_run`: spooled durably first (``spool.py``), then
+``Store.commit_spooled`` commits every spooled run. If someone else holds the database, opening
+is retried with backoff and the driver says so; a run still spooled when the wait ends stays
+spooled, and the next commit (the next run's, ``recover`` at the next sweep's start, or a
+reading command's ``bring_up_to_date``) commits it. Nothing is lost and nothing fails the sweep.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class LiveStore:
 
     @contextmanager
     def open(self, what: str = "store", wait_s: float | None = None) -> Iterator[Store]:
-        """The database, open (and every spooled run committed) for the block; then closed."""
+        """The database, open for writing for the block; then closed."""
         with self._lock:
             if self._open_store is not None:
                 yield self._open_store
@@ -107,8 +107,8 @@ class LiveStore:
         if self.on_commit is not None:
             self.on_commit()
         try:
-            with self.open(f"commit of run {payload.run_id}"):
-                pass  # Store commits every spooled run when it opens
+            with self.open(f"commit of run {payload.run_id}") as store:
+                store.commit_spooled()  # this run, and any an earlier busy commit left spooled
         except StoreLocked:
             self.say(
                 f"run {payload.run_id} kept in {path}: the database stayed busy; it is "
@@ -116,6 +116,13 @@ class LiveStore:
             )
             return False
         return True
+
+    def recover(self) -> None:
+        """Before a sweep starts or resumes: commit what an earlier driver left spooled and mark
+        sweeps whose driver is gone ``interrupted`` (a resume then finds its sweep stopped)."""
+        with self.open("recovery") as store:
+            store.commit_spooled()
+            store.mark_interrupted()
 
     def heartbeat(self, sweep_id: str, every_s: float = liveness.HEARTBEAT_S) -> Heartbeat:
         return Heartbeat(self, sweep_id, every_s)

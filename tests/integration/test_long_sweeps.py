@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.store import Q, Store, read_query, spool
+from orchestrator.store import Q, Store, bring_up_to_date, read_query, spool
 from orchestrator.watchdog import descendants
 from tests.integration.schema_v2 import as_v2
 
@@ -43,6 +43,8 @@ grid: {strategy: [ddp], grad_accum: [1], placement: [pack]}
 
 
 def q(db, sql):
+    """What `linksweep query` does: bring the database up to date (by name), then read."""
+    bring_up_to_date(str(db))
     return read_query(str(db), sql)[1]
 
 
@@ -142,7 +144,7 @@ def test_v2_database_upgrades_to_v3_keeping_rows(tmp_path):
         s.insert("sweeps", [{"sweep_id": "s1", "status": "running", "name": "x"}])
         s.insert("runs", [{"run_id": "r1", "sweep_id": "s1", "seq": 1, "status": "ok"}])
     as_v2(db)
-    # a reader upgrades it (one transaction, rows kept)
+    # a reading command upgrades it (one transaction, rows kept)
     cols = q(db, "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'")
     assert {("attempt",), ("superseded_by",)} <= set(cols)
     assert q(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("3",)]
@@ -153,8 +155,9 @@ def test_v2_database_upgrades_to_v3_keeping_rows(tmp_path):
 def test_a_sweep_whose_driver_is_gone_reads_interrupted_everywhere(tmp_path):
     import datetime as dt
 
+    from orchestrator.cli import main
     from orchestrator.report.data import load_report_data
-    from orchestrator.store import Reader, export_all, liveness
+    from orchestrator.store import Reader, liveness
 
     db = str(tmp_path / "r.duckdb")
     dead_pid = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process can have it
@@ -167,8 +170,10 @@ def test_a_sweep_whose_driver_is_gone_reads_interrupted_everywhere(tmp_path):
         s.insert(
             "sweeps", [{"sweep_id": "alive", "status": "running", "driver_pid": os.getpid(), **row}]
         )
-    # any reader: export, the report's sweep lookup, linksweep query
-    export_all(db, str(tmp_path / "out"), "csv")
+    with Reader(db) as r:  # opening read-only never writes
+        assert {x["status"] for x in r.rows(Q.LATEST_SWEEPS, limit=5)} == {"running"}
+    # every reading command brings it up to date first, by name: export, report, query
+    assert main(["export", str(tmp_path / "out"), "--format", "csv", "--db", db]) == 0
     assert "interrupted" in (tmp_path / "out" / "sweeps.csv").read_text()
     with Reader(db) as r:
         assert {x["sweep_id"]: x["status"] for x in r.rows(Q.LATEST_SWEEPS, limit=5)} == {
@@ -226,8 +231,9 @@ def test_spooled_run_survives_a_held_database_and_the_next_opener_commits_it(tmp
     assert [Path(p).name for p in spool.pending(db)] == ["sx-r0001.json", "sx-zz-end.json"]
     release.touch()
     holder.wait(timeout=30)
-    # the next command that opens the database (here: a query) commits both, exactly once;
-    # the status is decided then: a failed run -> failed
+    assert read_query(db, "SELECT count(*) FROM runs")[1] == [(0,)]  # reading never writes
+    # the next command (here: a query, which brings the database up to date first) commits
+    # both, exactly once; the status is decided then: a failed run -> failed
     assert q(db, "SELECT run_id FROM runs") == [("sx-r0001",)]
     assert q(db, "SELECT status FROM sweeps") == [("failed",)]
     assert spool.pending(db) == []

@@ -9,7 +9,15 @@ import pytest
 
 from orchestrator.emulated.describe import shapes_by_interface
 from orchestrator.links import describe_links, link_label
-from orchestrator.store import SCHEMA_VERSION, Q, Reader, Store, read_query
+from orchestrator.store import (
+    SCHEMA_VERSION,
+    Q,
+    Reader,
+    Store,
+    StoreError,
+    bring_up_to_date,
+    read_query,
+)
 from tests.integration.schema_v2 import as_v2
 
 KEY = {"sweep_id": "s", "strategy": "ddp", "offload": "none", "bucket_mb": 25,
@@ -45,7 +53,12 @@ def _as_v2(db: str) -> None:
 def test_v2_database_upgrades_intervals_truthfully(tmp_path):
     db = str(tmp_path / "v2.duckdb")
     _as_v2(db)
-    with Reader(db) as r:  # a reader upgrades an older database once
+    with pytest.raises(StoreError, match="schema version 2, older"):
+        Reader(db)  # opening read-only never writes: it cannot read an older schema
+    with duckdb.connect(db, read_only=True) as con:
+        assert con.execute("SELECT value FROM meta").fetchall() == [("2",)]
+    bring_up_to_date(db)  # what a reading command does first: upgrades once
+    with Reader(db) as r:
         variants = {
             (v["grad_accum"], v["link"]): v for v in r.rows(Q.REPORT_VARIANTS, sweep_id="s")
         }
@@ -115,10 +128,12 @@ def test_v2_database_gets_run_phases_and_keeps_its_runs(tmp_path):
         ]
 
 
-def test_reader_upgrades_a_v2_database_once(tmp_path):
+def test_a_reading_command_upgrades_a_v2_database_once(tmp_path):
     db = str(tmp_path / "old.duckdb")
     Store(db).close()
     as_v2(db)
+    bring_up_to_date(db)
+    bring_up_to_date(db)  # nothing due: no second write
     with Reader(db) as r:
         assert r.rows(Q.REPORT_PHASES, sweep_id="s") == []
     assert read_query(db, "SELECT value FROM meta")[1] == [(str(SCHEMA_VERSION),)]
