@@ -161,9 +161,9 @@ class Launcher:
         )
 
     def free_port(self) -> int:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("", 0))
-            return s.getsockname()[1]
+        from workloads.rank import free_port
+
+        return free_port()
 
     def call(self, env: dict[str, str], fn: Callable, args: tuple, run_id: str = "") -> object:
         """Fork a child with this actor's environment plus ``env``, run ``fn(*args)`` there and

@@ -49,6 +49,7 @@ import torch
 import torch.distributed as dist
 
 from workloads.contract import LinkbenchRecord
+from workloads.device import sync
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
@@ -80,14 +81,9 @@ def timed_iters(msg_bytes: int, iters: int, iter_bytes_budget: int | None) -> in
     return max(min(iters, MIN_TIMED_ITERS), min(iters, iter_bytes_budget // msg_bytes))
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _barrier(device: torch.device, token: torch.Tensor) -> None:
     dist.all_reduce(token)
-    _sync(device)
+    sync(device)
 
 
 def _all_gather_impls(n: int) -> list[tuple[str, Callable[[torch.Tensor, torch.Tensor], Any]]]:
@@ -137,7 +133,7 @@ def _pick_impl(
                 fn(full, part)
             else:
                 fn(part, full)
-            _sync(device)
+            sync(device)
         except (RuntimeError, NotImplementedError, ValueError) as e:
             errors.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
             continue
@@ -234,13 +230,13 @@ def run_linkbench(
             n_iters = timed_iters(msg_bytes, iters, iter_bytes_budget)
             for _ in range(warmup_iters):
                 fn(a, b)
-            _sync(device)
+            sync(device)
             local = []
             for _ in range(n_iters):
                 _barrier(device, token)
                 t0 = time.perf_counter()
                 fn(a, b)
-                _sync(device)
+                sync(device)
                 local.append(time.perf_counter() - t0)
             # A collective ends when its slowest rank ends: MAX over ranks, per iteration.
             times = torch.tensor(local, dtype=torch.float64, device=device)

@@ -24,7 +24,8 @@ a report per step would cost a fast GPU step a remote call each time, and every 
 the process that receives it (the driver polls at the same pace, ``scheduler.TICK_S``)."""
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on this node now (rank 0's rendezvous port)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", 0))
         return s.getsockname()[1]
@@ -48,7 +49,7 @@ class Rank:
         )
 
     def free_port(self) -> int:
-        return _free_port()
+        return free_port()
 
     def run(
         self,

@@ -19,12 +19,7 @@ import torch
 import torch.distributed as dist
 
 from workloads.contract import CommRecord, RunConfig
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # note: a CPU-GPU sync point, only used around clocks
-
+from workloads.device import sync
 
 DDP_DEFAULT_BUCKET_MIB = 25  # torch/nn/parallel/distributed.py _DEFAULT_BUCKET_CAP_MB
 
@@ -85,11 +80,11 @@ class DDPStrategy:
         msg_bytes = buf.numel() * buf.element_size()
         if not self.profiling:
             return self._allreduce_hook(None, bucket)
-        _sync(self.device)
+        sync(self.device)
         t0 = time.perf_counter()
         fut = self._allreduce_hook(None, bucket)
         fut.wait()
-        _sync(self.device)
+        sync(self.device)
         self.counter.add("all_reduce", msg_bytes, time.perf_counter() - t0)
         return fut
 
@@ -131,10 +126,10 @@ class DDPStrategy:
         for bucket in self._buckets():
             flat = _flatten_dense_tensors(bucket)
             if self.profiling:
-                _sync(self.device)
+                sync(self.device)
                 t0 = time.perf_counter()
                 dist.all_reduce(flat)
-                _sync(self.device)
+                sync(self.device)
                 self.counter.add(
                     "all_reduce", flat.numel() * flat.element_size(), time.perf_counter() - t0
                 )

@@ -29,9 +29,10 @@ from workloads.contract import (
     TrainingRecord,
 )
 from workloads.data import batches, load_text, load_tokenizer, make_blocks
+from workloads.device import sync
 from workloads.model import build_model, n_params
 from workloads.phases import PhaseClock
-from workloads.strategies import _sync, make_strategy
+from workloads.strategies import make_strategy
 
 FAULT_ENV = "LINKSWEEP_INJECT_FAULT"
 
@@ -148,12 +149,12 @@ def run_training(
     for step in range(total):
         warmup = step < cfg.warmup_steps
         if step == profile_from:
-            _sync(device)
+            sync(device)
             profile_t0 = time.perf_counter()
             strategy.profile_start()
         if step == cfg.warmup_steps:
             if profile_from is not None:
-                _sync(device)
+                sync(device)
                 comms = strategy.profile_stop()  # totals over profile_steps; the driver divides
                 profiled_s = time.perf_counter() - profile_t0
                 clock.add("profiled_pass", profiled_s)
@@ -161,7 +162,7 @@ def run_training(
             clock.add("warmup", timed_start - loop_start - profiled_s)
             telemetry.start()  # sample the timed window only
         batch_list = [next(data).to(device) for _ in range(ga)]  # data prep outside the clock
-        _sync(device)
+        sync(device)
         if first_step_wall is None:
             first_step_wall = time.time()
         t0 = time.perf_counter()
@@ -170,7 +171,7 @@ def run_training(
             _maybe_fault(fault, rank, step)
             losses.append(strategy.micro_step(batch_list[micro], boundary=micro == ga - 1))
         strategy.optimizer_step()
-        _sync(device)
+        sync(device)
         step_time_s = time.perf_counter() - t0
         loss = torch.stack(losses).float().mean().item()
         steps.append(
@@ -196,7 +197,7 @@ def run_training(
                 for micro in range(ga):
                     strategy.micro_step(next(data).to(device), boundary=micro == ga - 1)
                 strategy.optimizer_step()
-            _sync(device)
+            sync(device)
             comms = strategy.profile_stop()  # totals over profile_steps; the driver divides
     mem = peak_mem_bytes(device)
     ds_config = strategy.effective_config() if rank == 0 else None

@@ -99,6 +99,6 @@ def fmt_value(col: str, v: Any) -> str:
     return str(v)
 
 
-def first_line(text: str | None) -> str:
+def first_text_line(text: str | None) -> str:
     lines = (text or "").strip().splitlines()
     return lines[0].strip() if lines else ""

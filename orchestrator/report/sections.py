@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from orchestrator.report.findings import interval_note, interval_words, labelled, throttling
-from orchestrator.report.fmt import first_line, fmt_time_ci, fmt_value
+from orchestrator.report.fmt import first_text_line, fmt_time_ci, fmt_value
 from orchestrator.report.labels import (
     OFFLOAD_ORDER,
     STRATEGY_ORDER,
@@ -198,10 +198,6 @@ def _run_list(rows: list[dict], cols: Sequence[str], empty: str) -> str:
     return html_table(rows, cols) if rows else f"<p class='note'>{esc(empty)}</p>"
 
 
-def telemetry_absent(runs: list[dict]) -> bool:
-    return any(str(r.get("telemetry") or "absent").startswith("absent") for r in runs)
-
-
 def attention_html(data: ReportData) -> str:
     runs = data.runs
     no_throttle = f"Throttling: {throttling(runs)}."
@@ -239,7 +235,7 @@ def _failed_runs_html(runs: list[dict]) -> str:
     trs = []
     for r in failed:
         err = (r.get("error") or "").strip()
-        line = first_line(err) or "(no error text stored)"
+        line = first_text_line(err) or "(no error text stored)"
         full = (
             f"<details><summary>full error</summary><pre>{esc(err)}</pre></details>"
             if err and err != line

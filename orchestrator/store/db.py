@@ -16,7 +16,6 @@ database is refused with a clear message and left unchanged.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -133,12 +132,6 @@ def _prepare(con: duckdb.DuckDBPyConnection, path: str) -> None:
             raise
     else:
         _create_schema(con)  # views are cheap to refresh and may have been improved
-
-
-def _jsonify(value: Any) -> Any:
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True, default=str)
-    return value
 
 
 _H = TypeVar("_H", bound="_Handle")
@@ -262,7 +255,7 @@ class Store(_Handle):
         marks = ", ".join("?" for _ in cols)
         self.con.executemany(
             f"INSERT INTO {table} ({names}) VALUES ({marks})",
-            [[_jsonify(r[c]) for c in cols] for r in rows],
+            [[columnar.jsonify(r[c]) for c in cols] for r in rows],
         )
 
     def update(self, table: str, key: dict[str, Any], values: dict[str, Any]) -> None:
@@ -270,7 +263,7 @@ class Store(_Handle):
         where = " AND ".join(f'"{c}" = ?' for c in key)
         self.con.execute(
             f"UPDATE {table} SET {sets} WHERE {where}",
-            [_jsonify(v) for v in values.values()] + list(key.values()),
+            [columnar.jsonify(v) for v in values.values()] + list(key.values()),
         )
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> tuple[list[str], list[tuple]]:
