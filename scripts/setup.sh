@@ -18,4 +18,36 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
 .venv/bin/python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
 .venv/bin/python -m pip install -q -e '.[dev]'
+
+# DeepSpeed JIT-builds its C++ ops where they are first used, inside the rank processes: async_io
+# and pin_memory at the first NVMe-offload run (~6 min on 2 cores), deepspeed_shm_comm at the
+# first ZeRO run on CPU (~35 s). Build them once here, with the venv's Python and torch, into the
+# cache the ranks load them from (TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions/): so
+# run setup as the user who runs the sweeps. An op this machine cannot build (async_io without
+# libaio-dev) is skipped with the reason; it never fails the setup.
+.venv/bin/python - <<'PY' 2>&1 | grep -v "real_accelerator" || echo "warning: DeepSpeed ops not prebuilt: the first run that needs one builds it"
+import time
+
+from deepspeed.accelerator import get_accelerator
+
+OPS = {
+    "AsyncIOBuilder": "NVMe offload (grid.offload: nvme)",
+    "ShareMemCommBuilder": "DeepSpeed's collectives on CPU",
+}
+for cls, used_by in OPS.items():
+    builder = get_accelerator().create_op_builder(cls)
+    if builder is None:
+        continue  # not an op of this accelerator (ShareMemCommBuilder is CPU-only)
+    if not builder.is_compatible(verbose=False):
+        why = ": libaio-dev missing (apt-get install libaio-dev)" if cls == "AsyncIOBuilder" else ""
+        print(f"skipped DeepSpeed op {builder.NAME} ({used_by}): cannot be built here{why}")
+        continue
+    t0 = time.monotonic()
+    try:
+        builder.load(verbose=False)
+    except Exception as exc:  # noqa: BLE001 - a missing op costs a later build, not the setup
+        print(f"skipped DeepSpeed op {builder.NAME} ({used_by}): build failed: {exc}")
+        continue
+    print(f"DeepSpeed op {builder.NAME} ({used_by}) ready: {time.monotonic() - t0:.0f} s")
+PY
 .venv/bin/python -c "import torch, ray, deepspeed, duckdb, transformers, datasets; print('linksweep environment ready: torch', torch.__version__, 'ray', ray.__version__, 'deepspeed', deepspeed.__version__)" 2>&1 | grep -v "real_accelerator"
