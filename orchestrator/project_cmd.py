@@ -79,7 +79,7 @@ def _print(rows: list[dict], fmt: str, sweep_id: str) -> None:
         print(json.dumps(out, indent=1, default=str))
         return
     if fmt == "csv":
-        w = csv.writer(sys.stdout)
+        w = csv.writer(sys.stdout, lineterminator="\n")  # csv's default is \r\n
         w.writerow([short for _, short in COLUMNS])
         w.writerows([list(r.values()) for r in out])
         return

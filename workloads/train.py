@@ -119,8 +119,8 @@ def run_training(
     device: torch.device,
     on_step: Callable[[int, int, bool], None] | None = None,
     nvml_index: int | None = None,
-) -> dict:
-    """Train ``cfg['warmup_steps'] + cfg['steps']`` optimizer steps; return this rank's records."""
+) -> TrainingRecord:
+    """Train ``cfg.warmup_steps + cfg.steps`` optimizer steps; return this rank's records."""
     fault = parse_fault(os.environ.get(FAULT_ENV))
     clock = PhaseClock()
     with clock.phase("model_data_build"):
