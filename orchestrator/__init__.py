@@ -1,7 +1,7 @@
 """linksweep's driver side: everything that runs on the machine that submits a sweep.
 
-CLI (``cli``), sweep spec (``spec``), planning (``planner``), the one Ray module
-(``scheduler``), the sweep loop (``sweep``), result -> rows (``rows``), statistics (``stats``),
+CLI (``cli``), sweep spec (``spec``), planning (``planner``), the one Ray package
+(``raycluster/``), the sweep loop (``sweep``), result -> rows (``rows``), statistics (``stats``),
 the communication model (``comm_model``), the results database (``store/``), the report
 (``report/``), the emulated cluster (``emulated/``), topology and NCCL-log parsing (``topo``,
 ``discovery``, ``nccl_log``). The data's path and the module map: README, "How the code is laid

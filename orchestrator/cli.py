@@ -47,7 +47,8 @@ def _run(args: argparse.Namespace, train: bool) -> int:
         err(str(exc))
         return EXIT_BAD_INPUT
 
-    from orchestrator import scheduler, stopping
+    from orchestrator import stopping
+    from orchestrator.raycluster import session
     from orchestrator.store.live import LiveStore
 
     store = LiveStore(args.db)
@@ -69,7 +70,7 @@ def _run(args: argparse.Namespace, train: bool) -> int:
             return EXIT_BAD_INPUT
         print(f"resuming sweep {resume[0]}: {len(resume[1])} run(s) left", file=sys.stderr)
 
-    address = scheduler.connect(args.address)
+    address = session.connect(args.address)
     restore_signals = stopping.install()  # after ray.init, which sets its own SIGTERM handler
     try:
         return _run_connected(args, spec, store, address, train, resume)
@@ -80,7 +81,7 @@ def _run(args: argparse.Namespace, train: bool) -> int:
         )
         return stopping.exit_code(exc)
     finally:
-        scheduler.disconnect()
+        session.disconnect()
         restore_signals()
 
 

@@ -8,7 +8,7 @@ Reniced to 19 and under ``SCHED_IDLE`` they still run, but in the ranks' idle mo
 waiting in a collective) rather than by preempting one. Not the raylet: the workers it starts
 inherit its niceness and policy, and a process cannot leave either without privilege (the ranks
 run at 0, normal policy). Never a cluster linksweep joined: only the embedded one
-(``scheduler.connect``).
+(``raycluster.session.connect``).
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """Topology discovery at sweep start: what every Ray node has, before any run is planned.
 
 One probe per alive Ray node (``workloads.probe.probe_node``, run everywhere by
-``scheduler.run_on_every_node``: pinned to the node, 0 CPUs, so it schedules even while the
-node's CPUs are busy) reports ``nvidia-smi topo -m`` text, NVML's GPU inventory and versions, and
+``raycluster.nodes.run_on_every_node``: pinned to the node, 0 CPUs, so it schedules even while
+the node's CPUs are busy) reports ``nvidia-smi topo -m`` text, NVML's GPU inventory and versions, and
 torch's CUDA peer-access matrix as a ``contract.NodeReport``.
 
 Everything after the probe is pure and tested without Ray: ``node_rows`` (rows for the ``nodes``,
 ``gpus`` and ``gpu_links`` tables), ``links_by_node`` and ``doctor_findings``. A probe that fails
 or does not answer becomes a ``NodeReport`` with ``error`` set, never an exception: one broken
 node must not hide what the others have. May import: topo, the workloads contract and
-telemetry's pure ``doctor_warnings``, scheduler (``discover_nodes`` only).
+telemetry's pure ``doctor_warnings``, orchestrator.raycluster.nodes (``discover_nodes`` only).
 """
 
 from __future__ import annotations
@@ -104,14 +104,14 @@ def _check_topo(report: NodeReport) -> NodeReport:
 def discover_nodes(timeout_s: float = 120.0) -> list[NodeReport]:
     """Probe every alive Ray node once, in parallel; one report per node, sorted by hostname.
 
-    Assumes a Ray connection (``scheduler.connect``). A probe that raises, lands on a dead node
+    Assumes a Ray connection (``raycluster.session.connect``). A probe that raises, lands on a dead node
     or has not answered after ``timeout_s`` becomes a report with ``error`` set.
     """
-    from orchestrator import scheduler
+    from orchestrator.raycluster.nodes import run_on_every_node
     from workloads.probe import probe_node
 
     reports = []
-    for answer in scheduler.run_on_every_node(probe_node, timeout_s):
+    for answer in run_on_every_node(probe_node, timeout_s):
         n = answer.node
         base = {k: n[k] for k in ("node_id", "hostname", "ip", "cpus", "gpus")}
         if answer.error is not None:

@@ -159,7 +159,7 @@ def topo_command(address: str | None, parse_file: str | None, as_json: bool) -> 
             print(f"fingerprint {topo.topology_fingerprint(parsed)}")
         return EXIT_OK
 
-    from orchestrator.scheduler import connect
+    from orchestrator.raycluster.session import connect
 
     connect(address)
     reports = discover_nodes()
@@ -254,7 +254,7 @@ def _print_findings(findings: list[Finding]) -> None:
 
 def doctor_command(address: str | None) -> int:
     """``linksweep doctor``: can this cluster's link variants be trusted? Exit 1 if not."""
-    from orchestrator.scheduler import connect
+    from orchestrator.raycluster.session import connect
 
     connect(address)
     reports = discover_nodes()

@@ -13,7 +13,7 @@ import itertools
 import math
 import os
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from orchestrator.ds_config import deepspeed_config, default_bucket_mb
 from orchestrator.spec import SpecError, SweepSpec, offload_applies
@@ -21,8 +21,6 @@ from workloads.contract import (
     NCCL_TRACE_PREFIX,
     LinkbenchConfig,
     NodeInfo,
-    RankDiagnostic,
-    RankRecord,
     RunConfig,
 )
 
@@ -303,7 +301,7 @@ def linkbench_config(spec: SweepSpec, run_id: str, gpu: bool) -> LinkbenchConfig
 
 
 # --------------------------------------------------------------------------------------------
-# Where a run's ranks landed, and what the run produced (filled by scheduler.execute_run).
+# Where a run's ranks landed (what the run produced: ``raycluster.result.RunResult``).
 
 
 @dataclass(frozen=True)
@@ -319,22 +317,6 @@ class RankPlacement:
     local_rank: int
     visible_gpus: tuple[str, ...] | None
     """Every GPU id of the run's ranks on this rank's node (what the rank may see)."""
-
-
-@dataclass
-class RunResult:
-    """What one run produced: per-rank records, or a failure. Filled even on failure."""
-
-    rank_records: list[RankRecord] = field(default_factory=list)
-    placements: list[RankPlacement] = field(default_factory=list)
-    error: str | None = None
-    actors_created_wall_s: float | None = None
-    driver_phases: dict[str, float] = field(default_factory=dict)
-    """Seconds of the phases the driver times (placement, teardown; ``contract.PHASES``)."""
-    launcher: str = "actors"
-    """How the ranks started: ``actors`` (fresh Ray actors) or ``fork`` (per-node fork server)."""
-    diagnostics: list[RankDiagnostic] = field(default_factory=list)
-    """Each rank's stack (and NCCL trace) when the run hit run_timeout_s."""
 
 
 def place_ranks(infos: list[NodeInfo]) -> list[RankPlacement]:

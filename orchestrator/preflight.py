@@ -1,15 +1,16 @@
 """Checks before any run starts, that need this machine or the cluster, not just the file.
 
 A failed check raises ``SpecError``: exit 2, nothing run, nothing written. May import: spec,
-planner, scheduler (for the cluster's capacity), DeepSpeed's op builder (for NVMe offload).
+planner, orchestrator.raycluster.nodes (the cluster's capacity), DeepSpeed's op builder (for
+NVMe offload).
 """
 
 from __future__ import annotations
 
 import os
 
-from orchestrator import scheduler
 from orchestrator.planner import check_capacity, launcher_for, rank_resources
+from orchestrator.raycluster.nodes import cluster_nodes
 from orchestrator.spec import SpecError, SweepSpec
 
 
@@ -52,7 +53,7 @@ def preflight(spec: SweepSpec) -> None:
 
 def check_cluster(spec: SweepSpec) -> dict[str, float]:
     """Capacity check against the connected cluster; returns one rank's bundle."""
-    nodes = scheduler.cluster_nodes()
+    nodes = cluster_nodes()
     check_capacity(spec, nodes)
     bundle = rank_resources(nodes, spec.world_size)
     launcher_for(spec, bundle)  # refuses fork on GPUs before anything runs

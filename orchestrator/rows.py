@@ -1,10 +1,11 @@
 """Turning what a run (or a link microbenchmark) produced into table rows. Pure.
 
-Input: the spec, the planned run and a ``planner.RunResult`` (per-rank
+Input: the spec, the planned run and a ``raycluster.result.RunResult`` (per-rank
 ``workloads.contract.RankRecord``s and where each rank ran, or the failure). Output: dicts keyed
 by the columns of ``orchestrator/store/schema.py``. Figures come from ``stats``, bandwidths and
 expected volumes from ``comm_model``, transports from ``nccl_log``, link classes from ``topo``.
-May import those pure modules and the workloads contract; never Ray or the store.
+May import those pure modules, planner and orchestrator.raycluster.result (neither imports
+Ray) and the workloads contract; never Ray or the store.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from orchestrator import comm_model, flops, nccl_log, stats
-from orchestrator.planner import PlannedRun, RunResult
+from orchestrator.planner import PlannedRun
+from orchestrator.raycluster.result import RunResult
 from orchestrator.spec import SweepSpec
 from orchestrator.topo import run_link_class
 from workloads.contract import PHASES, RankRecord, TrainingRecord
@@ -213,7 +215,7 @@ def build_rows(
     topo_links: Mapping | None = None,
     prices: comm_model.Prices | None = None,
 ) -> RunRows:
-    """Turn one run's ``planner.RunResult`` into table rows. Pure."""
+    """Turn one run's ``RunResult`` into table rows. Pure."""
     v = planned.variant
     records: list[RankRecord] = result.rank_records
     trained = [(r.rank, r.training) for r in records if r.training is not None]

@@ -1,12 +1,12 @@
 """The sweep loop: plan -> place and run -> rows -> store -> statistics -> progress.
 
 ``execute_sweep`` reads top to bottom; each step is one call into the module named for it:
-``planner`` (what runs, with which config and env), ``scheduler`` (Ray: place and run the ranks),
-``rows`` (result -> table rows), ``longsweep`` (the run spooled, then committed in one
-transaction while the database is briefly open, so a crash, a stop signal or a busy database
-keeps every finished run; start, resume and end of the sweep), ``stats`` (the figures of the
-run's variant group only), ``ui`` (progress). A failed run is a row (status ``failed`` and the
-error text) and the sweep goes on.
+``planner`` (what runs, with which config and env), ``raycluster.runs`` and
+``raycluster.launchers`` (Ray: place and run the ranks), ``rows`` (result -> table rows),
+``longsweep`` (the run spooled, then committed in one transaction while the database is briefly
+open, so a crash, a stop signal or a busy database keeps every finished run; start, resume and
+end of the sweep), ``stats`` (the figures of the run's variant group only), ``ui`` (progress). A
+failed run is a row (status ``failed`` and the error text) and the sweep goes on.
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 
-from orchestrator import linkmodel, longsweep, rows, scheduler, stats
+from orchestrator import linkmodel, longsweep, rows, stats
 from orchestrator.discovery import discover_nodes, links_by_node, node_rows
 from orchestrator.planner import (
     PlannedRun,
-    RunResult,
     Variant,
     launcher_for,
     link_placements,
@@ -29,6 +28,9 @@ from orchestrator.planner import (
     run_config,
     run_env,
 )
+from orchestrator.raycluster.launchers import start_launchers, stop_launchers
+from orchestrator.raycluster.result import RunResult
+from orchestrator.raycluster.runs import ProgressHandle, execute_run
 from orchestrator.resume import RunSlot, fresh_slots
 from orchestrator.spec import SweepSpec
 from orchestrator.store import Q
@@ -76,9 +78,9 @@ def execute_sweep(
             refresh_all_stats(store, spec, sweep_id)  # runs another command committed
         board = None
         if slots and launcher_for(spec, bundle) == "fork":
-            launchers = scheduler.start_launchers()
+            launchers = start_launchers()
         elif slots:
-            board = scheduler.ProgressHandle()
+            board = ProgressHandle()
         for slot in slots:
             p, run_id = slot.planned, slot.run_id
             ui.run_started(p, run_id)
@@ -98,7 +100,7 @@ def execute_sweep(
         status = "interrupted"
         raise
     finally:
-        scheduler.stop_launchers(launchers)
+        stop_launchers(launchers)
         heartbeat.stop()
         ui.sweep_finished(sweep_id, longsweep.finish_sweep(store, sweep_id, status))
     return sweep_id
@@ -112,7 +114,7 @@ def run_one(
     cfg = run_config(spec, p.variant, run_id)
     env = run_env(spec, p.variant.link, run_id, int(bundle.get("CPU", 1)))
     try:
-        return scheduler.execute_run(
+        return execute_run(
             cfg,
             spec.world_size,
             p.variant.placement,
@@ -165,7 +167,7 @@ def run_linkbenches(spec: SweepSpec, store, sweep_id: str, bundle, ui) -> dict:
             continue
         run_id = linkbench_id_for(sweep_id, link, placement)
         ui.linkbench_started(link, placement)
-        result = scheduler.execute_run(
+        result = execute_run(
             linkbench_config(spec, run_id, gpu="GPU" in bundle),
             spec.world_size,
             placement,

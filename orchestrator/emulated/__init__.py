@@ -54,7 +54,7 @@ resource `emulated_node_<i>` and all CPUs/GPUs. The head's ports are fixed and k
 off Ray's defaults so a host `ray start --head` never collides with it.
 
 Modules, one job each (none imports `ray`; Ray is reached only through
-`orchestrator.scheduler`, the driver's one Ray module):
+`orchestrator.raycluster`, the driver's Ray package):
     shapes     pure: link shapes, argument parsing, the plan (`plan_emulated`), constants.
     netns      applies and undoes the plan with `ip`/`tc`; root and preflight checks.
     raynodes   `ray start` argv (pure), starting Ray, the state file, finding and

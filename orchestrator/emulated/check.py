@@ -7,7 +7,7 @@ emulated nodes (pinned by their `emulated_node_<i>` resources) with
 with its tc rate.
 
 May import: the standard library, `shapes`, `orchestrator.comm_model`, and, inside the
-function, `orchestrator.scheduler` (the driver's one Ray module) and `workloads.linkcheck`
+function, `orchestrator.raycluster` (the driver's Ray package) and `workloads.linkcheck`
 (the code that runs in the actors). Never `ray`.
 """
 
@@ -39,16 +39,17 @@ def measure_link_busbw(
     the link. Each iteration: barrier, all_reduce, max over ranks; the median is
     reported. Also reports bytes each rank sent through the link (its tx counter), so
     the path is verified, not assumed. Joins the cluster at `address` with
-    `scheduler.connect` unless this process is already connected to Ray: run it in a
-    process that may hold a Ray connection.
+    `raycluster.session.connect` unless this process is already connected to Ray: run
+    it in a process that may hold a Ray connection.
     """
-    from orchestrator import scheduler
+    from orchestrator.raycluster.nodes import alive_nodes, run_pinned_actors
+    from orchestrator.raycluster.session import connect
     from workloads.linkcheck import GlooRank
 
-    scheduler.connect(address)
+    connect(address)
     ifname = IFACE_PREFIX + link
     world = len(nodes)
-    alive = scheduler.alive_nodes()
+    alive = alive_nodes()
     node_ips = []
     for i in nodes:
         match = [n["ip"] for n in alive if f"emulated_node_{i}" in n["resources"]]
@@ -59,7 +60,7 @@ def measure_link_busbw(
     init_method = f"tcp://{node_ips[0]}:{rendezvous_port}"
     numel = msg_bytes // 4
     try:
-        results = scheduler.run_pinned_actors(
+        results = run_pinned_actors(
             GlooRank,
             pins=[{f"emulated_node_{i}": 0.01} for i in nodes],
             env={"GLOO_SOCKET_IFNAME": ifname},

@@ -10,7 +10,7 @@
   stops them (SIGTERM, then SIGKILL).
 
 May import: the standard library, `shapes`, `netns` (namespace pids) and, inside functions,
-`orchestrator.scheduler` (the driver's one Ray module) for the GCS node list. Never `ray`.
+`orchestrator.raycluster.nodes` (the driver's Ray package) for the GCS node list. Never `ray`.
 """
 
 from __future__ import annotations
@@ -222,9 +222,9 @@ def start_ray(argvs: dict[str, list[str]], env: dict[str, str], log_dir: Path) -
 
 def gcs_nodes(address: str) -> list[dict[str, Any]]:
     """Nodes the GCS at `address` knows ([] when it cannot be reached)."""
-    from orchestrator import scheduler
+    from orchestrator.raycluster.nodes import gcs_nodes as ask_gcs
 
-    return scheduler.gcs_nodes(address) or []
+    return ask_gcs(address) or []
 
 
 def wait_ready(plan: EmulatedPlan, timeout_s: float) -> list[dict[str, Any]]:

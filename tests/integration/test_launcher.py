@@ -73,10 +73,10 @@ def test_a_killed_forked_rank_is_a_failed_run_and_the_next_run_is_fine(run_sweep
 def test_forked_rank_env_is_exactly_the_launchers_plus_the_runs(ray_cluster):
     import ray
 
-    from orchestrator import scheduler
+    from orchestrator.raycluster.launchers import start_launchers, stop_launchers
     from workloads.launcher import current_env
 
-    launchers = scheduler.start_launchers()
+    launchers = start_launchers()
     try:
         launcher = launchers.get(ray.get_runtime_context().get_node_id())
         first = ray.get(launcher.call.remote({"LS_LINK_A": "a", "NCCL_P2P_DISABLE": "1"},
@@ -88,7 +88,7 @@ def test_forked_rank_env_is_exactly_the_launchers_plus_the_runs(ray_cluster):
         launcher_policy = os.sched_getscheduler(launcher_pid)
         rank_policy = ray.get(launcher.call.remote({}, os.sched_getscheduler, (0,)))
     finally:
-        scheduler.stop_launchers(launchers)
+        stop_launchers(launchers)
     assert (launcher_policy, rank_policy) == (os.SCHED_IDLE, os.SCHED_OTHER)
     assert first == {**base, "LS_LINK_A": "a", "NCCL_P2P_DISABLE": "1"}
     assert second == {**base, "LS_LINK_B": "b"}
@@ -116,7 +116,7 @@ def test_forked_rank_0_progress_reaches_the_driver_through_its_launcher(ray_clus
 
     import ray
 
-    from orchestrator import scheduler
+    from orchestrator.raycluster.launchers import start_launchers, stop_launchers
 
     release = tmp_path / "release"
     code = (
@@ -125,7 +125,7 @@ def test_forked_rank_0_progress_reaches_the_driver_through_its_launcher(ray_clus
         "launcher._progress.update('run-p', 3, 5, False)\n"
         f"while not os.path.exists({str(release)!r}): time.sleep(0.01)\n"
     )
-    launchers = scheduler.start_launchers()
+    launchers = start_launchers()
     try:
         launcher = launchers.get(ray.get_runtime_context().get_node_id())
         ref = launcher.call.remote({}, exec, (code,), "run-p")
@@ -138,6 +138,6 @@ def test_forked_rank_0_progress_reaches_the_driver_through_its_launcher(ray_clus
         after = ray.get(launcher.progress.remote("run-p"))
     finally:
         release.touch()
-        scheduler.stop_launchers(launchers)
+        stop_launchers(launchers)
     assert seen == {"run_id": "run-p", "step": 3, "total": 5, "warmup": False}
     assert after == {}  # the run's call is over: nothing stale for the next poll

@@ -245,8 +245,8 @@ def test_spooled_run_survives_a_held_database_and_the_next_opener_commits_it(tmp
 def test_watchdog_reaps_grandchildren_of_a_kill_9_driver():
     """A stand-in driver forks a child that forks a grandchild, each re-parented when its
     parent dies (what Ray's workers do); after kill -9 of the driver the watchdog kills both.
-    Like the real driver (``scheduler.connect``) it marks its environment, so a process younger
-    than the watchdog's last refresh is found by its marker."""
+    Like the real driver (``raycluster.session.connect``) it marks its environment, so a process
+    younger than the watchdog's last refresh is found by its marker."""
     code = (
         "import os, subprocess, sys, time\n"
         "from orchestrator.watchdog import MARKER_ENV, Watchdog\n"

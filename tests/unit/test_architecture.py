@@ -1,5 +1,5 @@
 """The code's shape, checked by reading source files (nothing here imports the modules):
-one-way dependencies, one Ray module, one DuckDB module, no SQL outside the store, small files.
+one-way dependencies, one Ray package, one DuckDB module, no SQL outside the store, small files.
 """
 
 from __future__ import annotations
@@ -39,13 +39,33 @@ def test_workloads_never_import_the_driver():
     assert offenders == {}
 
 
-def test_only_the_scheduler_imports_ray():
+def test_only_the_raycluster_package_imports_ray():
+    """Ray is reached through orchestrator/raycluster/ only; of it, result.py (rows and unit
+    tests build a RunResult) and __init__.py never."""
     importers = [
         _rel(p)
         for p in _py("orchestrator")
         if _lines_matching(p, r"^\s*(import\s+ray\b|from\s+ray\b)")
     ]
-    assert importers == ["orchestrator/scheduler.py"]
+    assert importers == [
+        "orchestrator/raycluster/launchers.py",
+        "orchestrator/raycluster/nodes.py",
+        "orchestrator/raycluster/runs.py",
+        "orchestrator/raycluster/session.py",
+    ]
+    ray_free = ["__init__.py", "result.py"]
+    through_the_package = {
+        name: hits
+        for name in ray_free
+        if (
+            hits := _lines_matching(
+                REPO / "orchestrator" / "raycluster" / name,
+                r"^\s*from\s+orchestrator\.raycluster(\.(session|nodes|runs|launchers)\b|"
+                r"\s+import\s+.*\b(session|nodes|runs|launchers)\b)",
+            )
+        )
+    }
+    assert through_the_package == {}
 
 
 def test_only_the_store_imports_duckdb():

@@ -398,12 +398,12 @@ def test_transports_parse_garbage_and_missing(tmp_path, capsys):
 def test_doctor_command_exit_1_when_a_finding_invalidates(monkeypatch, capsys):
     from orchestrator import inspect_cmds
 
-    # doctor_command imports scheduler.connect when it runs; the real scheduler imports ray,
-    # which unit tests never do, so a stand-in module takes its place for this test.
+    # doctor_command imports raycluster.session.connect when it runs; the real session imports
+    # ray, which unit tests never do, so a stand-in module takes its place for this test.
     connected = []
-    fake_scheduler = types.ModuleType("orchestrator.scheduler")
-    fake_scheduler.connect = lambda address: connected.append(address) or "embedded"
-    monkeypatch.setitem(sys.modules, "orchestrator.scheduler", fake_scheduler)
+    fake_session = types.ModuleType("orchestrator.raycluster.session")
+    fake_session.connect = lambda address: connected.append(address) or "embedded"
+    monkeypatch.setitem(sys.modules, "orchestrator.raycluster.session", fake_session)
 
     blocked = _gpu_report("hf_perf_hardware_nv2.txt", p2p=[[None, False], [False, None]])
     monkeypatch.setattr(inspect_cmds, "discover_nodes", lambda: [as_report(blocked)])

@@ -6,7 +6,8 @@ import datetime as dt
 
 import pytest
 
-from orchestrator.planner import RunResult, plan_runs
+from orchestrator.planner import plan_runs
+from orchestrator.raycluster.result import RunResult
 from orchestrator.report.phases import phase_table, phases_html, sweep_wall_s
 from orchestrator.rows import build_rows, commit_phase_row, phase_rows
 from orchestrator.spec import parse_spec

@@ -10,8 +10,8 @@ import pytest
 
 from orchestrator import comm_model, nccl_log, stats
 from orchestrator.planner import RankPlacement as Placement
-from orchestrator.planner import RunResult as Result
 from orchestrator.planner import plan_runs
+from orchestrator.raycluster.result import RunResult as Result
 from orchestrator.rows import GPU_VISIBILITY, build_rows, link_class_for, linkbench_rows
 from orchestrator.spec import parse_spec
 from workloads.contract import (

@@ -1,11 +1,11 @@
-"""orchestrator.scheduler, the one module that imports ray: running a function on every node of
-the session's Ray cluster. (Rank placement is pure: tests/unit/test_planner.py.)"""
+"""orchestrator.raycluster, the one package that imports ray: running a function on every node
+of the session's Ray cluster. (Rank placement is pure: tests/unit/test_planner.py.)"""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator.scheduler import run_on_every_node
+from orchestrator.raycluster.nodes import run_on_every_node
 
 
 @pytest.mark.slow

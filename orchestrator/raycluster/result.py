@@ -1,0 +1,29 @@
+"""What one run produced, as the driver holds it between ``runs.execute_run`` and ``rows``.
+
+Pure (no Ray): ``orchestrator/rows.py`` and the unit tests build a :class:`RunResult` by hand.
+
+May import: orchestrator.planner (``RankPlacement``), workloads.contract. Never ray.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from orchestrator.planner import RankPlacement
+from workloads.contract import RankDiagnostic, RankRecord
+
+
+@dataclass
+class RunResult:
+    """What one run produced: per-rank records, or a failure. Filled even on failure."""
+
+    rank_records: list[RankRecord] = field(default_factory=list)
+    placements: list[RankPlacement] = field(default_factory=list)
+    error: str | None = None
+    actors_created_wall_s: float | None = None
+    driver_phases: dict[str, float] = field(default_factory=dict)
+    """Seconds of the phases the driver times (placement, teardown; ``contract.PHASES``)."""
+    launcher: str = "actors"
+    """How the ranks started: ``actors`` (fresh Ray actors) or ``fork`` (per-node fork server)."""
+    diagnostics: list[RankDiagnostic] = field(default_factory=list)
+    """Each rank's stack (and NCCL trace) when the run hit run_timeout_s."""

@@ -1,0 +1,278 @@
+"""One run, start to end: place its ranks, start them, wait for their records, clean up.
+
+A run = a placement group of ``world_size`` bundles (GPU:1 where the cluster has GPUs, else
+CPU:1), STRICT_PACK or STRICT_SPREAD, and its ranks: fresh rank actors (``workloads.rank.Rank``)
+started with the link's env as ``runtime_env`` (NCCL and gloo read env once per process), or
+processes forked by the node's launcher (``launchers.py``, ``launcher: fork``) with that env.
+A rank gets a ``workloads.contract.RunConfig`` and returns a ``RankRecord``: nothing untyped
+crosses. The placement group and the ranks are removed after the run, also on failure or hang
+(a hang's stacks are captured first: :func:`capture_diagnostics`). Rank 0's progress reaches
+the live display through a :class:`ProgressBoard` actor (fresh actors) or its launcher (forked
+ranks).
+
+May import: ray, workloads (the contract, the rank, the diagnosis that runs on nodes),
+orchestrator.planner (``place_ranks``), orchestrator.errors, result, session
+(``quiet_daemons``), launchers (its type only). Never the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+)
+
+from orchestrator.errors import error_text, first_line, ranks_error_text
+from orchestrator.planner import place_ranks
+from orchestrator.raycluster import session
+from orchestrator.raycluster.result import RunResult
+from workloads.contract import LinkbenchConfig, RankRecord, RunConfig
+
+if TYPE_CHECKING:
+    from orchestrator.raycluster.launchers import LauncherPool
+
+PLACEMENT_STRATEGY = {"pack": "STRICT_PACK", "spread": "STRICT_SPREAD"}
+PLACEMENT_TIMEOUT_S = 120.0  # a group still unplaced by then will not be placed
+ACTOR_READY_TIMEOUT_S = 300.0  # covers runtime_env set-up on a cold node
+FAILURE_GRACE_S = 5.0  # after a rank fails, how long the others get to report theirs
+TICK_S = 2.0  # the live display's refresh while ranks run; a finished rank is seen at once
+DIAG_TIMEOUT_S = 20.0  # capturing every rank's stack on its node, before the actors are killed
+
+
+class RunFailure(Exception):
+    """A run could not complete; the message is stored as the run's error."""
+
+
+class RunTimeout(RunFailure):
+    """The run reached run_timeout_s: its ranks' stacks are captured before they are killed."""
+
+
+@ray.remote(num_cpus=0)
+class ProgressBoard:
+    """Rank 0 reports (run_id, step, total, warmup) here; the driver polls it for display."""
+
+    def __init__(self) -> None:
+        self.state: dict = {}
+
+    def update(self, run_id: str, step: int, total: int, warmup: bool) -> None:
+        self.state = {"run_id": run_id, "step": step, "total": total, "warmup": warmup}
+
+    def get(self) -> dict:
+        return self.state
+
+
+class ProgressHandle:
+    """The driver's end of a :class:`ProgressBoard`: ``actor`` goes to the ranks. Only for runs
+    of fresh actors: forked ranks report to their launcher (no idle actor beside the ranks)."""
+
+    def __init__(self) -> None:
+        self.actor = ProgressBoard.remote()
+
+    def poll(self) -> dict:
+        """The latest progress report, without waiting long for it."""
+        return _progress_report(self.actor.get.remote())
+
+
+def _progress_report(ref) -> dict:
+    try:
+        return ray.get(ref, timeout=2)
+    except Exception:  # noqa: BLE001 - progress display must never fail a run
+        return {}
+
+
+def _ticker(on_progress, poll) -> Callable[[], None] | None:
+    """What :func:`_wait_all` calls every ``TICK_S``: the latest report to ``on_progress``."""
+    return None if on_progress is None or poll is None else lambda: on_progress(poll())
+
+
+def execute_run(
+    run_cfg: RunConfig | LinkbenchConfig,
+    world_size: int,
+    placement: str,
+    env: dict[str, str],
+    bundle: dict[str, float],
+    timeout_s: float,
+    board: ProgressHandle | None = None,
+    on_progress: Callable[[dict], None] | None = None,
+    launchers: LauncherPool | None = None,
+) -> RunResult:
+    """Place, start, run and clean up one run. Never raises for run-level failures.
+
+    ``launchers`` (node id -> launcher actor, ``launchers.start_launchers``): the ranks are
+    forked by the launcher of the node their bundle landed on instead of starting as fresh
+    actors.
+    ``on_progress`` gets rank 0's latest report every ``TICK_S``: from ``board`` (fresh
+    actors) or from rank 0's launcher (forked ranks)."""
+    from workloads.rank import Rank
+
+    result = RunResult(launcher="fork" if launchers is not None else "actors")
+    session.quiet_daemons()  # the embedded cluster: its agents may have started since
+    t_placement = time.perf_counter()
+    pg = placement_group([dict(bundle)] * world_size, strategy=PLACEMENT_STRATEGY[placement])
+    actors = []
+    try:
+        placed = pg.wait(timeout_seconds=PLACEMENT_TIMEOUT_S)
+        result.driver_phases["placement"] = time.perf_counter() - t_placement
+        if not placed:
+            raise RunFailure(
+                f"placement group {PLACEMENT_STRATEGY[placement]} of {world_size} x {bundle} "
+                f"could not be placed within {PLACEMENT_TIMEOUT_S:.0f} s (resources busy or "
+                "not present in the cluster)"
+            )
+        if launchers is not None:
+            result.rank_records = _run_forked(
+                pg, launchers, run_cfg, env, timeout_s, on_progress, result
+            )
+            return result
+        gpu = bundle.get("GPU", 0)
+        rank_actor = ray.remote(Rank)
+        result.actors_created_wall_s = time.time()
+        for i in range(world_size):
+            actors.append(
+                rank_actor.options(
+                    num_cpus=bundle.get("CPU", 0),
+                    num_gpus=gpu,
+                    max_restarts=0,  # a restarted rank would break the process group
+                    max_task_retries=0,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        pg, placement_group_bundle_index=i
+                    ),
+                    runtime_env={"env_vars": dict(env)},
+                ).remote()
+            )
+        infos = ray.get([a.node_info.remote() for a in actors], timeout=ACTOR_READY_TIMEOUT_S)
+        result.placements = place_ranks(infos)
+        master_addr = infos[0].ip
+        master_port = ray.get(actors[0].free_port.remote(), timeout=60)
+        refs = [
+            a.run.remote(
+                run_cfg,
+                p.rank,
+                world_size,
+                p.local_rank,
+                master_addr,
+                master_port,
+                list(p.visible_gpus) if p.visible_gpus else None,
+                board.actor if board is not None else None,
+            )
+            for a, p in zip(actors, result.placements, strict=True)
+        ]
+        poll = board.poll if board is not None else None
+        result.rank_records = _wait_all(refs, timeout_s, _ticker(on_progress, poll))
+    except RunTimeout as exc:
+        result.error = str(exc)
+        result.diagnostics = capture_diagnostics(run_cfg.run_id, result.placements)
+    except RunFailure as exc:
+        result.error = str(exc)
+    except Exception as exc:  # noqa: BLE001 - RayActorError, RayTaskError, GetTimeoutError...
+        result.error = error_text(exc)
+    finally:
+        t_teardown = time.perf_counter()
+        if launchers is not None:
+            _kill_forked(launchers, run_cfg.run_id)
+        for a in actors:
+            ray.kill(a, no_restart=True)
+        remove_placement_group(pg)
+        result.driver_phases["teardown"] = time.perf_counter() - t_teardown
+    return result
+
+
+def _run_forked(
+    pg, launchers: LauncherPool, run_cfg, env, timeout_s, on_progress, result
+) -> list[RankRecord]:
+    """The ranks of a placed run, each forked by the launcher of its bundle's node."""
+    from ray.util.placement_group import placement_group_table
+
+    world_size = len(pg.bundle_specs)
+    by_bundle = placement_group_table(pg)["bundles_to_node_id"]
+    nodes = [by_bundle[i] for i in range(world_size)]
+    result.actors_created_wall_s = time.time()
+    infos = {n: launchers.get(n).node_info.remote() for n in set(nodes)}
+    infos = dict(zip(infos, ray.get(list(infos.values()), timeout=60), strict=True))
+    result.placements = place_ranks([infos[n] for n in nodes])
+    master_addr = infos[nodes[0]].ip
+    master_port = ray.get(launchers.get(nodes[0]).free_port.remote(), timeout=60)
+    refs = [
+        launchers.get(nodes[p.rank]).run_rank.remote(
+            dict(env), run_cfg, p.rank, world_size, p.local_rank, master_addr, master_port, None
+        )
+        for p in result.placements
+    ]
+    rank0 = launchers.get(nodes[0])
+    poll = lambda: _progress_report(rank0.progress.remote(run_cfg.run_id))  # noqa: E731
+    return _wait_all(refs, timeout_s, _ticker(on_progress, poll))
+
+
+def _kill_forked(launchers: LauncherPool, run_id: str) -> None:
+    """End whatever is left of a run's forked ranks (after a failure or a timeout)."""
+    refs = [a.kill_run.remote(run_id) for a in launchers.values()]
+    with contextlib.suppress(Exception):
+        ray.get(refs, timeout=30)
+
+
+def _wait_all(refs: list, timeout_s: float, on_tick: Callable[[], None] | None) -> list[RankRecord]:
+    """Collect every rank's result (``refs`` in rank order); the deadline or a failure ends the
+    run. After the first failure the other ranks get ``FAILURE_GRACE_S`` to report theirs, so
+    the error names every failed rank: the one that failed first (the cause) is often not the
+    one whose error arrives first (a peer's "connection closed")."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(refs)
+    results: dict = {}
+    failures: dict = {}
+    grace_end = float("inf")
+    while pending:
+        remaining = deadline - time.monotonic()
+        if failures:
+            remaining = min(remaining, grace_end - time.monotonic())
+            if remaining <= 0:
+                break
+        elif remaining <= 0:
+            raise RunTimeout(
+                f"run timed out after {timeout_s:.0f} s (run_timeout_s) with "
+                f"{len(pending)} of {len(refs)} ranks unfinished: a hang, e.g. a rank stuck in "
+                "a collective; actors were killed"
+            )
+        done, pending = ray.wait(pending, num_returns=1, timeout=min(remaining, TICK_S))
+        for ref in done:
+            try:
+                results[ref] = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - RayTaskError, RayActorError...
+                if not failures:
+                    grace_end = time.monotonic() + FAILURE_GRACE_S
+                failures[refs.index(ref)] = exc
+        if on_tick is not None:
+            on_tick()
+    if failures:
+        raise RunFailure(ranks_error_text(failures, len(refs)))
+    return sorted((results[r] for r in refs), key=lambda r: r.rank)
+
+
+def capture_diagnostics(run_id: str, placements: list) -> list:
+    """Every rank's stack (and NCCL trace), each read on the rank's own node by a pinned task
+    (``workloads.diag.capture``); a rank whose node does not answer gets a row saying so."""
+    from workloads.contract import RankDiagnostic
+    from workloads.diag import capture
+
+    remote_capture = ray.remote(num_cpus=0, max_retries=0)(capture)
+    refs = [
+        remote_capture.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=p.node_id, soft=False)
+        ).remote(run_id, p.rank, p.pid)
+        for p in placements
+    ]
+    out = []
+    for p, ref in zip(placements, refs, strict=True):
+        try:
+            out.append(ray.get(ref, timeout=DIAG_TIMEOUT_S))
+        except Exception as exc:  # noqa: BLE001 - the diagnosis must not stop the cleanup
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+            out.append(RankDiagnostic(rank=p.rank, pid=p.pid, error=first_line(exc)))
+    return out
