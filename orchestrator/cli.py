@@ -49,6 +49,7 @@ def _run(args: argparse.Namespace, train: bool) -> int:
 
     from orchestrator import stopping
     from orchestrator.raycluster import session
+    from orchestrator.raycluster.reach import ClusterUnreachable
     from orchestrator.store.live import LiveStore
 
     store = LiveStore(args.db)
@@ -70,7 +71,11 @@ def _run(args: argparse.Namespace, train: bool) -> int:
             return EXIT_BAD_INPUT
         print(f"resuming sweep {resume[0]}: {len(resume[1])} run(s) left", file=sys.stderr)
 
-    address = session.connect(args.address)
+    try:
+        address = session.connect(args.address)
+    except ClusterUnreachable as exc:
+        err(str(exc))
+        return EXIT_BAD_INPUT
     restore_signals = stopping.install()  # after ray.init, which sets its own SIGTERM handler
     try:
         return _run_connected(args, spec, store, address, train, resume)

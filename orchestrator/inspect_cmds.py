@@ -159,9 +159,14 @@ def topo_command(address: str | None, parse_file: str | None, as_json: bool) -> 
             print(f"fingerprint {topo.topology_fingerprint(parsed)}")
         return EXIT_OK
 
+    from orchestrator.raycluster.reach import ClusterUnreachable
     from orchestrator.raycluster.session import connect
 
-    connect(address)
+    try:
+        connect(address)
+    except ClusterUnreachable as exc:
+        err(str(exc))
+        return EXIT_BAD_INPUT
     reports = discover_nodes()
     if as_json:
         out = []
@@ -254,9 +259,14 @@ def _print_findings(findings: list[Finding]) -> None:
 
 def doctor_command(address: str | None) -> int:
     """``linksweep doctor``: can this cluster's link variants be trusted? Exit 1 if not."""
+    from orchestrator.raycluster.reach import ClusterUnreachable
     from orchestrator.raycluster.session import connect
 
-    connect(address)
+    try:
+        connect(address)
+    except ClusterUnreachable as exc:
+        err(str(exc))
+        return EXIT_BAD_INPUT
     reports = discover_nodes()
     findings = doctor_findings(reports)
 

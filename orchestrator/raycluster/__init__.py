@@ -3,6 +3,7 @@
 One module per job:
     session    connect (join a cluster, or start the embedded one with its watchdog) and
                disconnect; the embedded cluster's daemons kept under SCHED_IDLE.
+    reach      why a cluster cannot be joined, in one line (``ClusterUnreachable``); pure.
     nodes      the cluster's nodes; a function run once on every node; pinned actors; a GCS
                asked before any ``ray.init`` (the emulated cluster coming up).
     runs       one run: placement group, ranks (fresh actors or forked), records, clean-up,
@@ -22,5 +23,5 @@ Words used here (the measurement's vocabulary is in ``workloads/contract.py``):
                       run's ranks on its node.
     progress board    the actor rank 0 reports its step to (fresh actors only).
 
-May import: nothing (``result`` must stay importable without ray).
+May import: nothing (``result`` and ``reach`` must stay importable without ray).
 """

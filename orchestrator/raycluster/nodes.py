@@ -6,7 +6,7 @@ or does not answer becomes a :class:`NodeAnswer` with ``error`` set, never an ex
 :func:`run_pinned_actors` runs the emulated cluster's link check; :func:`gcs_nodes` asks a GCS
 that no ``ray.init`` has joined (the emulated cluster coming up).
 
-May import: ray, orchestrator.planner (``NodeCapacity``), orchestrator.errors.
+May import: ray, orchestrator.planner (``NodeCapacity``), orchestrator.errors, reach.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator.errors import first_line
 from orchestrator.planner import NodeCapacity
+from orchestrator.raycluster.reach import split_address, tcp_probe
 
 
 def alive_nodes() -> list[dict]:
@@ -122,14 +123,9 @@ def gcs_nodes(address: str, timeout_s: float = 5.0) -> list[dict] | None:
     """Nodes the GCS at ``address`` (host:port) knows, without ``ray.init``; None when it cannot
     be reached. Used while a cluster is coming up (the emulated cluster's ``up`` and ``status``).
     """
-    import socket
-
-    host, port = address.rsplit(":", 1)
-    try:
-        # GcsClient waits ~40 s for an unreachable GCS; a plain connect fails fast.
-        with socket.create_connection((host, int(port)), timeout=1.0):
-            pass
-    except OSError:
+    hp = split_address(address)
+    # GcsClient waits ~40 s for an unreachable GCS; a plain connect fails fast.
+    if hp is None or tcp_probe(*hp, timeout_s=1.0) is not None:
         return None
     try:
         from ray._raylet import GcsClient  # private, but the only client that needs no

@@ -1,5 +1,6 @@
 """orchestrator.raycluster, the one package that imports ray: running a function on every node
-of the session's Ray cluster. (Rank placement is pure: tests/unit/test_planner.py.)"""
+of the session's Ray cluster. (Rank placement is pure: tests/unit/test_planner.py; why a join
+failed: tests/unit/test_join_error.py and tests/integration/test_join_error.py.)"""
 
 from __future__ import annotations
 
