@@ -25,7 +25,13 @@ PY=${PYTHON:-python3}
 # cache the ranks load them from (TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions/): so
 # run setup as the user who runs the sweeps. An op this machine cannot build (async_io without
 # libaio-dev) is skipped with the reason; it never fails the setup.
-.venv/bin/python - <<'PY' 2>&1 | grep -v "real_accelerator" || echo "warning: DeepSpeed ops not prebuilt: the first run that needs one builds it"
+# torch runs the first `ninja` on PATH, and the ranks inherit the PATH of whoever started the
+# sweep. Two ninja versions do not share a build log (the system's 1.11 and the venv's 1.13 hash
+# commands differently), so the other one rebuilds the op: build with the ninja the sweeps will
+# find, this shell's, else the venv's (what an activated venv finds).
+ninja_path=$PATH
+command -v ninja >/dev/null 2>&1 || ninja_path="$PWD/.venv/bin:$PATH"
+PATH=$ninja_path .venv/bin/python - <<'PY' 2>&1 | grep -v "real_accelerator" || echo "warning: DeepSpeed ops not prebuilt: the first run that needs one builds it"
 import time
 
 from deepspeed.accelerator import get_accelerator
