@@ -27,12 +27,13 @@ KILL_IN_COMMIT_ENV = "LINKSWEEP_KILL_IN_COMMIT"
 spooled and before it is committed."""
 
 
-def _now() -> dt.datetime:
+def now() -> dt.datetime:
+    """The time a sweep's and a run's rows record: UTC."""
     return dt.datetime.now(dt.timezone.utc)
 
 
 def driver_identity() -> dict:
-    return {"driver_host": liveness.this_host(), "driver_pid": os.getpid(), "heartbeat_at": _now()}
+    return {"driver_host": liveness.this_host(), "driver_pid": os.getpid(), "heartbeat_at": now()}
 
 
 def start_sweep(store, spec: SweepSpec, sweep_id: str, address: str, n_runs: int) -> None:
@@ -55,12 +56,12 @@ def finish_sweep(store, sweep_id: str, status: str) -> str:
         if status != "interrupted":
             failed = store.rows(Q.FAILED_RUN_COUNT, sweep_id=sweep_id)[0]["n"]
             status = "failed" if failed else "ok"
-        store.update("sweeps", {"sweep_id": sweep_id}, {"status": status, "finished_at": _now()})
+        store.update("sweeps", {"sweep_id": sweep_id}, {"status": status, "finished_at": now()})
         return status
     except StoreLocked:
         # The database stayed busy: the final status waits in the spool like a run (an
         # interrupted sweep's driver is gone by then, which the readers see anyway).
-        values = {"status": status, "finished_at": _now()}
+        values = {"status": status, "finished_at": now()}
         update = {"table": "sweeps", "key": {"sweep_id": sweep_id}, "values": values}
         if status != "interrupted":
             update["recompute_status"] = True  # ok or failed: decided when it is committed
@@ -95,7 +96,7 @@ def diagnostic_rows(run_id: str, result) -> list[dict]:
                 "hostname": p.hostname if p else None,
                 "pid": d.pid,
                 "kind": "timeout",
-                "captured_at": _now(),
+                "captured_at": now(),
                 "python_stack": d.python_stack,
                 "nccl_trace": base64.b64encode(d.nccl_trace).decode() if d.nccl_trace else None,
                 "error": d.error,

@@ -11,8 +11,9 @@ failed run is a row (status ``failed`` and the error text) and the sweep goes on
 
 from __future__ import annotations
 
-import datetime as dt
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from orchestrator import linkmodel, longsweep, rows, stats
 from orchestrator.discovery import discover_nodes, links_by_node, node_rows
@@ -36,17 +37,12 @@ from orchestrator.spec import SweepSpec
 from orchestrator.store import Q
 
 
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
-
 def execute_sweep(
     spec: SweepSpec,
     store,
     address: str,
     bundle: dict[str, float],
     ui,
-    train: bool = True,
     resume: tuple[str, list[RunSlot]] | None = None,
 ) -> str:
     """Run every planned run in order, storing each as it ends. Returns the sweep id.
@@ -59,51 +55,75 @@ def execute_sweep(
     """
     if resume is None:
         sweep_id = new_sweep_id()
-        slots = fresh_slots(sweep_id, plan_runs(spec) if train else [])
+        slots = fresh_slots(sweep_id, plan_runs(spec))
         longsweep.start_sweep(store, spec, sweep_id, address, len(slots))
     else:
         sweep_id, slots = resume
         longsweep.restart_sweep(store, sweep_id, address)
+    launchers = None
+    with sweep_life(store, sweep_id, ui):
+        try:
+            topo_links = discover_topology(store, sweep_id)
+            record_links(store, spec, sweep_id, address)
+            ui.sweep_started(spec, sweep_id, len(slots))
+            prices = (
+                run_linkbenches(spec, store, sweep_id, bundle, ui) if spec.grid.linkbench else {}
+            )
+            if resume is not None:
+                refresh_all_stats(store, spec, sweep_id)  # runs another command committed
+            board = None
+            if slots and launcher_for(spec, bundle) == "fork":
+                launchers = start_launchers()
+            elif slots:
+                board = ProgressHandle()
+            for slot in slots:
+                p, run_id = slot.planned, slot.run_id
+                ui.run_started(p, run_id)
+                started = longsweep.now()
+                result = run_one(spec, p, run_id, bundle, board, ui.tick, launchers)
+                link_prices = prices.get((p.variant.link, p.variant.placement))
+                run_rows = rows.build_rows(
+                    spec, sweep_id, p, run_id, result, started, longsweep.now(), topo_links,
+                    link_prices,
+                )  # fmt: skip
+                diag = longsweep.diagnostic_rows(run_id, result)
+                if longsweep.commit_run(store, slot, run_rows, diag):
+                    group = (store, spec, sweep_id, p.variant)
+                    longsweep.refresh_stats_if_free(refresh_stats, *group)
+                    longsweep.refresh_stats_if_free(refresh_link_model, *group)
+                ui.run_finished(p, run_rows.run)
+        finally:
+            stop_launchers(launchers)
+    return sweep_id
+
+
+def execute_linkbench(spec: SweepSpec, store, address: str, bundle: dict[str, float], ui) -> str:
+    """``linksweep linkbench``: a sweep with no training runs: the nodes' topology, each link
+    described, then each link x placement measured (``link_bench``). Returns the sweep id."""
+    sweep_id = new_sweep_id()
+    longsweep.start_sweep(store, spec, sweep_id, address, 0)
+    with sweep_life(store, sweep_id, ui):
+        discover_topology(store, sweep_id)
+        record_links(store, spec, sweep_id, address)
+        ui.sweep_started(spec, sweep_id, 0)
+        run_linkbenches(spec, store, sweep_id, bundle, ui)
+    return sweep_id
+
+
+@contextmanager
+def sweep_life(store, sweep_id: str, ui) -> Iterator[None]:
+    """The sweep's heartbeat while the block runs, then its final status: ``interrupted`` when a
+    stop signal or Ctrl-C ends the block (re-raised), else ok or failed from its runs."""
     heartbeat = store.heartbeat(sweep_id)
     status = "ok"
-    launchers = None
     try:
-        topo_links = discover_topology(store, sweep_id)
-        record_links(store, spec, sweep_id, address)
-        ui.sweep_started(spec, sweep_id, len(slots))
-        prices = {}
-        if spec.grid.linkbench or not train:
-            prices = run_linkbenches(spec, store, sweep_id, bundle, ui)
-        if resume is not None:
-            refresh_all_stats(store, spec, sweep_id)  # runs another command committed
-        board = None
-        if slots and launcher_for(spec, bundle) == "fork":
-            launchers = start_launchers()
-        elif slots:
-            board = ProgressHandle()
-        for slot in slots:
-            p, run_id = slot.planned, slot.run_id
-            ui.run_started(p, run_id)
-            started = _now()
-            result = run_one(spec, p, run_id, bundle, board, ui.tick, launchers)
-            link_prices = prices.get((p.variant.link, p.variant.placement))
-            run_rows = rows.build_rows(
-                spec, sweep_id, p, run_id, result, started, _now(), topo_links, link_prices
-            )
-            diag = longsweep.diagnostic_rows(run_id, result)
-            if longsweep.commit_run(store, slot, run_rows, diag):
-                group = (store, spec, sweep_id, p.variant)
-                longsweep.refresh_stats_if_free(refresh_stats, *group)
-                longsweep.refresh_stats_if_free(refresh_link_model, *group)
-            ui.run_finished(p, run_rows.run)
+        yield
     except KeyboardInterrupt:
         status = "interrupted"
         raise
     finally:
-        stop_launchers(launchers)
         heartbeat.stop()
         ui.sweep_finished(sweep_id, longsweep.finish_sweep(store, sweep_id, status))
-    return sweep_id
 
 
 def run_one(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import sys
 
 import numpy as np
@@ -87,6 +88,14 @@ def print_table(
     out = file or sys.stdout
     for line in format_table(cols, rows, title, digits):
         print(line, file=out)
+
+
+def write_csv(cols: list[str], rows: list[tuple], file=None) -> None:
+    """CSV with lines ending in ``\n``, as the duckdb CLI and psql write it (Python's csv ends
+    them with ``\r\n``, so a shell comparison of the last field would see ``0\r``)."""
+    w = csv.writer(file or sys.stdout, lineterminator="\n")
+    w.writerow(cols)
+    w.writerows(rows)
 
 
 def format_table(

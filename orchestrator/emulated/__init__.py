@@ -62,7 +62,6 @@ Modules, one job each (none imports `ray`; Ray is reached only through
     lifecycle  `up`, `down`, `status`.
     check      `measure_link_busbw`: a gloo all_reduce through one link; the code that
                runs in its actors is `workloads.linkcheck`.
-    command    `cluster_command` (the CLI) and `main` (`python -m orchestrator.emulated`).
 
 `up` writes a JSON state file before each creation step, so `down` after a crash undoes
 exactly what was started and nothing else. Ray processes are found again by an env
@@ -72,7 +71,6 @@ also stop every other Ray session on the machine).
 """
 
 from orchestrator.emulated.check import measure_link_busbw
-from orchestrator.emulated.command import cluster_command, main
 from orchestrator.emulated.lifecycle import down, status, up
 from orchestrator.emulated.netns import netns_available, require_root
 from orchestrator.emulated.raynodes import (
@@ -130,10 +128,8 @@ __all__ = [
     "NodePort",
     "RayNodeOptions",
     "Step",
-    "cluster_command",
     "down",
     "link_subnet",
-    "main",
     "measure_link_busbw",
     "netns_available",
     "parse_link_arg",

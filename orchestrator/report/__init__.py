@@ -1,6 +1,7 @@
-"""``linksweep report`` and ``linksweep export``: what a sweep found, readable offline.
+"""What a sweep found, readable offline: the report (run by ``commands/report.py``) and the
+export (``commands/export.py``).
 
-``linksweep report [--db PATH] [--sweep ID] [--out DIR]`` (``report_command``) reads one sweep
+``linksweep report [--db PATH] [--sweep ID] [--out DIR]`` reads one sweep
 (the latest by start time unless ``--sweep`` names one) and writes into ``DIR``:
 
 - ``report.html``: self-contained. Inline CSS, figures embedded as base64 PNG data URIs, no
@@ -23,7 +24,7 @@ slowdowns count only runs that finished ok and were not throttled (``orchestrato
 bytes per step take every ok run, since throttling does not change bytes); failed and throttled
 runs are listed, and counted as excluded.
 
-``linksweep export OUTDIR [--format parquet|csv] [--db PATH]`` (``export_command``) writes every
+``linksweep export OUTDIR [--format parquet|csv] [--db PATH]`` writes every
 table and view of the database to ``OUTDIR``, one file each (``orchestrator.store.export_all``).
 
 Exit codes (``orchestrator/errors.py``): 0 written (also for a sweep with nothing to plot);
@@ -42,13 +43,11 @@ The package, one job per module, each importing only the ones before it:
   ``matplotlib.figure.Figure`` with the Agg canvas, never pyplot: no global state, no display.
 - ``markup``: HTML tables and escaping; ``sections``: the report's sections; ``html``:
   ``render_html``, rows and PNG bytes -> the page.
-- ``command``: ``report_command`` and ``export_command``: arguments -> files, exit codes.
 
 Units follow the schema's names: ``_s`` seconds, ``_bytes`` bytes, ``_gbps`` GB/s with
 1 GB = 1e9 B. Message sizes in the microbenchmark are powers of two and are labelled in KiB/MiB.
 """
 
-from orchestrator.report.command import EXPORT_FORMATS, export_command, report_command
 from orchestrator.report.data import ReportData, ReportError, load_report_data, pick_sweep
 from orchestrator.report.figures import FIGURES, FigureResult, build_figures
 from orchestrator.report.fmt import (
@@ -68,13 +67,11 @@ from orchestrator.report.plots import (
 )
 
 __all__ = [
-    "EXPORT_FORMATS",
     "FIGURES",
     "FigureResult",
     "ReportData",
     "ReportError",
     "build_figures",
-    "export_command",
     "fmt_bytes",
     "fmt_msg_size",
     "fmt_seconds",
@@ -87,6 +84,5 @@ __all__ = [
     "plot_slowdown",
     "plot_step_times",
     "render_html",
-    "report_command",
     "sig3",
 ]

@@ -119,7 +119,11 @@ class LiveStore:
 
     def recover(self) -> None:
         """Before a sweep starts or resumes: commit what an earlier driver left spooled and mark
-        sweeps whose driver is gone ``interrupted`` (a resume then finds its sweep stopped)."""
+        sweeps whose driver is gone ``interrupted`` (a resume then finds its sweep stopped).
+        Nothing to recover, no file: the database is not created here (bad input found later
+        must leave nothing behind)."""
+        if not os.path.exists(self.path) and not spool.pending(self.path):
+            return
         with self.open("recovery") as store:
             store.commit_spooled()
             store.mark_interrupted()

@@ -20,8 +20,8 @@ CPU_ONLY_MESSAGE = (
 def test_discover_and_doctor_on_cpu_cluster(ray_cluster, capsys):
     import ray
 
+    from orchestrator.cli import main
     from orchestrator.discovery import discover_nodes
-    from orchestrator.inspect_cmds import doctor_command
 
     reports = discover_nodes(timeout_s=120)
     alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
@@ -38,7 +38,7 @@ def test_discover_and_doctor_on_cpu_cluster(ray_cluster, capsys):
     assert rows["gpus"] == [] and rows["gpu_links"] == []
 
     capsys.readouterr()
-    assert doctor_command(None) == 0
+    assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert CPU_ONLY_MESSAGE in out
     assert out.count("== node ") == 2

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from orchestrator import linkmodel, report, stats
+from orchestrator.cli import main
 from orchestrator.planner import plan_runs, run_id_for
 from orchestrator.spec import parse_spec
 from orchestrator.store import TABLES, VIEWS, Q, Store
@@ -319,7 +320,7 @@ def full_db(tmp_path_factory):
 def full_report(full_db, tmp_path_factory):
     db, facts = full_db
     out = tmp_path_factory.mktemp("report-out")
-    assert report.report_command(db, None, str(out)) == 0
+    assert main(["report", "--db", db, "--out", str(out)]) == 0
     return out, (out / "report.html").read_text(encoding="utf-8"), facts
 
 
@@ -393,11 +394,16 @@ def test_report_provenance(full_report):
 
 def test_report_explicit_sweep_and_errors(full_db, tmp_path, capsys):
     db, _ = full_db
-    assert report.report_command(db, SWEEP_ID, str(tmp_path / "a")) == 0
+    assert main(["report", "--db", db, "--sweep", SWEEP_ID, "--out", str(tmp_path / "a")]) == 0
     assert (tmp_path / "a" / "report.html").exists()
-    assert report.report_command(db, "no-such-sweep", str(tmp_path / "b")) == 2
+    assert (
+        main(["report", "--db", db, "--sweep", "no-such-sweep", "--out", str(tmp_path / "b")]) == 2
+    )
     assert "no-such-sweep" in capsys.readouterr().err
-    assert report.report_command(str(tmp_path / "missing.duckdb"), None, str(tmp_path / "c")) == 2
+    assert (
+        main(["report", "--db", str(tmp_path / "missing.duckdb"), "--out", str(tmp_path / "c")])
+        == 2
+    )
     assert "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
 
@@ -434,7 +440,7 @@ def test_report_of_failed_only_single_link_sweep(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "busbw_vs_msg_size.png").write_bytes(b"stale figure from another sweep")
-    assert report.report_command(db, None, str(out)) == 0  # latest sweep: new-sweep
+    assert main(["report", "--db", db, "--out", str(out)]) == 0  # latest sweep: new-sweep
     page = (out / "report.html").read_text(encoding="utf-8")
     assert "new-sweep" in page and "old-sweep" not in page
     assert "ActorDiedError: the actor died unexpectedly" in page
@@ -446,7 +452,7 @@ def test_report_of_failed_only_single_link_sweep(tmp_path, capsys):
     assert not list(out.glob("*.png"))  # nothing to draw, and the stale figure is gone
 
     # a sweep with no runs at all
-    assert report.report_command(db, "old-sweep", str(tmp_path / "old")) == 0
+    assert main(["report", "--db", db, "--sweep", "old-sweep", "--out", str(tmp_path / "old")]) == 0
     assert "No runs stored" in (tmp_path / "old" / "report.html").read_text(encoding="utf-8")
 
 
@@ -454,7 +460,7 @@ def test_classic_table_with_single_runs_shows_no_interval(tmp_path):
     """One repeat: a bootstrap interval of one run is a point; it must not look significant."""
     db = str(tmp_path / "r.duckdb")
     build_database(db, repeats=1)
-    assert report.report_command(db, None, str(tmp_path / "out")) == 0
+    assert main(["report", "--db", db, "--out", str(tmp_path / "out")]) == 0
     page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     classic = page.split("id='classic'")[1].split("<h2")[0]
     assert "(1 run, no CI)" in classic
@@ -469,7 +475,7 @@ def test_export_writes_every_table_and_view(full_db, tmp_path, fmt, capsys):
 
     db, _ = full_db
     out = tmp_path / fmt
-    assert report.export_command(db, fmt, str(out)) == 0
+    assert main(["export", str(out), "--format", fmt, "--db", db]) == 0
     names = [n for n in [*TABLES, *VIEWS] if n != "meta"]
     printed = capsys.readouterr().out
     for name in names:
@@ -483,13 +489,22 @@ def test_export_writes_every_table_and_view(full_db, tmp_path, fmt, capsys):
     assert steps.num_rows == 23 * 6 + 0  # the failed run stopped inside warmup
     sens = read(str(out / f"link_sensitivity.{fmt}"))
     assert sens.num_rows == 4 and set(sens.column("link").to_pylist()) == {"no_p2p"}
+    if fmt == "csv":  # lines end with \n, as the duckdb CLI and psql write them
+        assert b"\r" not in (out / "runs.csv").read_bytes()
+
+
+def test_query_csv_lines_end_with_newline(full_db, capsys):
+    db, _ = full_db
+    assert main(["query", "SELECT count(*) AS n FROM runs", "--format", "csv", "--db", db]) == 0
+    assert capsys.readouterr().out == "n\n24\n"  # a shell's `tail -1` gives 24, not 24\r
 
 
 def test_export_bad_input(full_db, tmp_path, capsys):
     db, _ = full_db
-    assert report.export_command(db, "xlsx", str(tmp_path / "x")) == 2
-    assert "allowed: parquet, csv" in capsys.readouterr().err
-    assert report.export_command(str(tmp_path / "none.duckdb"), "csv", str(tmp_path / "y")) == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["export", str(tmp_path / "x"), "--format", "xlsx", "--db", db])
+    assert exc.value.code == 2 and "choose from 'parquet', 'csv'" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "y"), "--db", str(tmp_path / "none.duckdb")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "x") and not os.path.exists(tmp_path / "y")
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import topo
+from orchestrator.cli import main
 from orchestrator.discovery import (
     GPU_COLUMNS,
     NodeReport,
@@ -24,7 +25,6 @@ from orchestrator.discovery import (
     links_by_node,
     node_rows,
 )
-from orchestrator.inspect_cmds import topo_command, transports_command
 from orchestrator.store import TABLES
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -316,7 +316,7 @@ def test_doctor_unreadable_topo_and_missing_p2p_are_notes():
 
 
 def test_topo_parse_json_exact(capsys):
-    assert topo_command(None, str(TOPO / "hf_perf_hardware_nv2.txt"), True) == 0
+    assert main(["topo", "--parse", str(TOPO / "hf_perf_hardware_nv2.txt"), "--json"]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1
     assert json.loads(out) == {
@@ -331,16 +331,16 @@ def test_topo_parse_json_exact(capsys):
 @pytest.mark.parametrize("name", sorted(p.name for p in TOPO.glob("*.txt")))
 def test_topo_parse_every_fixture(name, capsys):
     path = TOPO / name
-    assert topo_command(None, str(path), True) == 0
+    assert main(["topo", "--parse", str(path), "--json"]) == 0
     out = capsys.readouterr().out
     assert out == json.dumps(topo.to_json_dict(topo.parse_topo(path.read_text()))) + "\n"
-    assert topo_command(None, str(path), False) == 0
+    assert main(["topo", "--parse", str(path)]) == 0
     table = capsys.readouterr().out
     assert "GPU0" in table and "fingerprint" in table
 
 
 def test_topo_parse_table_shows_links(capsys):
-    assert topo_command(None, str(TOPO / "siboehm_bench_a6000_nv4_node.txt"), False) == 0
+    assert main(["topo", "--parse", str(TOPO / "siboehm_bench_a6000_nv4_node.txt")]) == 0
     out = capsys.readouterr().out
     assert re.search(r"GPU0\s+X\s+NV4\s+NODE", out)
 
@@ -348,7 +348,7 @@ def test_topo_parse_table_shows_links(capsys):
 def test_topo_parse_garbage_exit_2_names_the_line(tmp_path, capsys):
     bad = tmp_path / "topo.txt"
     bad.write_text("        GPU0    GPU1    CPU Affinity\nGPU0     X      NVX     0-3\n")
-    assert topo_command(None, str(bad), True) == 2
+    assert main(["topo", "--parse", str(bad), "--json"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "line 2" in captured.err and "NVX" in captured.err
@@ -357,30 +357,42 @@ def test_topo_parse_garbage_exit_2_names_the_line(tmp_path, capsys):
 def test_topo_parse_not_topo_at_all(tmp_path, capsys):
     bad = tmp_path / "notes.txt"
     bad.write_text("hello\nworld\n")
-    assert topo_command(None, str(bad), False) == 2
+    assert main(["topo", "--parse", str(bad)]) == 2
     assert "line" in capsys.readouterr().err
 
 
 def test_topo_parse_missing_file(tmp_path, capsys):
-    assert topo_command(None, str(tmp_path / "nope.txt"), True) == 2
+    assert main(["topo", "--parse", str(tmp_path / "nope.txt"), "--json"]) == 2
     err = capsys.readouterr().err
     assert "nope.txt" in err and "no such file" in err
 
 
 def test_transports_parse_json_exact(capsys):
-    assert transports_command(str(NCCL / "nccl_952_ipc_read_socket.log"), True) == 0
+    assert (
+        main(["transports", "--parse", str(NCCL / "nccl_952_ipc_read_socket.log"), "--json"]) == 0
+    )
     out = capsys.readouterr().out
     assert out.count("\n") == 1
     assert json.loads(out) == {"nccl_version": None, "transports": ["NET/Socket", "P2P"]}
 
 
 def test_transports_parse_version_only(capsys):
-    assert transports_command(str(NCCL / "nccl_1637_rtx5090_p2p_disable_init.log"), True) == 0
+    assert (
+        main(
+            [
+                "transports",
+                "--parse",
+                str(NCCL / "nccl_1637_rtx5090_p2p_disable_init.log"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out) == {"nccl_version": "2.25.1", "transports": []}
 
 
 def test_transports_parse_table(capsys):
-    assert transports_command(str(NCCL / "nccl_1817_shm.log"), False) == 0
+    assert main(["transports", "--parse", str(NCCL / "nccl_1817_shm.log")]) == 0
     out = capsys.readouterr().out
     assert "transports: SHM" in out
     assert re.search(r"7\s+2\s+1\s+-\s+SHM\s+SHM/direct/direct", out)  # Channel 01 : 7 -> 2
@@ -389,16 +401,16 @@ def test_transports_parse_table(capsys):
 def test_transports_parse_garbage_and_missing(tmp_path, capsys):
     bad = tmp_path / "train.log"
     bad.write_text("epoch 1 loss 3.2\nepoch 2 loss 2.9\n")
-    assert transports_command(str(bad), True) == 2
+    assert main(["transports", "--parse", str(bad), "--json"]) == 2
     assert "NCCL_DEBUG=INFO" in capsys.readouterr().err
-    assert transports_command(str(tmp_path / "missing.log"), False) == 2
+    assert main(["transports", "--parse", str(tmp_path / "missing.log")]) == 2
     assert "no such file" in capsys.readouterr().err
 
 
 def test_doctor_command_exit_1_when_a_finding_invalidates(monkeypatch, capsys):
-    from orchestrator import inspect_cmds
+    from orchestrator.commands import doctor
 
-    # doctor_command imports raycluster.session.connect when it runs; the real session imports
+    # doctor joins the cluster through raycluster.session.connect when it runs; the real session imports
     # ray, which unit tests never do, so a stand-in module takes its place for this test.
     connected = []
     fake_session = types.ModuleType("orchestrator.raycluster.session")
@@ -406,8 +418,8 @@ def test_doctor_command_exit_1_when_a_finding_invalidates(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "orchestrator.raycluster.session", fake_session)
 
     blocked = _gpu_report("hf_perf_hardware_nv2.txt", p2p=[[None, False], [False, None]])
-    monkeypatch.setattr(inspect_cmds, "discover_nodes", lambda: [as_report(blocked)])
-    assert inspect_cmds.doctor_command(None) == 1
+    monkeypatch.setattr(doctor, "discover_nodes", lambda: [as_report(blocked)])
+    assert main(["doctor"]) == 1
     out = capsys.readouterr().out
     assert re.search(r"GPU0\s+X\s+NO", out)  # the P2P matrix
     assert "[INVALIDATES] p2p_blocked_on_nvlink" in out
@@ -415,7 +427,7 @@ def test_doctor_command_exit_1_when_a_finding_invalidates(monkeypatch, capsys):
     assert CPU_ONLY_MESSAGE not in out
 
     healthy = _gpu_report("hf_perf_hardware_nv2.txt")
-    monkeypatch.setattr(inspect_cmds, "discover_nodes", lambda: [as_report(healthy)])
-    assert inspect_cmds.doctor_command(None) == 0
+    monkeypatch.setattr(doctor, "discover_nodes", lambda: [as_report(healthy)])
+    assert main(["doctor"]) == 0
     assert "nothing invalidates" in capsys.readouterr().out
     assert connected == [None, None]

@@ -17,7 +17,6 @@ from orchestrator.emulated import (
     IFNAMSIZ,
     LinkShape,
     RayNodeOptions,
-    cluster_command,
     link_subnet,
     parse_link_arg,
     plan_emulated,
@@ -179,10 +178,29 @@ def test_ray_start_argv():
 
 
 def test_cluster_command_bad_input_exits_2(capsys):
-    assert cluster_command("up", 2, ["slow=100mbps"], "/tmp/unused", 1, 0) == 2
+    from orchestrator.cli import main
+
+    up = ["cluster", "up", "--emulated", "--state-dir", "/tmp/unused"]
+    assert main([*up, "--link", "slow=100mbps"]) == 2
     assert "100mbps" in capsys.readouterr().err
-    assert cluster_command("up", 0, [], "/tmp/unused", 1, 0) == 2
-    assert cluster_command("sideways", 2, [], "/tmp/unused", 1, 0) == 2
+    assert main([*up, "--nodes", "0"]) == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["cluster", "sideways", "--emulated"])
+    assert exc.value.code == 2 and "invalid choice: 'sideways'" in capsys.readouterr().err
+    assert main(["cluster", "status"]) == 2  # only --emulated clusters are managed here
+    assert "only --emulated" in capsys.readouterr().err
+
+
+def test_python_m_orchestrator_emulated_takes_the_same_arguments(capsys):
+    import argparse
+
+    from orchestrator.commands.cluster import add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    p.set_defaults(emulated=True)
+    a = p.parse_args(["up", "--link", "slow=1gbit", "--nodes", "3"])
+    assert (a.action, a.link, a.nodes, a.emulated) == ("up", ["slow=1gbit"], 3, True)
 
 
 def test_default_links_match_the_emulated_sweep():

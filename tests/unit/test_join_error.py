@@ -152,7 +152,8 @@ def test_tcp_probe_answers_none_when_listening_and_why_not_otherwise():
 def test_topo_and_doctor_exit_2_with_one_line_when_the_cluster_cannot_be_joined(
     monkeypatch, capsys, command
 ):
-    from orchestrator import inspect_cmds
+    from orchestrator.cli import main
+    from orchestrator.commands import doctor, topo
 
     def unreachable(address):
         raise ClusterUnreachable(f"cannot join the Ray cluster at {address}: refused")
@@ -161,11 +162,9 @@ def test_topo_and_doctor_exit_2_with_one_line_when_the_cluster_cannot_be_joined(
     fake_session = types.ModuleType("orchestrator.raycluster.session")
     fake_session.connect = unreachable
     monkeypatch.setitem(sys.modules, "orchestrator.raycluster.session", fake_session)
-    monkeypatch.setattr(inspect_cmds, "discover_nodes", lambda: pytest.fail("not connected"))
-    if command == "topo":
-        code = inspect_cmds.topo_command("10.0.0.5:6379", None, False)
-    else:
-        code = inspect_cmds.doctor_command("10.0.0.5:6379")
+    for module in (topo, doctor):
+        monkeypatch.setattr(module, "discover_nodes", lambda: pytest.fail("not connected"))
+    code = main([command, "--address", "10.0.0.5:6379"])
     assert code == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert err == "linksweep: cannot join the Ray cluster at 10.0.0.5:6379: refused\n"

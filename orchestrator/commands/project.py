@@ -1,25 +1,27 @@
 """``linksweep project``: what links that were not measured would cost, from the link model.
 
-``project_command(db, sweep_id, bandwidth_gbps, fmt)`` validates its input before reading
-anything (exit 2 naming the option), reads one sweep's runs and its links' bus bandwidth
-through the named queries, and prints ``orchestrator.linkmodel.project_sweep``'s rows. The
-computation is in ``linkmodel`` (pure); this module is arguments -> rows -> text.
+Validates its input before reading anything (exit 2 naming the option), reads one sweep's runs
+and its links' bus bandwidth through the named queries, and prints
+``orchestrator.linkmodel.project_sweep``'s rows, one per variant group (``stats.GROUP_KEY``) and
+bandwidth. The computation is in ``linkmodel`` (pure); this module is arguments -> rows -> text.
+
+May import: orchestrator.cli_help, orchestrator.errors, orchestrator.linkmodel,
+orchestrator.report.data, orchestrator.stats, orchestrator.store, orchestrator.ui.
 """
 
 from __future__ import annotations
 
-import csv
+import argparse
 import json
 import os
 import sys
 
+from orchestrator.cli_help import DB_HELP
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_OK, err
-from orchestrator.stats import GROUP_KEY
 
 FORMATS = ("table", "csv", "json")
 SHORT = {"grad_accum": "ga", "overlap_comm": "overlap"}
-COLUMNS = (
-    *((k, SHORT.get(k, k)) for k in GROUP_KEY),
+FIGURE_COLUMNS = (
     ("bandwidth_gbps", "busbw_gbps"),
     ("exposure", "exposure"),
     ("reference_link", "scaled_from"),
@@ -35,15 +37,35 @@ COLUMNS = (
 )
 
 
-def project_command(db: str, sweep_id: str | None, bandwidth_gbps: str, fmt: str) -> int:
+def add_parser(sub) -> None:
+    pj = sub.add_parser(
+        "project",
+        help="predicted step time and slowdown per variant on links of a given bus bandwidth",
+    )
+    pj.add_argument("--db", default="results.duckdb", help=DB_HELP)
+    pj.add_argument("--sweep", default=None, help="sweep id (default: the latest sweep)")
+    pj.add_argument(
+        "--bandwidth-gbps",
+        required=True,
+        metavar="GBPS[,GBPS...]",
+        help="hypothetical links' bus bandwidth in GB/s (nccl-tests busbw), e.g. 1,10,100 "
+        "(required)",
+    )
+    pj.add_argument("--format", choices=FORMATS, default="table", help="(default: table)")
+    pj.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
     """Exit 0 with the projection printed; 2 on bad input or an unreadable database/sweep."""
     from orchestrator.linkmodel import parse_bandwidths, project_sweep
+
+    db, sweep_id, fmt = args.db, args.sweep, args.format
 
     if fmt not in FORMATS:
         err(f"--format {fmt!r} is not allowed; use one of {', '.join(FORMATS)}")
         return EXIT_BAD_INPUT
     try:
-        bandwidths = parse_bandwidths(bandwidth_gbps)
+        bandwidths = parse_bandwidths(args.bandwidth_gbps)
     except ValueError as exc:
         err(str(exc))
         return EXIT_BAD_INPUT
@@ -73,20 +95,27 @@ def project_command(db: str, sweep_id: str | None, bandwidth_gbps: str, fmt: str
     return EXIT_OK
 
 
+def columns() -> tuple[tuple[str, str], ...]:
+    """(row key, printed name): the variant group's keys (``stats.GROUP_KEY``), then figures."""
+    from orchestrator.stats import GROUP_KEY  # numpy: imported only when the command runs
+
+    return (*((k, SHORT.get(k, k)) for k in GROUP_KEY), *FIGURE_COLUMNS)
+
+
 def _print(rows: list[dict], fmt: str, sweep_id: str) -> None:
-    out = [{short: r[name] for name, short in COLUMNS} for r in rows]
+    cols = columns()
+    out = [{short: r[name] for name, short in cols} for r in rows]
     if fmt == "json":
         print(json.dumps(out, indent=1, default=str))
         return
+    from orchestrator.ui import print_table, write_csv
+
     if fmt == "csv":
-        w = csv.writer(sys.stdout, lineterminator="\n")  # csv's default is \r\n
-        w.writerow([short for _, short in COLUMNS])
-        w.writerows([list(r.values()) for r in out])
+        write_csv([short for _, short in cols], [tuple(r.values()) for r in out])
         return
-    from orchestrator.ui import print_table
 
     print_table(
-        [short for _, short in COLUMNS],
+        [short for _, short in cols],
         [tuple(r.values()) for r in out],
         title=f"projected step time per variant (sweep {sweep_id})",
     )

@@ -1,17 +1,17 @@
-"""`linksweep cluster up|down|status|check --emulated` and `python -m orchestrator.emulated`.
+"""``linksweep cluster up|down|status|check --emulated`` (and ``python -m orchestrator.emulated``,
+which takes the same arguments, defined once here).
 
 Validates the arguments (bad input is reported before anything else, root or not), calls
-`lifecycle` or `check`, prints the status table, and maps the outcome to the exit codes of
-`orchestrator.errors`. Messages go to stderr unprefixed, as they always have (not through
-`errors.err`, which would prefix them with `linksweep: `).
+``emulated.lifecycle`` or ``emulated.check``, prints the status table, and maps the outcome to
+the exit codes of ``orchestrator.errors``. Messages go to stderr unprefixed, as they always have
+(not through ``errors.err``, which would prefix them with ``linksweep: ``).
 
-May import: the standard library, the other modules of this package and
-`orchestrator.errors`. Never `ray`.
+May import: orchestrator.emulated, orchestrator.errors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import argparse
 from typing import Any
 
 from orchestrator.emulated.check import measure_link_busbw
@@ -26,7 +26,67 @@ from orchestrator.emulated.shapes import (
     parse_link_arg,
     plan_emulated,
 )
-from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, err
+
+ACTIONS = ("up", "down", "status", "check")
+
+
+def add_parser(sub) -> None:
+    c = sub.add_parser(
+        "cluster",
+        help="manage the emulated multi-node cluster: up, down, status, check",
+        description="up: build an emulated cluster (network namespaces, tc-shaped links, Ray "
+        "nodes; needs root) and print RAY_ADDRESS; down: remove everything up made; status: "
+        "nodes and link shapes; check: one gloo all_reduce through each link against its rate.",
+        epilog="exit codes: 0 ok; 1 failed (status: not up); 2 bad input (bad link, not root)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(c)
+    c.set_defaults(func=main)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``cluster``, for ``linksweep cluster`` and ``python -m
+    orchestrator.emulated`` alike."""
+    p.add_argument("action", choices=ACTIONS, help="what to do")
+    p.add_argument(
+        "--emulated",
+        action="store_true",
+        help="required: the cluster is network namespaces + tc on this machine (real fleets: "
+        "clusters/README.md)",
+    )
+    p.add_argument("--nodes", type=int, default=2, help="emulated nodes, for up (default: 2)")
+    p.add_argument(
+        "--link",
+        action="append",
+        default=[],
+        metavar="NAME=RATE[,DELAY]",
+        help="a link, for up; repeatable; RATE a tc bit rate, DELAY one-way, e.g. slow=500mbit "
+        "or slow=500mbit,1ms (default: fast, unshaped, and slow=500mbit)",
+    )
+    p.add_argument(
+        "--state-dir",
+        default=DEFAULT_STATE_DIR,
+        help=f"where up records the cluster (default: {DEFAULT_STATE_DIR})",
+    )
+    p.add_argument(
+        "--cpus-per-node", type=int, default=1, help="Ray CPUs per node, for up (default: 1)"
+    )
+    p.add_argument(
+        "--gpus-per-node", type=int, default=0, help="Ray GPUs per node, for up (default: 0)"
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    if not args.emulated:
+        err(
+            "cluster: only --emulated clusters are managed by linksweep; for real fleets see "
+            "clusters/README.md (ray up, KubeRay)"
+        )
+        return EXIT_BAD_INPUT
+    return cluster(
+        args.action, args.nodes, args.link, args.state_dir, args.cpus_per_node, args.gpus_per_node
+    )
 
 
 def _print_status(st: dict[str, Any]) -> None:
@@ -60,7 +120,7 @@ def _check(st: dict[str, Any]) -> int:
     return EXIT_OK
 
 
-def cluster_command(
+def cluster(
     action: str,
     nodes: int,
     links: list[str],
@@ -113,19 +173,3 @@ def cluster_command(
     except EmulatedError as e:
         stderr_log(f"error: {e}")
         return EXIT_FAILED
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m orchestrator.emulated up --nodes 2 --link fast --link slow=500mbit`;
-    the same as `linksweep cluster ... --emulated`, for use without the linksweep CLI."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m orchestrator.emulated")
-    p.add_argument("action", choices=["up", "down", "status", "check"])
-    p.add_argument("--nodes", type=int, default=2)
-    p.add_argument("--link", action="append", default=[], metavar="NAME=RATE[,DELAY]")
-    p.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
-    p.add_argument("--cpus-per-node", type=int, default=1)
-    p.add_argument("--gpus-per-node", type=int, default=0)
-    a = p.parse_args(argv)
-    return cluster_command(a.action, a.nodes, a.link, a.state_dir, a.cpus_per_node, a.gpus_per_node)

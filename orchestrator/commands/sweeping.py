@@ -1,0 +1,101 @@
+"""What ``run`` and ``linkbench`` share: the sweep file and the database checked before any
+work, an earlier driver's spool committed, the cluster joined with stop signals handled, the
+cluster's fit checked, and a named query printed as a table at the end.
+
+May import: orchestrator.ds_check, orchestrator.errors, orchestrator.preflight,
+orchestrator.raycluster, orchestrator.spec, orchestrator.stopping, orchestrator.store,
+orchestrator.ui.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from orchestrator.errors import EXIT_BAD_INPUT, err
+
+
+def load_checked(sweep_path: str, db: str, deepspeed: bool):
+    """The sweep file's spec, checked (with ``deepspeed``: its ZeRO configs by DeepSpeed's own
+    models), and the database checked writable; None after saying why (the caller exits 2)."""
+    from orchestrator.spec import SpecError, load_spec
+    from orchestrator.store import StoreError, check_writable
+
+    try:
+        spec = load_spec(sweep_path)
+        if deepspeed and any(s != "ddp" for s in spec.grid.strategy):
+            from orchestrator.ds_check import check_deepspeed
+
+            if problems := check_deepspeed(spec):  # DeepSpeed's own models, before any work
+                raise SpecError(problems, sweep_path)
+        check_writable(db)
+    except (SpecError, StoreError) as exc:
+        err(str(exc))
+        return None
+    return spec
+
+
+def open_store(db: str):
+    """The driver's database handle (``LiveStore``), after committing what an earlier driver
+    left spooled and marking its sweep interrupted; None after saying why."""
+    from orchestrator.store import StoreError
+    from orchestrator.store.live import LiveStore
+
+    store = LiveStore(db)
+    try:
+        store.recover()
+    except StoreError as exc:
+        err(str(exc))
+        return None
+    return store
+
+
+def on_cluster(
+    spec, address: str | None, resume_hint: str, body: Callable[[str, dict], int]
+) -> int:
+    """Join the cluster, check the sweep fits it (``preflight``: each rank's bundle), then
+    ``body(address label, bundle)`` with stop signals turned into ``SweepStopped``; always leave
+    the cluster.
+
+    Exit 2 when the cluster cannot be joined or the sweep does not fit; 130/143/129 on SIGINT,
+    SIGTERM, SIGHUP (finished runs are stored; ``resume_hint`` says how to go on)."""
+    from orchestrator import preflight, stopping
+    from orchestrator.raycluster import session
+    from orchestrator.raycluster.reach import ClusterUnreachable
+    from orchestrator.spec import SpecError
+
+    try:
+        label = session.connect(address)
+    except ClusterUnreachable as exc:
+        err(str(exc))
+        return EXIT_BAD_INPUT
+    restore_signals = stopping.install()  # after ray.init, which sets its own SIGTERM handler
+    try:
+        if label == "embedded":
+            print(
+                "Ray: embedded single-node cluster on this machine (no --address, no "
+                "RAY_ADDRESS); every link variant shares this machine's loopback",
+                file=sys.stderr,
+            )
+        try:
+            preflight.preflight(spec)
+            bundle = preflight.check_cluster(spec)
+        except SpecError as exc:
+            err(str(exc))
+            return EXIT_BAD_INPUT
+        return body(label, bundle)
+    except KeyboardInterrupt as exc:  # stopping.SweepStopped: SIGINT, SIGTERM, SIGHUP
+        err(f"{stopping.describe(exc)}; finished runs are stored ({resume_hint})")
+        return stopping.exit_code(exc)
+    finally:
+        session.disconnect()
+        restore_signals()
+
+
+def print_query_table(store, query, sweep_id: str, title: str, if_empty: bool = True) -> None:
+    """A named query's rows for one sweep, as an aligned table on stdout."""
+    from orchestrator.ui import print_table
+
+    cols, rows = store.table(query, sweep_id=sweep_id)
+    if rows or if_empty:
+        print_table(cols, rows, title=title, digits=4)
