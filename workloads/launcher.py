@@ -17,7 +17,7 @@ and asks the launcher of the node each bundle landed on; killing the launcher (t
 at the end of the sweep, Ray does if the node goes) ends the fork server, and each rank dies with
 its parent (``PR_SET_PDEATHSIG``). ``kill_run`` ends a run's ranks (timeout, failure).
 
-A plain class; ``orchestrator/scheduler.py`` makes it a threaded actor (one thread per rank of a
+A plain class; ``orchestrator/raycluster/launchers.py`` makes it a threaded actor (one thread per rank of a
 run on this node, plus ``kill_run``). Imports nothing from ``orchestrator``.
 """
 
@@ -232,8 +232,3 @@ def _death(proc) -> str:
     else:
         how = "stopped answering"
     return f"rank process {proc.pid} {how} before returning its record (fork-server launcher)"
-
-
-def current_env() -> dict[str, str]:
-    """This process's environment (what a forked rank sees; for checks and tests)."""
-    return dict(os.environ)

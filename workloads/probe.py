@@ -1,7 +1,7 @@
 """The per-node probe: what a node has (nvidia-smi topo -m, NVML, torch's CUDA view).
 
 Runs as a Ray task pinned to each node at sweep start (``orchestrator/discovery.py`` asks
-``orchestrator/scheduler.py`` to run ``probe_node`` everywhere) and returns a
+``orchestrator/raycluster/nodes.py`` to run ``probe_node`` everywhere) and returns a
 ``contract.NodeReport``. Never raises. Imports nothing from ``orchestrator``.
 
 The torch part runs in a child process (``_CUDA_PROBE``), for two reasons. Ray may restrict

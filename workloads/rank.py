@@ -1,6 +1,6 @@
 """One rank of a run: the body of the Ray actor the driver starts per rank per run.
 
-A plain class; ``orchestrator/scheduler.py`` turns it into an actor with ``ray.remote``, fresh
+A plain class; ``orchestrator/raycluster/runs.py`` turns it into an actor with ``ray.remote``, fresh
 for every run and started with the link's environment (NCCL reads its env once per process).
 Rendezvous follows Ray Train: the driver asks rank 0 for its address and a free port, then fans
 out ``run`` to every rank. In: a ``contract.RunConfig`` or ``LinkbenchConfig``; out: one
@@ -21,7 +21,7 @@ from workloads.phases import PhaseClock
 PROGRESS_EVERY_S = 2.0
 """Rank 0 reports its step for the live display at most this often (and always the last step):
 a report per step would cost a fast GPU step a remote call each time, and every report wakes
-the process that receives it (the driver polls at the same pace, ``scheduler.TICK_S``)."""
+the process that receives it (the driver polls at the same pace, ``raycluster.runs.TICK_S``)."""
 
 
 def free_port() -> int:

@@ -5,6 +5,7 @@ exactly the launcher's plus the run's."""
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -70,19 +71,26 @@ def test_a_killed_forked_rank_is_a_failed_run_and_the_next_run_is_fine(run_sweep
     assert ok_steps == [(2 * 4,)]
 
 
+PRINT_ENV = (subprocess.check_output, (["env", "-0"],))
+
+
+def _env(printed: bytes) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in printed.decode().split("\0") if item)
+
+
 def test_forked_rank_env_is_exactly_the_launchers_plus_the_runs(ray_cluster):
     import ray
 
     from orchestrator.raycluster.launchers import start_launchers, stop_launchers
-    from workloads.launcher import current_env
 
     launchers = start_launchers()
     try:
         launcher = launchers.get(ray.get_runtime_context().get_node_id())
-        first = ray.get(launcher.call.remote({"LS_LINK_A": "a", "NCCL_P2P_DISABLE": "1"},
-                                             current_env, ()))  # fmt: skip
-        second = ray.get(launcher.call.remote({"LS_LINK_B": "b"}, current_env, ()))
-        base = ray.get(launcher.call.remote({}, current_env, ()))
+        # `env -0` run by the forked rank prints the environment the rank has
+        first = _env(ray.get(launcher.call.remote({"LS_LINK_A": "a", "NCCL_P2P_DISABLE": "1"},
+                                                  *PRINT_ENV)))  # fmt: skip
+        second = _env(ray.get(launcher.call.remote({"LS_LINK_B": "b"}, *PRINT_ENV)))
+        base = _env(ray.get(launcher.call.remote({}, *PRINT_ENV)))
         # the launcher waits under SCHED_IDLE; what it forks runs under the normal policy
         launcher_pid = ray.get(launcher.node_info.remote()).pid
         launcher_policy = os.sched_getscheduler(launcher_pid)
