@@ -1,24 +1,16 @@
-"""The link model for real (root only): an emulated 2-node cluster with four tc-shaped links,
-DDP and ZeRO-3 at grad_accum 1 and 8, spread placement, 2 repeats, the link microbenchmark on.
+"""The link model end to end (root only): an emulated 2-node cluster with three tc-shaped links,
+DDP and ZeRO-3 at grad_accum 1, spread placement, 2 repeats, the link microbenchmark on.
 
-Checks the issue's acceptance: for every variant whose runs all succeeded, each link left out
-is predicted by the line through the other three within 15% (``link_model_check``), and
-ZeRO-3's fitted exposure at grad_accum 8 is above DDP's. Prints the table it checked.
+Asserts what holds on any machine, for every variant whose runs all succeeded: it is fitted on
+every link (``link_model``), its exposure lies inside its own 95% interval, every link is left
+out once (``link_model_check``) and predicted by the line through the other two within a factor
+of two. Three links are the fewest that allow this: a line needs two points, and a left-out
+link needs two others. Prints the tables it checked.
 
-Neither holds reliably on this CPU stand-in, so both are expected failures (they report XPASS
-when they hold) and the first test asserts what does hold. In the thirteen runs so far the 15%
-bound held in six and ZeRO-3's exposure came out above DDP's in eight (docs/link-model.md has
-the tally). Why, from the five runs whose databases were kept:
-- the two repeats of a run agree within a few percent, so more repeats would not help, yet the
-  shape changes from run to run: in three runs ZeRO-3's step bent against predicted
-  communication and an end link missed by 20-26%, in the latest every link was within 10%;
-  state that holds for a whole run on a shared 2-core VM, not step-to-step noise;
-- DDP cannot hide its all-reduce on gpt2-tiny: 95% of its parameters are the token embedding,
-  tied to the LM head, whose gradient is complete only when the backward pass ends
-  (bench/bench_ddp_overlap.py: one bucket, sent after the backward pass). Both strategies
-  sit near exposure 1 (DDP at grad_accum 8 0.89-1.10, ZeRO-3 1.01-1.09), so their order is a
-  coin toss here. In gpt2 itself the embedding is 31% of the parameters; the claim is one for
-  real model sizes, on GPUs.
+The model's two measured claims (every left-out link within 15%; ZeRO-3's exposure at
+grad_accum 8 above DDP's) are not decided here: neither holds reliably on the shared 2-core CPU
+stand-in (docs/link-model.md has the tally of runs A-M and why). ``bench/bench_link_model.py``
+runs the full-size sweep (four links, grad_accum 1 and 8) and prints both verdicts.
 """
 
 from __future__ import annotations
@@ -35,10 +27,9 @@ from orchestrator.emulated import netns_available
 from orchestrator.store import read_query
 
 REPO = Path(__file__).resolve().parents[2]
-TEST_PREFIX = "lsm"  # not the default "ls" (a user's cluster) nor test_emulated.py's "lst"
-LINKS = ("r500=500mbit", "r700=700mbit", "r1g=1gbit", "r2g=2gbit")
-LINK_NAMES = [s.split("=") for s in LINKS]
-MAX_LOO_ERROR = 0.15
+TEST_PREFIX = "lsm"  # not the default "ls" (a user's cluster), test_emulated's "lst", bench's "lsb"
+LINKS = ("r500=500mbit", "r1g=1gbit", "r2g=2gbit")  # a factor of 2 apart: the line is well posed
+LINK_NAMES = [s.split("=")[0] for s in LINKS]
 
 SWEEP = """
 name: link-model-it
@@ -47,17 +38,17 @@ dataset: builtin
 precision: fp32
 seq_len: 32
 micro_batch_size: 1
-steps: 5
+steps: 3
 warmup_steps: 1
 repeats: 2
 world_size: 2
-linkbench_max_mb: 4
+linkbench_max_mb: 2
 run_timeout_s: 300
 links:
 {links}
 grid:
   strategy: [ddp, zero3]
-  grad_accum: [1, 8]
+  grad_accum: [1]
   placement: [spread]
   linkbench: true
 """
@@ -89,9 +80,8 @@ def link_model_sweep():
     state_dir = Path(f"/tmp/lsm-{os.getpid()}")  # short: Ray's socket paths stay < 107 bytes
     db = state_dir.parent / f"{state_dir.name}.duckdb"
     sweep = state_dir.parent / f"{state_dir.name}.yaml"
-    names = [s.split("=")[0] for s in LINKS]
     sweep.write_text(
-        SWEEP.format(links="\n".join(f"  {n}: {{GLOO_SOCKET_IFNAME: ls-{n}}}" for n in names))
+        SWEEP.format(links="\n".join(f"  {n}: {{GLOO_SOCKET_IFNAME: ls-{n}}}" for n in LINK_NAMES))
     )
     t0 = time.monotonic()
     try:
@@ -147,47 +137,19 @@ def link_model_sweep():
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_link_model_on_four_emulated_links(link_model_sweep):
-    """What holds on any machine: every group fitted on all four links, its interval around its
-    estimate, every left-out link predicted, and predictions within a factor of two."""
+def test_link_model_on_three_emulated_links(link_model_sweep):
+    """Every variant fitted on every link, its interval around its estimate, every link left out
+    once and predicted within a factor of two."""
     model, checks = link_model_sweep
-    assert set(model) == {("ddp", 1), ("ddp", 8), ("zero3", 1), ("zero3", 8)}
+    assert set(model) == {("ddp", 1), ("zero3", 1)}
     complete = {k for k, m in model.items() if m["n_excluded"] == 0}
     assert complete, "every variant had a failed run"
     for key in complete:
         m = model[key]
-        assert m["n_links"] == 4 and m["compute_s"] > 0, m
+        assert m["n_links"] == len(LINKS) and m["compute_s"] > 0, m
         assert m["exposure_ci_low"] <= m["exposure"] <= m["exposure_ci_high"], m
         assert 0 < m["exposure"] < 3, m  # a slower link costs time, about what its bytes take
-        assert sorted(c[2] for c in checks if c[:2] == key) == sorted(n for n, _ in LINK_NAMES)
+        assert sorted(c[2] for c in checks if c[:2] == key) == sorted(LINK_NAMES)
     for s, ga, link, _, _, rel in checks:
         if (s, ga) in complete:
-            assert abs(rel) < 1.0, (s, ga, link, rel)
-
-
-LOO_XFAIL = (
-    "not reliable on the shared 2-core CPU stand-in: a left-out link 15-45% off the line through "
-    "the others in 6 of 12 runs, the repeats of each run agreeing (run-level state, not noise)"
-)
-ORDER_XFAIL = (
-    "not a property of gpt2-tiny: 95% of its parameters are the tied embedding, whose gradient is "
-    "ready only at the end of the backward pass, so DDP is as exposed as ZeRO-3 (both ~1)"
-)
-
-
-@pytest.mark.root
-@pytest.mark.slow
-@pytest.mark.xfail(reason=LOO_XFAIL, strict=False)
-def test_link_model_predicts_a_left_out_link_within_15_percent(link_model_sweep):
-    model, checks = link_model_sweep
-    for s, ga, link, _, _, rel in checks:
-        if model[(s, ga)]["n_excluded"] == 0:
-            assert abs(rel) <= MAX_LOO_ERROR, (s, ga, link, rel)
-
-
-@pytest.mark.root
-@pytest.mark.slow
-@pytest.mark.xfail(reason=ORDER_XFAIL, strict=False)
-def test_zero3_exposes_more_than_ddp_at_grad_accum_8(link_model_sweep):
-    model, _ = link_model_sweep
-    assert model[("zero3", 8)]["exposure"] > model[("ddp", 8)]["exposure"]
+            assert rel is not None and abs(rel) < 1.0, (s, ga, link, rel)
