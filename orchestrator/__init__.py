@@ -8,8 +8,7 @@ the communication model (``comm_model``), the results database (``store/``), the
 out". The vocabulary (sweep, variant, run, repeat, step, link, transport, placement) is defined
 once, in ``workloads/contract.py``.
 
-May import ``workloads`` (its contract, and code to run on nodes); ``workloads`` never imports
-this package.
+May import: nothing (the standard library only).
 """
 
 __version__ = "0.1.0"

@@ -1,4 +1,7 @@
-"""`python -m orchestrator ...` is the same as the `linksweep` console script (needed by `ray job submit`)."""
+"""`python -m orchestrator ...` is the same as the `linksweep` console script (needed by `ray job submit`).
+
+May import: cli.
+"""
 
 import sys
 

@@ -5,8 +5,7 @@ Exit codes: 0 success; 1 a run failed (all runs still stored) or a check found a
 2 bad input (nothing run, nothing written); 130/143/129 stopped by SIGINT/SIGTERM/SIGHUP
 (the sweep is marked ``interrupted``; ``--resume`` continues it).
 
-May import: orchestrator (its version), orchestrator.cli_help, orchestrator.commands,
-orchestrator.errors.
+May import: cli_help, commands, errors, orchestrator.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The command line's help texts: the workflow, the views, the exit codes (``linksweep --help``,
 ``run --help``, ``query --help``). Pure data; kept out of cli.py, which holds no SQL.
 
-May import: nothing from linksweep.
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

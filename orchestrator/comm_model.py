@@ -79,6 +79,8 @@ the ``log_summary`` barriers, one-off collectives at initialize and in the first
 (parameter broadcast, ZeRO-3 trace checks), and alignment padding of partitions (a few bytes
 per rank). ``summarize_records`` drops messages smaller than ``ignore_below_bytes`` for that
 reason. With ``world_size == 1`` no bytes cross a link: the expectation is empty.
+
+May import: workloads.contract.
 """
 
 from __future__ import annotations

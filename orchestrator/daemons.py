@@ -9,6 +9,8 @@ waiting in a collective) rather than by preempting one. Not the raylet: the work
 inherit its niceness and policy, and a process cannot leave either without privilege (the ranks
 run at 0, normal policy). Never a cluster linksweep joined: only the embedded one
 (``raycluster.session.connect``).
+
+May import: watchdog, workloads.cpu_policy.
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ torch's CUDA peer-access matrix as a ``contract.NodeReport``.
 Everything after the probe is pure and tested without Ray: ``node_rows`` (rows for the ``nodes``,
 ``gpus`` and ``gpu_links`` tables), ``links_by_node`` and ``doctor_findings``. A probe that fails
 or does not answer becomes a ``NodeReport`` with ``error`` set, never an exception: one broken
-node must not hide what the others have. May import: topo, the workloads contract and
-telemetry's pure ``doctor_warnings``, orchestrator.raycluster.nodes (``discover_nodes`` only).
+node must not hide what the others have.
+
+May import: topo, orchestrator.raycluster.nodes, workloads.contract, workloads.probe,
+workloads.telemetry.
 """
 
 from __future__ import annotations

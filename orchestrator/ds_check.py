@@ -17,6 +17,8 @@ Limits: a value DeepSpeed's parser does not validate (e.g. ``gradient_clipping: 
 here as it would pass ``deepspeed.initialize``'s config step. The driver has no process group,
 so DeepSpeedConfig sees world size 1: ``train_batch_size`` (derived, checked by DeepSpeed at
 initialize) is left out of the check.
+
+May import: ds_config, planner, spec, deepspeed, pydantic.
 """
 
 from __future__ import annotations

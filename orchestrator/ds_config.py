@@ -33,6 +33,8 @@ Units: DeepSpeed's ZeRO bucket sizes (``reduce_bucket_size``, ``allgather_bucket
 ``param.numel()``). Our ``bucket_mb`` is megabytes (1e6 bytes) of the gradient dtype, so
 ``elements = bucket_mb * 1e6 / bytes_per_element`` (4 for fp32, 2 for bf16): a 25 MB bucket is
 6.25 M fp32 elements or 12.5 M bf16 elements, the same bytes on the link either way.
+
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Exit codes, the one error printer every command uses, and the text a failed run stores.
 
-Imports nothing from linksweep: every driver module may import it.
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

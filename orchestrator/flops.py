@@ -31,6 +31,8 @@ math: bf16 tensor cores for ``bf16``; TF32 tensor cores for ``fp32`` when the ru
 use TF32 (``torch.backends.cuda.matmul.allow_tf32``, off by default in PyTorch), else plain
 FP32. The table is keyed by the GPU's name as NVML reports it; a sweep's ``peak_tflops``
 overrides it. On CPU: TFLOP/s only, MFU NULL.
+
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

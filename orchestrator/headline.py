@@ -21,7 +21,7 @@ The report puts the headline first; ``linksweep run`` prints it last (``orchestr
 ``extra_vs_predicted`` pairs each link's measured extra step time with the predicted
 communication time, the comparison that says whether the link explains the slowdown.
 
-May import: ``orchestrator.stats`` (interval kinds) and ``orchestrator.links`` (link labels).
+May import: links, stats.
 """
 
 from __future__ import annotations

@@ -53,6 +53,8 @@ messages can beat a shaped link's rate inside its burst). The step time is
 ``compute_s + exposure x x(B)``, its interval from the same bootstrap replicates (compute_s and
 exposure are correlated, so their marginal intervals cannot be combined), and the slowdown is
 against the measured median step time on the fastest measured link (highest bus bandwidth).
+
+May import: stats, numpy.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ them with these rows and with the measured busbw.
 ``link_label`` writes a link's name with its rated rate and measured busbw, the way every table
 and the headline show it: ``slow (tc 500mbit = 0.0625 GB/s; measured 0.060 GB/s)``.
 
-May import: the standard library only.
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

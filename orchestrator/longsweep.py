@@ -4,6 +4,8 @@ each run (spooled first), record a hang's diagnosis, and end it with its true st
 The database is a :class:`orchestrator.store.live.LiveStore` (open only while used). Resuming
 reads the stored sweep, refuses a sweep file that differs (``resume.spec_differences``) and
 plans what is left (``resume.remaining_slots``, pure).
+
+May import: planner, provenance, resume, rows, spec, stopping, store.
 """
 
 from __future__ import annotations

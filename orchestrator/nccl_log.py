@@ -23,6 +23,8 @@ Transport families: ``P2P`` (NVLink or PCIe peer access, any mode), ``SHM`` (thr
 memory), ``NET/Socket`` (TCP), ``NET/IB`` (InfiniBand/RoCE verbs, including the HPC-X/SHARP
 plugin that names itself ``IBext`` or ``IBext_v8``), or ``NET/<name>`` for other net plugins.
 gloo runs have no such log; callers record ``GLOO_TRANSPORT`` for them.
+
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

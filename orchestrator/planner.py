@@ -4,6 +4,8 @@ cluster can hold them.
 Pure: works on the spec and on plain descriptions of the cluster's nodes (:class:`NodeCapacity`),
 so it is tested without Ray. Builds the ``workloads.contract`` configs the ranks receive. May
 import: spec, ds_config, the workloads contract.
+
+May import: ds_config, spec, workloads.contract.
 """
 
 from __future__ import annotations

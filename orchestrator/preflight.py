@@ -1,8 +1,8 @@
 """Checks before any run starts, that need this machine or the cluster, not just the file.
 
-A failed check raises ``SpecError``: exit 2, nothing run, nothing written. May import: spec,
-planner, orchestrator.raycluster.nodes (the cluster's capacity), DeepSpeed's op builder (for
-NVMe offload).
+A failed check raises ``SpecError``: exit 2, nothing run, nothing written.
+
+May import: planner, spec, deepspeed, orchestrator.raycluster.nodes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Context providers: each returns one dict or value describing where a result came from."""
+"""Context providers: each returns one dict or value describing where a result came from.
+
+May import: torch.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ A sweep's plan (``planner.plan_runs``) is a function of its spec, so the same sp
 (seq, repeat, variant) list. Resuming runs, in that original interleaved order, only the slots
 with no stored run (``--retry-failed``: also those whose stored run failed; that run is kept
 and marked superseded by the new attempt, which gets its own run id).
+
+May import: planner, stats.
 """
 
 from __future__ import annotations

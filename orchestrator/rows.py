@@ -4,8 +4,8 @@ Input: the spec, the planned run and a ``raycluster.result.RunResult`` (per-rank
 ``workloads.contract.RankRecord``s and where each rank ran, or the failure). Output: dicts keyed
 by the columns of ``orchestrator/store/schema.py``. Figures come from ``stats``, bandwidths and
 expected volumes from ``comm_model``, transports from ``nccl_log``, link classes from ``topo``.
-May import those pure modules, planner and orchestrator.raycluster.result (neither imports
-Ray) and the workloads contract; never Ray or the store.
+May import: comm_model, flops, nccl_log, planner, spec, stats, topo,
+orchestrator.raycluster.result, workloads.contract, workloads.model, workloads.telemetry.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ field, the bad value and what is allowed, and :func:`load_spec` raises :class:`S
 all of them at once, so a user fixes a file in one go.
 
 Pure: reads one file, touches no Ray, no database.
+
+May import: pydantic, yaml.
 """
 
 from __future__ import annotations

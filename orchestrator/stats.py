@@ -34,6 +34,8 @@ values, which is why the tests can enumerate the bootstrap distribution for n=2 
   interval of the geometric mean, not of the median the figures report, and at n=2 its t
   quantile (12.7) makes it as wide as it is uninformative.
 - ``MIN_RUNS_FOR_CI`` or more: ``bootstrap95``, the 95% percentile-bootstrap interval above.
+
+May import: numpy.
 """
 
 from __future__ import annotations

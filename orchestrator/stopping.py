@@ -9,6 +9,8 @@ arrives inside :func:`critical` (a commit) is held until the block ends, so a ru
 stored whole or not at all. Repeated signals while stopping are ignored (the stop is bounded).
 
 No Ray, no database: plain ``signal``.
+
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@
 open, so a crash, a stop signal or a busy database keeps every finished run; start, resume and
 end of the sweep), ``stats`` (the figures of the run's variant group only), ``ui`` (progress). A
 failed run is a row (status ``failed`` and the error text) and the sweep goes on.
+
+May import: discovery, linkmodel, links, longsweep, planner, raycluster, resume, rows, spec,
+stats, store, orchestrator.emulated.describe.
 """
 
 from __future__ import annotations

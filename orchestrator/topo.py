@@ -30,6 +30,8 @@ SOC is stored as SYS, its current name, so that links compare across driver gene
 
 ``read_topo_text`` is the only I/O here: it runs ``nvidia-smi topo -m`` and returns its text (or
 why it could not), for a node probe to store verbatim and parse with ``parse_topo``.
+
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

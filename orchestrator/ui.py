@@ -1,4 +1,7 @@
-"""Live progress and end-of-sweep tables (rich). No logic: it only shows what it is told."""
+"""Live progress and end-of-sweep tables (rich). No logic: it only shows what it is told.
+
+May import: numpy, rich.
+"""
 
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ out, the watchdog SIGKILLs every listed process still alive (the same process: p
 time both match), waits until they are gone, and exits.
 
 No Ray here: /proc and signals only (Linux).
+
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

@@ -5,4 +5,6 @@ What crosses the Ray boundary is defined once, in ``contract.py``: a rank is giv
 ``RunConfig`` (or ``LinkbenchConfig``) and returns a ``RankRecord``. Nothing here imports
 ``orchestrator`` (the driver), the store or Ray scheduling; the driver imports this package's
 contract and hands its functions to Ray.
+
+May import: nothing (the standard library only).
 """

@@ -18,6 +18,8 @@ link       a named connectivity variant: environment variables set on every rank
            (e.g. NCCL_P2P_DISABLE=1), because NCCL and gloo read them once per process.
 transport  what the communication library really used (P2P, SHM, NET/Socket, gloo/tcp).
 placement  pack: all ranks on one node (STRICT_PACK); spread: one rank per node (STRICT_SPREAD).
+
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

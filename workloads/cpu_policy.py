@@ -6,6 +6,8 @@ under ``SCHED_IDLE`` run only in the cores' idle moments (a rank waiting in a co
 never preempt a rank; a nice-19 thread still may. Used for the embedded cluster's daemons
 (``orchestrator/daemons.py``) and for the fork launcher once its fork server is up (a Ray
 worker's main thread wakes every 10 ms); a forked rank puts itself back to the normal policy.
+
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

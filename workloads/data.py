@@ -12,6 +12,8 @@ and the embedding/LM-head cost stay those of real gpt2.
 
 Blocks of ``seq_len`` tokens are cut from the concatenated text (as run_clm.py does); each rank
 reads a disjoint, seeded-shuffled share and cycles through it.
+
+May import: datasets, torch, transformers.
 """
 
 from __future__ import annotations

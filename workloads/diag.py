@@ -5,6 +5,8 @@ flight-recorder dump if there is one (asking for it through its trigger pipe fir
 
 faulthandler writes from its C signal handler, so a rank stuck inside a C call (a collective,
 a lock wait) still dumps every thread's Python stack. Imports nothing from ``orchestrator``.
+
+May import: contract.
 """
 
 from __future__ import annotations

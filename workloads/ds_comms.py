@@ -7,6 +7,8 @@ shard for all_gather) so DDP and ZeRO rows in ``comms`` compare directly. Why th
 and what DeepSpeed issues per step: ``orchestrator/comm_model.py``'s docstring.
 
 Runs in rank processes; imports only the contract from linksweep.
+
+May import: contract, deepspeed.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ JSON keys (pydantic aliases: ``stage3_param_persistence_threshold``, not the fie
 ``runs.ds_config`` answers "which bucket, which threshold, overlap or not" for every run.
 
 Runs in rank processes; imports nothing from linksweep.
+
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """Imported once by the launcher's fork server (``workloads/launcher.py``), so that forked ranks
 start with it all loaded: torch, transformers, deepspeed, datasets and the workload's modules.
-Nothing here touches CUDA (the fork server must not initialise it before forking)."""
+Nothing here touches CUDA (the fork server must not initialise it before forking).
+
+May import: data, model, rank, strategies, train, datasets, deepspeed, torch, transformers.
+"""
 
 from __future__ import annotations
 

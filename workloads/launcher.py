@@ -19,6 +19,8 @@ its parent (``PR_SET_PDEATHSIG``). ``kill_run`` ends a run's ranks (timeout, fai
 
 A plain class; ``orchestrator/raycluster/launchers.py`` makes it a threaded actor (one thread per rank of a
 run on this node, plus ``kill_run``). Imports nothing from ``orchestrator``.
+
+May import: contract, cpu_policy, rank, ray.
 """
 
 from __future__ import annotations

@@ -36,6 +36,8 @@ CPU cost: gloo on two local processes moves a few GB/s at best, so by default on
 iterations per size are capped so that iters x msg_bytes stays under ``CPU_ITER_BYTES_BUDGET``
 (never below ``MIN_TIMED_ITERS``): the 64 MiB sizes then take seconds, not minutes. On CUDA
 every size runs ``iters`` times.
+
+May import: contract, device, torch.
 """
 
 from __future__ import annotations

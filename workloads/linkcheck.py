@@ -7,8 +7,9 @@ the env when the process group is created), and calls `run` on each. Rendezvous 
 barrier then one all_reduce; the rank also reports how many bytes it sent through the link
 (the interface's tx counter), so the path is verified, not assumed.
 
-Runs in Ray worker processes. May import: the standard library and torch, nothing else
-(in particular nothing from the driver's package).
+Runs in Ray worker processes.
+
+May import: torch.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""gpt2 configs with random init: weights are never downloaded, the real sizes are benchmarked."""
+"""gpt2 configs with random init: weights are never downloaded, the real sizes are benchmarked.
+
+May import: torch, transformers.
+"""
 
 from __future__ import annotations
 

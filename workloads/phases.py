@@ -1,4 +1,6 @@
-"""A stopwatch for the phases of a run on one rank (``contract.PHASES``). Imports only the
+"""A stopwatch for the phases of a run on one rank (``contract.PHASES``).
+
+May import: contract.
 contract; the rank and the training loop time themselves with it."""
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ holding a few hundred MB on every GPU during the benchmark. The child drops
 ``CUDA_VISIBLE_DEVICES`` and sets ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so P2P index ``i`` is NVML's
 and ``nvidia-smi``'s ``GPU<i>`` (CUDA's default order is fastest-first, which is not).
 Cost: one ``import torch`` per node (~2 s), once per sweep.
+
+May import: contract, telemetry, pynvml.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ for every run and started with the link's environment (NCCL reads its env once p
 Rendezvous follows Ray Train: the driver asks rank 0 for its address and a free port, then fans
 out ``run`` to every rank. In: a ``contract.RunConfig`` or ``LinkbenchConfig``; out: one
 ``contract.RankRecord``. Imports nothing from ``orchestrator``.
+
+May import: contract, diag, linkbench, phases, train, deepspeed, ray, torch, transformers.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ A strategy owns the wrapped model and optimizer. The loop calls ``micro_step`` g
 Communication is accounted per collective (op, message bytes, count, time) during profiled steps
 outside the timed ones, because timing a collective means synchronising around it. Runs in rank
 processes; imports only workloads modules.
+
+May import: contract, device, ds_comms, ds_effective, deepspeed, torch.
 """
 
 from __future__ import annotations

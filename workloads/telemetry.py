@@ -21,6 +21,8 @@ Pieces:
 Clock-event ("throttle") reason bits, from NVML's ``nvmlClocksEventReason*`` constants. Only the
 power and thermal ones lower clocks against the user's wishes; idle, application clocks and
 sync boost are normal operation.
+
+May import: contract.
 """
 
 from __future__ import annotations

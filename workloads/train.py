@@ -9,6 +9,8 @@ because timing a collective synchronises around it. When the run warms up for mo
 profiles, the profiled steps are the last warmup steps (never the first step, which carries
 one-off work such as DDP's bucket rebuild and ZeRO-3's trace): they cost the run nothing extra.
 Otherwise they run as a separate pass after the timed steps.
+
+May import: contract, data, device, model, phases, strategies, telemetry, torch.
 """
 
 from __future__ import annotations

@@ -5,5 +5,5 @@ Each module defines ``add_parser(sub)``, its arguments (defined once, here and n
 ``orchestrator/cli.py`` builds the parser from them and dispatches; ``python -m
 orchestrator.emulated`` reuses ``cluster``'s arguments.
 
-May import: nothing.
+May import: nothing (the standard library only).
 """

@@ -1,6 +1,6 @@
 """What several commands do alike: read a file named on the command line, join the cluster.
 
-May import: orchestrator.errors, orchestrator.raycluster.
+May import: orchestrator.errors, orchestrator.raycluster.reach, orchestrator.raycluster.session.
 """
 
 from __future__ import annotations

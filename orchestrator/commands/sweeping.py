@@ -3,8 +3,8 @@ work, an earlier driver's spool committed, the cluster joined with stop signals 
 cluster's fit checked, and a named query printed as a table at the end.
 
 May import: orchestrator.ds_check, orchestrator.errors, orchestrator.preflight,
-orchestrator.raycluster, orchestrator.spec, orchestrator.stopping, orchestrator.store,
-orchestrator.ui.
+orchestrator.raycluster.reach, orchestrator.raycluster.session, orchestrator.spec,
+orchestrator.stopping, orchestrator.store, orchestrator.ui.
 """
 
 from __future__ import annotations

@@ -68,6 +68,8 @@ exactly what was started and nothing else. Ray processes are found again by an e
 marker (`LINKSWEEP_EMULATED_ID`), by their namespace (`ip netns pids`), by the pids and
 start times `up` recorded, and by their process tree; never by name (`ray stop` would
 also stop every other Ray session on the machine).
+
+May import: check, lifecycle, netns, raynodes, shapes.
 """
 
 from orchestrator.emulated.check import measure_link_busbw

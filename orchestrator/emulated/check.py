@@ -6,9 +6,8 @@ emulated nodes (pinned by their `emulated_node_<i>` resources) with
 (`comm_model.busbw_gbps`, nccl-tests convention), so `cluster check` can compare each link
 with its tc rate.
 
-May import: the standard library, `shapes`, `orchestrator.comm_model`, and, inside the
-function, `orchestrator.raycluster` (the driver's Ray package) and `workloads.linkcheck`
-(the code that runs in the actors). Never `ray`.
+May import: shapes, orchestrator.comm_model, orchestrator.raycluster.nodes,
+orchestrator.raycluster.session, workloads.linkcheck.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 anything; `recorded_link_shapes` reads it back so a sweep can store, next to each link's name,
 what that link physically was. Reading only: nothing here changes the cluster.
 
-May import: the standard library and this package.
+May import: raynodes, shapes.
 """
 
 from __future__ import annotations

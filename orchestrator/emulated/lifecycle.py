@@ -5,7 +5,7 @@
 or Ctrl-C midway, undoes exactly what was started and nothing else. `status` reads the
 state file, the GCS and tc, and changes nothing.
 
-May import: the standard library and `shapes`, `netns`, `raynodes`. Never `ray`.
+May import: netns, raynodes, shapes.
 """
 
 from __future__ import annotations

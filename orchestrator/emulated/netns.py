@@ -5,7 +5,7 @@ network namespaces at all (`netns_available`, `require_root`) and whether `up` w
 something it did not create (`preflight`). Every command runs with a timeout; a failure
 raises EmulatedError with the command, its stderr and, for known messages, a hint.
 
-May import: the standard library and `shapes`. Never Ray, never the rest of linksweep.
+May import: shapes.
 """
 
 from __future__ import annotations

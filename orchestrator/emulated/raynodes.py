@@ -9,8 +9,7 @@
   namespace, recorded (pid, start time) and process tree, never by name; `terminate`
   stops them (SIGTERM, then SIGKILL).
 
-May import: the standard library, `shapes`, `netns` (namespace pids) and, inside functions,
-`orchestrator.raycluster.nodes` (the driver's Ray package) for the GCS node list. Never `ray`.
+May import: netns, shapes, orchestrator.raycluster.nodes.
 """
 
 from __future__ import annotations

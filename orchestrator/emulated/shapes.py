@@ -4,7 +4,7 @@
 `plan_emulated` computes every name, address and `ip`/`tc` command of a cluster as data
 (`EmulatedPlan`), which `netns` applies and undoes and `raynodes` starts Ray on.
 
-May import: the standard library only. Everything else in the package imports this module.
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

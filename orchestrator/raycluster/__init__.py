@@ -23,5 +23,5 @@ Words used here (the measurement's vocabulary is in ``workloads/contract.py``):
                       run's ranks on its node.
     progress board    the actor rank 0 reports its step to (fresh actors only).
 
-May import: nothing (``result`` and ``reach`` must stay importable without ray).
+May import: nothing (the standard library only).
 """

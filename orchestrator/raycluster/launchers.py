@@ -3,7 +3,7 @@ time a run needs that node, whose fork server then forks the ranks of every run 
 (``launcher: fork``; ``runs.execute_run`` with ``launchers``). Started once per sweep, so the
 imports (torch, transformers, deepspeed) are paid once per node, not once per run.
 
-May import: ray, workloads.launcher (the actor's class).
+May import: ray, workloads.launcher.
 """
 
 from __future__ import annotations

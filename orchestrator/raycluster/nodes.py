@@ -6,7 +6,7 @@ or does not answer becomes a :class:`NodeAnswer` with ``error`` set, never an ex
 :func:`run_pinned_actors` runs the emulated cluster's link check; :func:`gcs_nodes` asks a GCS
 that no ``ray.init`` has joined (the emulated cluster coming up).
 
-May import: ray, orchestrator.planner (``NodeCapacity``), orchestrator.errors, reach.
+May import: reach, orchestrator.errors, orchestrator.planner, ray.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ fails anyway, :func:`join_error` turns Ray's error text into the line the CLI pr
 message of :class:`ClusterUnreachable`). Pure but for the probe, so the wording is unit-tested
 without Ray.
 
-May import: nothing (the standard library: socket, re). Never ray.
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

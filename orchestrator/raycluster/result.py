@@ -2,7 +2,7 @@
 
 Pure (no Ray): ``orchestrator/rows.py`` and the unit tests build a :class:`RunResult` by hand.
 
-May import: orchestrator.planner (``RankPlacement``), workloads.contract. Never ray.
+May import: orchestrator.planner, workloads.contract.
 """
 
 from __future__ import annotations

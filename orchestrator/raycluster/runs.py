@@ -10,9 +10,8 @@ crosses. The placement group and the ranks are removed after the run, also on fa
 the live display through a :class:`ProgressBoard` actor (fresh actors) or its launcher (forked
 ranks).
 
-May import: ray, workloads (the contract, the rank, the diagnosis that runs on nodes),
-orchestrator.planner (``place_ranks``), orchestrator.errors, result, session
-(``quiet_daemons``), launchers (its type only). Never the store.
+May import: launchers, result, session, orchestrator.errors, orchestrator.planner, ray,
+workloads.contract, workloads.diag, workloads.rank.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ naming the address and the likely cause, within a bounded wait, without Ray's lo
 :func:`disconnect` undoes what :func:`connect` did, and only that: a connection the caller made
 itself (the tests' session cluster) is left alone.
 
-May import: ray, orchestrator.daemons, orchestrator.watchdog, reach.
+May import: reach, orchestrator.daemons, orchestrator.watchdog, ray.
 """
 
 from __future__ import annotations

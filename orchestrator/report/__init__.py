@@ -46,6 +46,8 @@ The package, one job per module, each importing only the ones before it:
 
 Units follow the schema's names: ``_s`` seconds, ``_bytes`` bytes, ``_gbps`` GB/s with
 1 GB = 1e9 B. Message sizes in the microbenchmark are powers of two and are labelled in KiB/MiB.
+
+May import: data, figures, fmt, html, plots.
 """
 
 from orchestrator.report.data import ReportData, ReportError, load_report_data, pick_sweep

@@ -2,8 +2,9 @@
 table from ``orchestrator.headline.extra_vs_predicted`` rows (measured extra step time on each
 link over the baseline, next to the extra communication time the link microbenchmark predicts).
 
-Pure apart from matplotlib (imported inside the function). May import ``draw``, ``fmt``,
-``markup`` of this package and ``orchestrator.headline``.
+Pure apart from matplotlib (imported inside the function).
+
+May import: draw, fmt, markup, matplotlib, orchestrator.headline.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ named queries of ``orchestrator/store/queries.py`` (section "the report"); it re
 ``ReportData`` of plain rows (dicts keyed by column) that the figures and the HTML read.
 No SQL here: a new need is a new named query.
 
-May import ``orchestrator.store`` and the standard library; nothing else from linksweep.
+May import: orchestrator.store.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 Figures are drawn on ``matplotlib.figure.Figure`` with the Agg canvas, never pyplot: no global
 state, no display. matplotlib is imported inside the functions, so importing the report stays
-cheap. Imports nothing from linksweep.
+cheap.
+
+May import: matplotlib.
 """
 
 from __future__ import annotations

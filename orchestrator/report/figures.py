@@ -2,8 +2,7 @@
 the reason the figure is not drawn). One figure that fails to draw becomes a note, never an
 exception: the rest of the report is still written.
 
-May import ``plots``, ``compare``, ``findings``, ``draw`` and ``orchestrator.errors``;
-``ReportData`` only for typing.
+May import: compare, data, draw, findings, linkmodel_view, plots, orchestrator.errors.
 """
 
 from __future__ import annotations

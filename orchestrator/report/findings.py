@@ -5,8 +5,9 @@ compact strategy x grad_accum table); ``caveats_html`` is the amber box a CPU/gl
 sweep gets, saying what its numbers do and do not show; ``links_html`` lists each link with its
 physical description, rated rate and measured busbw (view ``link_overview``); ``throttling``
 says "not checked" wherever GPU telemetry is absent, in every place the report mentions it.
-Pure string functions. May import ``markup`` of this package, ``orchestrator.headline``,
-``orchestrator.links`` and ``orchestrator.stats``; ``ReportData`` only for typing.
+Pure string functions.
+
+May import: data, markup, orchestrator.headline, orchestrator.links, orchestrator.stats.
 """
 
 from __future__ import annotations

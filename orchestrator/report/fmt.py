@@ -1,6 +1,8 @@
 """Number, size and time formatting: one place, so figures, tables and text agree.
 
-Pure functions of plain values. Imports nothing from linksweep.
+Pure functions of plain values.
+
+May import: nothing (the standard library only).
 
 Units follow the schema's names: ``_s`` seconds, ``_bytes`` bytes (base 10: 1 MB = 1e6 B),
 ``_gbps`` GB/s with 1 GB = 1e9 B. Message sizes in the link microbenchmark are powers of two

@@ -1,8 +1,10 @@
 """The report page: ``render_html(data, figures)`` -> one self-contained HTML string.
 
 Inline CSS, figures as base64 PNG data URIs, no scripts, no fonts, no links outside the file.
-Pure string functions. May import ``fmt``, ``markup``, ``sections`` of this package;
-``ReportData`` and ``FigureResult`` only for typing.
+Pure string functions.
+
+May import: compare, data, figures, findings, fmt, labels, linkmodel_view, markup, phases,
+sections.
 """
 
 from __future__ import annotations

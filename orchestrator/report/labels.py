@@ -1,6 +1,8 @@
 """Variant labels and ordering, shared by the figures and the tables.
 
-Pure functions of row dicts (keys as the schema's columns). Imports only ``orchestrator.stats``.
+Pure functions of row dicts (keys as the schema's columns).
+
+May import: orchestrator.stats.
 """
 
 from __future__ import annotations

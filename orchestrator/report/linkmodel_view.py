@@ -3,7 +3,7 @@ measured points and fitted lines, the slope is the exposure) and the section (th
 leave-one-link-out table). Rows in (``link_model``, ``link_model_check``, runs), figure or
 HTML out; the fit itself is ``orchestrator/linkmodel.py``'s and is only read here.
 
-May import ``draw``, ``fmt``, ``labels`` and ``markup`` of this package; nothing else.
+May import: draw, fmt, labels, markup, matplotlib.
 """
 
 from __future__ import annotations

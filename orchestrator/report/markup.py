@@ -1,6 +1,8 @@
 """HTML building blocks: escaping, tables of rows, the "missing" box.
 
-Pure string functions. May import ``fmt`` and ``labels`` of this package.
+Pure string functions.
+
+May import: fmt, labels.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """The report's "where a run's seconds go" section: per phase (``workloads.contract.PHASES``),
 the median over runs of the slowest rank's seconds, the sweep's total, its share, and one stacked
 bar of the shares. Pure: rows in (``ReportData.phases``), HTML out.
+
+May import: data, markup, workloads.contract.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The report's four figures: rows -> ``(Figure, caption)``, or ``(None, reason)`` when there is
 nothing to draw. Pure apart from matplotlib (imported inside the functions).
 
-May import ``draw``, ``fmt`` and ``labels`` of this package; nothing else from linksweep.
+May import: draw, fmt, labels, matplotlib, numpy.
 """
 
 from __future__ import annotations

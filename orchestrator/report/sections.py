@@ -1,7 +1,7 @@
 """The report's HTML sections: the classic link table, the runs needing attention, provenance.
 
 Each takes ``ReportData`` (plain rows) and returns an HTML fragment. Pure string functions.
-May import ``fmt``, ``labels`` and ``markup`` of this package; ``ReportData`` only for typing.
+May import: data, findings, fmt, labels, markup.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """The results database: schema (``schema.py``), named queries (``queries.py``) and the DuckDB
 connections (``db.py``, the only module that imports duckdb). Driver-side; imports nothing from
 linksweep outside this package.
+
+May import: db, queries, schema.
 """
 
 from orchestrator.store import queries as Q

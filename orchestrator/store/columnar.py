@@ -8,6 +8,8 @@ store them. JSON columns take dicts and lists as sorted-key JSON text (as before
 
 Anything this module cannot convert exactly raises :class:`NotColumnar`; the caller then falls
 back to the row-at-a-time path, so no value is ever coerced silently.
+
+May import: pyarrow.
 """
 
 from __future__ import annotations

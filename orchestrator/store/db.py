@@ -11,6 +11,8 @@ driver is gone), and ``bring_up_to_date``, the one write a reading command makes
 reads. Opening for writing (``Store``) creates or upgrades the schema in a transaction
 (``schema.MIGRATIONS``) and nothing else; opening read-only never writes. A newer or foreign
 database is refused with a clear message and left unchanged.
+
+May import: columnar, liveness, queries, schema, spool, duckdb.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ goes through :meth:`LiveStore.commit_run`: spooled durably first (``spool.py``),
 is retried with backoff and the driver says so; a run still spooled when the wait ends stays
 spooled, and the next commit (the next run's, ``recover`` at the next sweep's start, or a
 reading command's ``bring_up_to_date``) commits it. Nothing is lost and nothing fails the sweep.
+
+May import: db, liveness, queries, spool.
 """
 
 from __future__ import annotations

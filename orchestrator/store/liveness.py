@@ -4,6 +4,8 @@ The driver stores its host, pid and a heartbeat (every ``HEARTBEAT_S``) in its `
 A ``running`` sweep is dead when, on the driver's own host, its pid no longer exists, or, seen
 from any host, its heartbeat is older than ``STALE_S``. Whoever next opens the database marks
 such a sweep ``interrupted`` (``db.py``), so every command that lists sweeps shows the truth.
+
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

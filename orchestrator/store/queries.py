@@ -4,6 +4,8 @@ parameters (``$name``, DuckDB's named parameters). Pure data; run them with
 
 A query's name says what it returns; its parameters are the ``$`` names in its text. Nothing
 here is pasted together from values.
+
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

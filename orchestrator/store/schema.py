@@ -5,6 +5,8 @@ are computed by ``orchestrator/stats.py`` and stored in ``runs``, ``variant_stat
 ``sensitivity_stats``; the views select them and add nothing but joins and renames, except
 ``step_times`` (per-step max over ranks, for reading step distributions) and ``link_bandwidth``
 (the microbenchmark's medians, the one place they are computed).
+
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

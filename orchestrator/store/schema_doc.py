@@ -6,7 +6,7 @@ meaning: for a table column, the ``--`` comment next to it in ``schema.py``; for
 ``VIEW_COLUMNS`` below, else the comment of the table column of the same name.
 ``tests/unit/test_docs.py`` checks the file against the schema in both directions.
 
-Imports nothing from linksweep outside this package.
+May import: db, schema.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ is already stored is not inserted again (the process may die between COMMIT and 
 A file is JSON (no pickle): ``{"run_id", "tables": {table: [row, ...]}, "updates": [...]}``;
 datetimes are tagged ``{"$datetime": iso}`` and read back as datetimes. Pure file I/O: no
 duckdb here (``db.py`` applies the payloads).
+
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """The code's shape, checked by reading source files (nothing here imports the modules):
-one-way dependencies, one Ray package, one DuckDB module, no SQL outside the store, small files.
+one-way dependencies, one Ray package, one DuckDB module, no SQL outside the store, small files,
+and every module keeping to the 'May import:' line of its docstring.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,112 @@ def test_unit_tests_never_touch_ray():
         )
     }
     assert offenders == {}
+
+
+# --- 'May import:' lines ----------------------------------------------------------------------
+# Every module's docstring says what it may import, and the module keeps to it.
+#
+# Each module of ``orchestrator/`` and ``workloads/`` carries one line in its docstring:
+#
+#     May import: stats, links, orchestrator.store, numpy.
+#
+# Names are comma-separated and the list ends with a period; parenthesised words are comments. A
+# name without a dot is a module of the same package when one exists (``stats`` in
+# ``orchestrator/headline.py`` is ``orchestrator.stats``), else a top-level package (``numpy``,
+# ``ray``, ``orchestrator``). A module may import what a listed name is, or what lies inside it
+# (``orchestrator.store`` allows ``orchestrator.store.db``; ``orchestrator`` alone allows only its
+# ``__init__``). ``nothing`` lists nothing. The standard
+# library is always allowed and never listed. Every import counts, also one inside a function or
+# under ``TYPE_CHECKING``: the line is the module's whole reach, so it cannot drift from the code.
+
+PACKAGES = ("orchestrator", "workloads")
+LINE = re.compile(r"May import:\s*(.*?)\.(?:\s|$)", re.S)
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((REPO / pkg).rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _package_of(module: str, path: Path) -> str:
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def allowed_names(module: str, path: Path, docstring: str) -> set[str] | None:
+    """The dotted names the docstring's line allows, or None when there is no line."""
+    found = LINE.search(docstring)
+    if found is None:
+        return None
+    text = re.sub(r"\([^)]*\)", "", found.group(1)).replace("`", "")
+    names = {n.strip() for n in re.split(r"[,\s]+(?:and\s+)?", text) if n.strip()}
+    names.discard("nothing")
+    package = _package_of(module, path)
+    return {f"{package}.{n}" if "." not in n and f"{package}.{n}" in MODULES else n for n in names}
+
+
+def imported_names(module: str, path: Path, tree: ast.Module) -> set[str]:
+    """Every module ``module`` imports (dotted, absolute), the standard library left out."""
+    out = set()
+    package = _package_of(module, path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            for a in node.names:  # `from orchestrator import stats`: the module itself
+                out.add(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base)
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    return {n for n in out if n.split(".")[0] not in stdlib}
+
+
+def _covered(name: str, allowed: set[str]) -> bool:
+    """A listed name allows itself and what lies inside it; ``orchestrator`` or ``workloads``
+    alone allow only the package's own ``__init__`` (its version, say), not the whole tree."""
+    return any(name == a or (name.startswith(a + ".") and a not in PACKAGES) for a in allowed)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_module_keeps_to_its_may_import_line(module):
+    path = MODULES[module]
+    tree = ast.parse(path.read_text())
+    allowed = allowed_names(module, path, ast.get_docstring(tree) or "")
+    assert allowed is not None, f"{path.relative_to(REPO)}: no 'May import:' line in its docstring"
+    unknown = {a for a in allowed if a.split(".")[0] in PACKAGES and a not in MODULES}
+    assert not unknown, f"{path.relative_to(REPO)}: the line names no such module: {unknown}"
+    extra = sorted(n for n in imported_names(module, path, tree) if not _covered(n, allowed))
+    assert not extra, f"{path.relative_to(REPO)} imports what its 'May import:' line omits: {extra}"
+
+
+def test_the_parser_reads_a_line_as_documented():
+    path = REPO / "orchestrator" / "headline.py"
+    doc = (
+        "Words.\n\nMay import: stats (interval kinds), ``links``,\norchestrator.store and numpy.\n"
+    )
+    assert allowed_names("orchestrator.headline", path, doc) == {
+        "orchestrator.stats",
+        "orchestrator.links",
+        "orchestrator.store",
+        "numpy",
+    }
+    assert allowed_names("orchestrator.headline", path, "May import: nothing.") == set()
+    assert allowed_names("orchestrator.headline", path, "No line here.") is None
+
+
+def test_an_import_the_line_omits_is_caught():
+    path = REPO / "orchestrator" / "headline.py"
+    tree = ast.parse("def f():\n    import ray\n    from orchestrator import stats\n")
+    names = imported_names("orchestrator.headline", path, tree)
+    assert names == {"ray", "orchestrator.stats"}
+    allowed = allowed_names("orchestrator.headline", path, "May import: stats.")
+    assert [n for n in sorted(names) if not _covered(n, allowed)] == ["ray"]
