@@ -12,8 +12,8 @@ a measurement rather than a test, because what decides them is the machine:
 2. ZeRO-3's exposure at grad_accum 8 is above DDP's (ZeRO-3 gathers parameters before a layer can
    run; DDP hides its bucketed all-reduce behind the backward pass).
 
-On the shared 2-core CPU development machine neither holds reliably (runs A-M in
-docs/link-model.md: the 15% bound in 6 of 12, the order in 8 of 12), and on gpt2-tiny DDP has
+On the shared 2-core CPU development machine neither holds reliably (runs A-N in
+docs/link-model.md: the 15% bound in 7 of 13, the order in 9 of 13), and on gpt2-tiny DDP has
 nothing to overlap (``bench_ddp_overlap.py``); both are questions for real model sizes on GPUs.
 ``tests/integration/test_link_model_emulated.py`` asserts only what holds anywhere.
 
@@ -22,7 +22,7 @@ state in ``/tmp/lsb-PID``) with the links of ``LINKS``, one ``linksweep run`` ag
 the cluster down (also on Ctrl-C or a failure). The sweep: gpt2-tiny on CPU (gloo), fp32,
 seq_len 32, micro-batch 1, strategy [ddp, zero3] x grad_accum [1, 8], spread placement (one rank
 per node, so every collective crosses the link), the link microbenchmark on (it prices each
-run's collectives), repeats interleaved round robin. ~7-9 min on 2 cores. ``--smoke``: three
+run's collectives), repeats interleaved round robin. ~6-7 min on 2 cores. ``--smoke``: three
 links (r500, r1g, r2g), grad_accum 1, 1 repeat, 2 timed steps, microbenchmark up to 2 MB, ~1.5
 min; it checks that the bench runs, its figures mean nothing (claim 2 is judged at grad_accum 1).
 

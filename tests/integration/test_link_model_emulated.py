@@ -9,7 +9,7 @@ link needs two others. Prints the tables it checked.
 
 The model's two measured claims (every left-out link within 15%; ZeRO-3's exposure at
 grad_accum 8 above DDP's) are not decided here: neither holds reliably on the shared 2-core CPU
-stand-in (docs/link-model.md has the tally of runs A-M and why). ``bench/bench_link_model.py``
+stand-in (docs/link-model.md has the tally of runs and why). ``bench/bench_link_model.py``
 runs the full-size sweep (four links, grad_accum 1 and 8) and prints both verdicts.
 """
 
