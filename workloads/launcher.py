@@ -20,7 +20,7 @@ its parent (``PR_SET_PDEATHSIG``). ``kill_run`` ends a run's ranks (timeout, fai
 A plain class; ``orchestrator/raycluster/launchers.py`` makes it a threaded actor (one thread per rank of a
 run on this node, plus ``kill_run``). Imports nothing from ``orchestrator``.
 
-May import: contract, cpu_policy, rank, ray.
+May import: contract, cpu_policy, rank.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ import multiprocessing.connection
 import multiprocessing.spawn as mp_spawn
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -151,16 +150,9 @@ class Launcher:
         return time.perf_counter() - t0
 
     def node_info(self) -> NodeInfo:
-        import ray
+        from workloads.rank import node_info
 
-        ctx = ray.get_runtime_context()
-        return NodeInfo(
-            node_id=ctx.get_node_id(),
-            hostname=socket.gethostname(),
-            ip=ray.util.get_node_ip_address(),
-            gpu_ids=(),
-            pid=os.getpid(),
-        )
+        return node_info()
 
     def free_port(self) -> int:
         from workloads.rank import free_port

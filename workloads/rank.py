@@ -33,22 +33,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def node_info(gpu_ids: tuple[str, ...] = ()) -> NodeInfo:
+    """Where this process runs: node id, hostname, IP, pid, and the GPU ids Ray assigned it."""
+    import ray  # this process is a Ray worker: ray is its runtime
+
+    ctx = ray.get_runtime_context()
+    return NodeInfo(
+        node_id=ctx.get_node_id(),
+        hostname=socket.gethostname(),
+        ip=ray.util.get_node_ip_address(),
+        gpu_ids=gpu_ids,
+        pid=os.getpid(),
+    )
+
+
 class Rank:
     def __init__(self) -> None:
         self.created_wall_s = time.time()
 
     def node_info(self) -> NodeInfo:
-        """Where this rank landed: node id, hostname, IP, the GPU ids Ray assigned to it."""
-        import ray  # this process is a Ray worker: ray is its runtime
+        """Where this rank landed, with the GPU ids Ray assigned to it."""
+        import ray
 
-        ctx = ray.get_runtime_context()
-        return NodeInfo(
-            node_id=ctx.get_node_id(),
-            hostname=socket.gethostname(),
-            ip=ray.util.get_node_ip_address(),
-            gpu_ids=tuple(str(g) for g in ray.get_gpu_ids()),
-            pid=os.getpid(),
-        )
+        return node_info(tuple(str(g) for g in ray.get_gpu_ids()))
 
     def free_port(self) -> int:
         return free_port()

@@ -11,7 +11,7 @@ import argparse
 
 from orchestrator.cli_help import ADDRESS_HELP
 from orchestrator.commands.shared import join_cluster
-from orchestrator.commands.text import node_title, p2p_table, print_node_topology
+from orchestrator.commands.text import p2p_table, print_node
 from orchestrator.discovery import Finding, discover_nodes, doctor_findings
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
@@ -44,11 +44,7 @@ def main(args: argparse.Namespace) -> int:
     findings = doctor_findings(reports)
 
     for r in reports:
-        print(node_title(r))
-        if r.error is not None:
-            print(f"probe failed: {r.error}")
-        else:
-            print_node_topology(r)
+        if print_node(r):
             if r.p2p is not None:
                 print("P2P access (torch.cuda.can_device_access_peer, row -> column):")
                 print(p2p_table(r.p2p))

@@ -1,6 +1,6 @@
 """``linksweep export``: every table and view of the database, one parquet or CSV file each.
 
-May import: orchestrator.cli_help, orchestrator.errors, orchestrator.store.
+May import: shared, orchestrator.cli_help, orchestrator.errors, orchestrator.store.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import argparse
 import os
 
 from orchestrator.cli_help import DB_HELP
+from orchestrator.commands.shared import ready_to_read
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_OK, err
 
 FORMATS = ("parquet", "csv")
@@ -27,14 +28,12 @@ def add_parser(sub) -> None:
 def main(args: argparse.Namespace) -> int:
     """Exit 0 with the files listed; 2 when the database cannot be read or OUTDIR written.
     CSV lines end with ``\\n`` (DuckDB's COPY)."""
-    from orchestrator.store import Reader, StoreError, bring_up_to_date, export_all
+    from orchestrator.store import Reader, StoreError, export_all
 
     db, out_dir = args.db, args.outdir
-    if not os.path.exists(db):
-        err(f"--db {db} does not exist; run a sweep first (linksweep run SWEEP.yaml --db {db})")
+    if not ready_to_read(db):
         return EXIT_BAD_INPUT
     try:
-        bring_up_to_date(db)
         with Reader(db):  # refuses a foreign or locked database with a clear message
             pass
         os.makedirs(out_dir, exist_ok=True)

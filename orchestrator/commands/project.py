@@ -5,7 +5,7 @@ and its links' bus bandwidth through the named queries, and prints
 ``orchestrator.linkmodel.project_sweep``'s rows, one per variant group (``stats.GROUP_KEY``) and
 bandwidth. The computation is in ``linkmodel`` (pure); this module is arguments -> rows -> text.
 
-May import: orchestrator.cli_help, orchestrator.errors, orchestrator.linkmodel,
+May import: shared, orchestrator.cli_help, orchestrator.errors, orchestrator.linkmodel,
 orchestrator.report.data, orchestrator.stats, orchestrator.store, orchestrator.ui.
 """
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from orchestrator.cli_help import DB_HELP
+from orchestrator.commands.shared import ready_to_read
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_OK, err
 
 FORMATS = ("table", "csv", "json")
@@ -69,15 +69,13 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         err(str(exc))
         return EXIT_BAD_INPUT
-    if not os.path.exists(db):
-        err(f"--db {db} does not exist; run a sweep first (linksweep run SWEEP.yaml --db {db})")
+    if not ready_to_read(db):
         return EXIT_BAD_INPUT
 
     from orchestrator.report.data import ReportError, pick_sweep
-    from orchestrator.store import Q, Reader, StoreError, bring_up_to_date
+    from orchestrator.store import Q, Reader, StoreError
 
     try:
-        bring_up_to_date(db)
         with Reader(db) as reader:
             sweep = pick_sweep(reader, sweep_id)
             sid = sweep["sweep_id"]

@@ -1,6 +1,7 @@
 """``linksweep report``: one sweep's report.html (headline first) and its PNG figures.
 
-May import: orchestrator.cli_help, orchestrator.errors, orchestrator.report, orchestrator.store.
+May import: shared, orchestrator.cli_help, orchestrator.errors, orchestrator.report,
+orchestrator.store.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import argparse
 import os
 
 from orchestrator.cli_help import DB_HELP
+from orchestrator.commands.shared import ready_to_read
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_OK, err
 
 
@@ -38,14 +40,12 @@ def main(args: argparse.Namespace) -> int:
     from orchestrator.report.data import ReportError, load_report_data
     from orchestrator.report.figures import build_figures
     from orchestrator.report.html import render_html
-    from orchestrator.store import StoreError, bring_up_to_date
+    from orchestrator.store import StoreError
 
     db, out_dir = args.db, args.out
-    if not os.path.exists(db):
-        err(f"--db {db} does not exist; run a sweep first (linksweep run SWEEP.yaml --db {db})")
+    if not ready_to_read(db):
         return EXIT_BAD_INPUT
     try:
-        bring_up_to_date(db)
         data = load_report_data(db, args.sweep)
     except (StoreError, ReportError) as exc:
         err(str(exc))

@@ -1,9 +1,12 @@
 """What several commands do alike: read a file named on the command line, join the cluster.
 
-May import: orchestrator.errors, orchestrator.raycluster.reach, orchestrator.raycluster.session.
+May import: orchestrator.errors, orchestrator.raycluster.reach, orchestrator.raycluster.session,
+orchestrator.store.
 """
 
 from __future__ import annotations
+
+import os
 
 from orchestrator.errors import err
 
@@ -20,6 +23,22 @@ def read_text(path: str, what: str) -> str | None:
     except OSError as exc:
         err(f"{what} {path}: cannot read: {exc.strerror or exc}")
     return None
+
+
+def ready_to_read(db: str) -> bool:
+    """The database named by ``--db`` exists and is brought up to date (``bring_up_to_date``:
+    the one write a reading command makes, before it reads); False after saying why."""
+    from orchestrator.store import StoreError, bring_up_to_date
+
+    if not os.path.exists(db):
+        err(f"--db {db} does not exist; run a sweep first (linksweep run SWEEP.yaml --db {db})")
+        return False
+    try:
+        bring_up_to_date(db)
+    except StoreError as exc:
+        err(str(exc))
+        return False
+    return True
 
 
 def join_cluster(address: str | None) -> bool:

@@ -84,6 +84,17 @@ def node_title(r: NodeReport) -> str:
     )
 
 
+def print_node(r: NodeReport) -> bool:
+    """The node's title, then its topology and inventory, or why its probe failed; True when
+    the probe answered (the caller may print more of it)."""
+    print(node_title(r))
+    if r.error is not None:
+        print(f"probe failed: {r.error}")
+        return False
+    print_node_topology(r)
+    return True
+
+
 def print_node_topology(r: NodeReport) -> None:
     t = parse_report_topo(r)
     if t is not None:

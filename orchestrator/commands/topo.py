@@ -14,7 +14,7 @@ import json
 from orchestrator import topo
 from orchestrator.cli_help import ADDRESS_HELP
 from orchestrator.commands.shared import join_cluster, read_text
-from orchestrator.commands.text import node_title, print_node_topology, topo_table
+from orchestrator.commands.text import print_node, topo_table
 from orchestrator.discovery import discover_nodes, parse_report_topo
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_OK, err
 
@@ -76,10 +76,6 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(out))
         return EXIT_OK
     for r in reports:
-        print(node_title(r))
-        if r.error is not None:
-            print(f"probe failed: {r.error}")
-        else:
-            print_node_topology(r)
+        print_node(r)
         print()
     return EXIT_OK

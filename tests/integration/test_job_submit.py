@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,16 +19,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator.store import read_query
+from tests.integration.rayports import free_port, head_ports
 from tests.integration.test_long_sweeps import SWEEP_BODY, n_runs, pairs, q, wait_for
 
 REPO = str(Path(__file__).resolve().parents[2])
 BIN = os.path.dirname(sys.executable)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for_dashboard(url: str, deadline_s: float, head, log_path) -> None:
@@ -64,15 +58,7 @@ def job_head(tmp_path_factory):
     gcs_port, dash_port = free_port(), free_port()
     # Every port explicit: other Ray instances on this machine (the session cluster) hold the
     # defaults, e.g. the dashboard agent's 52365.
-    ports = {
-        "--dashboard-agent-listen-port": free_port(),
-        "--dashboard-agent-grpc-port": free_port(),
-        "--metrics-export-port": free_port(),
-        "--runtime-env-agent-port": free_port(),
-        "--ray-client-server-port": free_port(),
-        "--node-manager-port": free_port(),
-        "--object-manager-port": free_port(),
-    }
+    ports = head_ports()
     # Ray >= 2.5x enables token auth by default when ~/.ray/auth_token exists; on this loopback-only
     # test cluster it is switched off explicitly for the head, the job CLI and the job's driver.
     # `ray job stop` SIGKILLs the job RAY_JOB_STOP_WAIT_TIME_S after its SIGTERM (Ray's default

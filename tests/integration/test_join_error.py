@@ -14,7 +14,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,17 +23,12 @@ from pathlib import Path
 import pytest
 
 from orchestrator.raycluster.reach import tcp_probe
+from tests.integration.rayports import free_port, head_ports
 
 REPO = str(Path(__file__).resolve().parents[2])
 BIN = os.path.dirname(sys.executable)
 JOIN_BOUND_S = 45.0  # interpreter and Ray imports on a busy 2-core machine, plus the join
 AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(home: str, **extra: str) -> dict[str, str]:
@@ -83,15 +77,7 @@ def token_head(tmp_path_factory):
     token = secrets.token_hex(32)
     home = str(tmp_path_factory.mktemp("token-home"))
     port = free_port()
-    ports = {
-        "--dashboard-agent-listen-port": free_port(),
-        "--dashboard-agent-grpc-port": free_port(),
-        "--metrics-export-port": free_port(),
-        "--runtime-env-agent-port": free_port(),
-        "--ray-client-server-port": free_port(),
-        "--node-manager-port": free_port(),
-        "--object-manager-port": free_port(),
-    }
+    ports = head_ports()
     ray_tmp = tempfile.mkdtemp(prefix="lsauth", dir="/tmp")  # Ray's socket paths: 107 bytes
     log_path = tmp_path_factory.mktemp("token-head") / "head.log"
     head_log = open(log_path, "w")  # noqa: SIM115 - closed in the finally below
