@@ -1,27 +1,48 @@
 """Does linksweep's own cost stay small as runs get bigger and sweeps get longer?
 
     python bench/bench_scale.py [--only ingest,commit,refresh,sweep] [--runs 12] [--steps 6]
-                                [--code DIR] [--json OUT] [--keep]
+                                [--strategies ddp,zero3] [--launcher fork] [--code DIR]
+                                [--smoke] [--json OUT] [--keep]
 
 Four measurements, each printed as a table (and written with ``--json``):
 
 ingest   rows/s of ``Store.insert`` into ``steps``: the columnar path (one Arrow batch) and the
          row-at-a-time ``executemany`` path it replaced (``Store._insert_rows``), in the same
          process on the same machine, so their ratio is what counts. Target >= 200,000 rows/s.
-commit   seconds of ``sweep.store_run`` (the run's one transaction: runs, steps, ranks, comms,
-         transports, telemetry rows) for a synthetic 64-rank x 1,000-step run (64,000 step rows,
-         plus 1,000 telemetry samples per rank), into a database already holding one such run.
-         The first insert of a process also pays pyarrow's lazy imports once (shown apart).
-         Target < 1 s.
+commit   seconds of a run's commit as a sweep's driver does it: ``longsweep.commit_run`` builds
+         the payload (runs, steps, ranks, comms, telemetry rows) and hands it to
+         ``LiveStore.commit_run``, which spools it durably (JSON, fsync) and commits it in one
+         transaction while the database is open; for a synthetic 64-rank x 1,000-step run (64,000
+         step rows, plus 1,000 telemetry samples per rank), into a database already holding one
+         such run. The first commit of a process also pays pyarrow's lazy imports (measured
+         apart, in a fresh process). Target < 1 s.
 refresh  seconds of ``sweep.refresh_stats`` (figures of one variant group) after a run, with
          10 and with 500 runs stored (groups of 2 links x 5 repeats): it must not grow.
-sweep    a 12-run gpt2-tiny sweep under ``linksweep run`` (embedded Ray, 2 ranks, DDP,
-         grad_accum 1/4 x links default/no_p2p x 3 repeats): per run, wall (``runs.started_at``
-         -> ``finished_at``) minus its timed steps (sum of the slowest rank's step times); sweep
-         efficiency = all timed steps / the sweep's wall (``sweeps.started_at`` -> ``finished_at``);
-         and the command's wall. ``--code DIR`` runs ``linksweep run`` from another checkout
+sweep    per strategy of ``--strategies`` (default ddp and zero3), a gpt2-tiny sweep of
+         ``--runs`` runs (grad_accum 1/4 x links default/no_p2p x runs/4 repeats) under
+         ``linksweep run`` (embedded Ray, 2 ranks), each strategy its own sweep and database:
+         per run, wall (``runs.started_at`` -> ``finished_at``) minus its timed steps (sum of the
+         slowest rank's step times); sweep efficiency = all timed steps / the sweep's wall; the
+         median seconds per phase (``run_phases``, slowest rank, median over runs: placement,
+         process_start, imports, pg_init, model_data_build, strategy_init, warmup, ...); and the
+         command's wall. ``--code DIR`` runs ``linksweep run`` from another checkout
          (``PYTHONPATH=DIR``), e.g. ``git archive`` of an older commit, for before/after figures.
-         With the run-phase table (schema v3) the median seconds per phase are printed too.
+
+Figures (``--json``; FIGURES lists the keys ``--smoke`` must produce):
+- ``ingest.columnar_rows_per_s``, ``ingest.executemany_rows_per_s``, ``ingest.speedup``;
+- ``commit.commit_s`` (``LiveStore.commit_run``: spool + commit), ``commit.longsweep_commit_s``
+  (all of ``longsweep.commit_run``: payload, spool, commit, then the run's ``commit`` phase row),
+  ``commit.spool_bytes``, ``commit.spool_encode_s`` and ``commit.spool_decode_s`` (the
+  payload to and from JSON, both inside ``commit_s``), and
+  ``commit.first_commit_in_fresh_process_s``;
+- ``refresh.refresh_s_at_10_runs``, ``refresh.refresh_s_at_500_runs``,
+  ``refresh.ratio_500_to_10``;
+- per strategy S: ``sweep.S.median_run_wall_s``, ``sweep.S.median_run_overhead_s`` (wall minus
+  timed steps), ``sweep.S.median_run_wall_minus_all_steps_s`` (wall minus warmup, timed and
+  profiled steps), ``sweep.S.sweep_efficiency``, ``sweep.S.phases_median_s`` (phase -> s).
+
+``--smoke``: the same code on tiny sizes (8 ranks x 100 steps, 3 refreshes, one 2-step zero3
+run), a check that the script runs, not a measurement.
 
 The synthetic measurements need no Ray; ``sweep`` starts Ray and gpt2 ranks: run it alone
 (``flock /tmp/linksweep-heavy.lock`` on a shared machine).
@@ -45,13 +66,43 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere: import orchestrator, workloads
 
-from orchestrator import stats  # noqa: E402
-from orchestrator.planner import Variant  # noqa: E402
+from orchestrator import longsweep, stats  # noqa: E402
+from orchestrator.planner import PlannedRun, Variant  # noqa: E402
+from orchestrator.resume import RunSlot  # noqa: E402
 from orchestrator.rows import RunRows  # noqa: E402
 from orchestrator.spec import parse_spec  # noqa: E402
-from orchestrator.store import Q, Reader, Store  # noqa: E402
+from orchestrator.store import Q, Reader, Store, spool  # noqa: E402
+from orchestrator.store.live import LiveStore  # noqa: E402
 
 SWEEP_TIMEOUT_S = 1800
+STRATEGIES = "ddp,zero3"
+"""The sweep's strategies by default: DDP and the ZeRO stage whose start-up costs most."""
+FULL = {"ranks": 64, "steps": 1000, "executemany_rows": 5000, "refreshes": 21}
+"""Synthetic sizes. The old row-at-a-time path runs ~2k rows/s: 5,000 rows say enough."""
+SMOKE = {"ranks": 8, "steps": 100, "executemany_rows": 500, "refreshes": 3, "strategies": "zero3"}
+"""Smoke: one sweep (each costs a Ray start); zero3's, which runs more of the rank's code."""
+
+FIGURES = (
+    "ingest.columnar_rows_per_s",
+    "ingest.executemany_rows_per_s",
+    "ingest.speedup",
+    "commit.commit_s",
+    "commit.longsweep_commit_s",
+    "commit.spool_bytes",
+    "commit.spool_encode_s",
+    "commit.spool_decode_s",
+    "commit.first_commit_in_fresh_process_s",
+    "refresh.refresh_s_at_10_runs",
+    "refresh.refresh_s_at_500_runs",
+    "refresh.ratio_500_to_10",
+    "sweep.zero3.median_run_wall_s",
+    "sweep.zero3.median_run_overhead_s",
+    "sweep.zero3.median_run_wall_minus_all_steps_s",
+    "sweep.zero3.sweep_efficiency",
+    "sweep.zero3.phases_median_s.strategy_init",
+)
+"""The ``--json`` keys (dotted paths) every run with the default ``--strategies``, and
+``--smoke``, writes (``sweep.ddp`` has the same keys as ``sweep.zero3``)."""
 
 
 def step_rows(run_id: str, ranks: int, steps: int) -> list[dict]:
@@ -104,8 +155,8 @@ def synthetic_run(run_id: str, ranks: int = 64, steps: int = 1000) -> RunRows:
     return RunRows(run, step_rows(run_id, ranks, steps), ranks_rows, comms, [], telemetry)
 
 
-def bench_ingest(work: Path) -> dict:
-    rows = step_rows("ingest", 64, 1000)
+def bench_ingest(work: Path, size: dict) -> dict:
+    rows = step_rows("ingest", size["ranks"], size["steps"])
     with Store(str(work / "ingest.duckdb")) as s:
         with s.transaction():
             s.insert("steps", step_rows("warm", 1, 10))  # pyarrow's lazy imports, once
@@ -113,7 +164,7 @@ def bench_ingest(work: Path) -> dict:
         with s.transaction():
             s.insert("steps", rows)
         fast = time.perf_counter() - t0
-        few = rows[:5000]  # the old path at 2k rows/s: 5,000 rows say enough
+        few = rows[: size["executemany_rows"]]
         t0 = time.perf_counter()
         with s.transaction():
             s._insert_rows("steps", few)
@@ -126,44 +177,69 @@ def bench_ingest(work: Path) -> dict:
     return out
 
 
-def bench_commit(work: Path) -> dict:
-    from orchestrator.sweep import store_run
+class TimedLiveStore(LiveStore):
+    """A ``LiveStore`` that times its ``commit_run`` (spool + commit) and keeps the payload
+    ``longsweep.commit_run`` built, so the benchmark measures the driver's own path."""
 
+    def commit_run(self, payload: spool.Payload) -> bool:
+        self.payload = payload
+        t0 = time.perf_counter()
+        try:
+            return super().commit_run(payload)
+        finally:
+            self.commit_s = time.perf_counter() - t0
+
+
+def commit(db: str, run: RunRows) -> tuple[TimedLiveStore, float]:
+    """Commit ``run`` as the driver does (``longsweep.commit_run``); (store, its wall)."""
+    store = TimedLiveStore(db, say=lambda msg: print(f"bench_scale: {msg}", file=sys.stderr))
+    slot = RunSlot(PlannedRun(0, 1, Variant("ddp", 1, "default", "pack")), run.run["run_id"])
+    t0 = time.perf_counter()
+    if not longsweep.commit_run(store, slot, run, []):
+        raise RuntimeError(f"{db}: the run stayed spooled (database busy)")
+    return store, time.perf_counter() - t0
+
+
+def bench_commit(work: Path, size: dict) -> dict:
+    ranks, steps = size["ranks"], size["steps"]
     cold = subprocess.run(  # a fresh process: what the first commit of a sweep pays
-        [sys.executable, "-c", _COLD_COMMIT, str(work / "cold.duckdb")],
+        [sys.executable, "-c", _COLD_COMMIT, str(work / "cold.duckdb"), str(ranks), str(steps)],
         cwd=REPO,
         capture_output=True,
         text=True,
         check=True,
     )
-    with Store(str(work / "commit.duckdb")) as s:
-        store_run(s, synthetic_run("first"))
-        t0 = time.perf_counter()
-        big = synthetic_run("second")
-        build = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        store_run(s, big)
-        commit = time.perf_counter() - t0
+    db = str(work / "commit.duckdb")
+    commit(db, synthetic_run("first", ranks, steps))
+    t0 = time.perf_counter()
+    big = synthetic_run("second", ranks, steps)
+    build = time.perf_counter() - t0
+    store, wall = commit(db, big)
+    t0 = time.perf_counter()
+    encoded = spool.encode(store.payload)
+    encode = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    spool.decode(encoded)
+    decode = time.perf_counter() - t0
     return {
         "step_rows": len(big.steps),
         "telemetry_rows": len(big.telemetry),
-        "commit_s": commit,
-        "first_commit_in_fresh_process_s": float(cold.stdout.strip()),
+        "commit_s": store.commit_s,
+        "longsweep_commit_s": wall,
+        "spool_bytes": len(encoded),
+        "spool_encode_s": encode,
+        "spool_decode_s": decode,
+        "first_commit_in_fresh_process_s": float(cold.stdout.strip().splitlines()[-1]),
         "building_the_dicts_s": build,
     }
 
 
 _COLD_COMMIT = """
-import sys, time
+import sys
 sys.path.insert(0, ".")
-from bench.bench_scale import synthetic_run
-from orchestrator.store import Store
-from orchestrator.sweep import store_run
-run = synthetic_run("cold")
-with Store(sys.argv[1]) as s:
-    t0 = time.perf_counter()
-    store_run(s, run)
-    print(time.perf_counter() - t0)
+from bench.bench_scale import commit, synthetic_run
+store, _ = commit(sys.argv[1], synthetic_run("cold", int(sys.argv[2]), int(sys.argv[3])))
+print(store.commit_s)
 """
 
 
@@ -193,6 +269,7 @@ def _stored_runs(n: int) -> list[dict]:
                 "offload": "none",
                 "grad_accum": 1,
                 "bucket_mb": group + 1,
+                "overlap_comm": "default",  # a group key: without it the refresh finds no run
                 "link": "default" if within % 2 == 0 else "no_p2p",
                 "placement": "pack",
                 "repeat": within // 2 + 1,
@@ -206,7 +283,7 @@ def _stored_runs(n: int) -> list[dict]:
     return out
 
 
-def bench_refresh(work: Path, repeat: int = 21) -> dict:
+def bench_refresh(work: Path, repeat: int = FULL["refreshes"]) -> dict:
     """Median seconds of one refresh with 10 and with 500 runs stored, alternated (10, 500, 10,
     500, ...) so that a neighbour's load hits both."""
     from orchestrator.sweep import refresh_stats
@@ -233,35 +310,45 @@ def bench_refresh(work: Path, repeat: int = 21) -> dict:
     finally:
         for s in stores.values():
             s.close()
+    if not all(rows.values()):  # an empty group refreshes in no time: that measures nothing
+        raise RuntimeError(f"refresh wrote no variant_stats rows ({rows}): runs not found")
     out = {f"refresh_s_at_{n}_runs": stats.median(t) for n, t in times.items()}
     out.update({f"variant_rows_after_refresh_at_{n}": k for n, k in rows.items()})
     out["ratio_500_to_10"] = out["refresh_s_at_500_runs"] / out["refresh_s_at_10_runs"]
     return out
 
 
-def sweep_doc(runs: int, steps: int) -> dict:
-    if runs % 4:
+def sweep_doc(strategy: str, runs: int, steps: int, smoke: bool = False) -> dict:
+    """One strategy's sweep: grad_accum 1/4 x links default/no_p2p x runs/4 repeats (the link
+    only names the env on CPU: gloo reads no NCCL variable). Smoke: one short run."""
+    if not smoke and (runs < 4 or runs % 4):
         raise SystemExit("--runs must be a multiple of 4 (2 grad_accum x 2 links x repeats)")
+    links = {"default": {}} if smoke else {"default": {}, "no_p2p": {"NCCL_P2P_DISABLE": "1"}}
     return {
-        "name": "bench-scale",
+        "name": f"bench-scale-{strategy}",
         "model": "gpt2-tiny",
         "dataset": "builtin",
         "precision": "fp32",
-        "seq_len": 128,
+        "seq_len": 32 if smoke else 128,
         "micro_batch_size": 2,
         "steps": steps,
         "warmup_steps": 2,
-        "repeats": runs // 4,
+        "repeats": 1 if smoke else runs // 4,
         "world_size": 2,
-        "links": {"default": {}, "no_p2p": {"NCCL_P2P_DISABLE": "1"}},
-        "grid": {"strategy": ["ddp"], "grad_accum": [1, 4], "placement": ["pack"]},
+        "links": links,
+        "grid": {
+            "strategy": [strategy],
+            "grad_accum": [1] if smoke else [1, 4],
+            "placement": ["pack"],
+        },
     }
 
 
-def bench_sweep(work: Path, runs: int, steps: int, code: str | None, extra: dict) -> dict:
-    sweep = work / "sweep.yaml"
-    sweep.write_text(yaml.safe_dump({**sweep_doc(runs, steps), **extra}))
-    db = work / "sweep.duckdb"
+def bench_sweep(work: Path, doc: dict, code: str | None) -> dict:
+    name = doc["name"]
+    sweep = work / f"{name}.yaml"
+    sweep.write_text(yaml.safe_dump(doc))
+    db = work / f"{name}.duckdb"
     env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1", PYTHONPATH=code or str(REPO))
     env.pop("RAY_ADDRESS", None)
     exe = Path(sys.executable).with_name("linksweep")
@@ -331,30 +418,53 @@ def _print(name: str, figures: dict) -> None:
             print(f"  {k:<36} {v:12.3f}" if isinstance(v, float) else f"  {k:<36} {v!s:>12}")
 
 
+def _print_phases(per_strategy: dict) -> None:
+    """Phase x strategy: median seconds (slowest rank, median over runs), then run figures."""
+    from orchestrator.ui import print_table
+
+    names = list(per_strategy)
+    phases = sorted({p for f in per_strategy.values() for p in f["phases_median_s"]})
+    rows = [(p, *(per_strategy[n]["phases_median_s"].get(p) for n in names)) for p in phases]
+    for key in ("median_run_wall_s", "median_run_overhead_s", "sweep_efficiency"):
+        rows.append((key, *(per_strategy[n][key] for n in names)))
+    print_table(["phase", *names], rows, title="\nmedian seconds per run, by strategy", digits=3)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="ingest,commit,refresh,sweep")
-    ap.add_argument("--runs", type=int, default=12)
+    ap.add_argument("--runs", type=int, default=12, help="runs per strategy (multiple of 4)")
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--strategies", default=STRATEGIES, help="one sweep each (default %(default)s)")
     ap.add_argument("--code", help="run the sweep from this checkout (PYTHONPATH)")
     ap.add_argument("--launcher", help="sweep key 'launcher' for the sweep (when supported)")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: does it run? (seconds)")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = ap.parse_args(argv)
+    size = SMOKE if args.smoke else FULL
+    steps = 2 if args.smoke else args.steps
     work = Path(tempfile.mkdtemp(prefix="linksweep-scale-"))
     out: dict = {"date": dt.datetime.now(dt.timezone.utc).isoformat(), "cpus": os.cpu_count()}
     try:
         wanted = args.only.split(",")
         if "ingest" in wanted:
-            _print("ingest (steps rows)", out.setdefault("ingest", bench_ingest(work)))
+            _print("ingest (steps rows)", out.setdefault("ingest", bench_ingest(work, size)))
         if "commit" in wanted:
-            _print("commit (64 ranks x 1,000 steps)", out.setdefault("commit", bench_commit(work)))
+            what = f"commit ({size['ranks']} ranks x {size['steps']:,} steps)"
+            _print(what, out.setdefault("commit", bench_commit(work, size)))
         if "refresh" in wanted:
-            _print("stats refresh per run", out.setdefault("refresh", bench_refresh(work)))
+            figures = bench_refresh(work, size["refreshes"])
+            _print("stats refresh per run", out.setdefault("refresh", figures))
         if "sweep" in wanted:
             extra = {"launcher": args.launcher} if args.launcher else {}
-            figures = bench_sweep(work, args.runs, args.steps, args.code, extra)
-            _print(f"{args.runs}-run gpt2-tiny sweep", out.setdefault("sweep", figures))
+            per_strategy = out.setdefault("sweep", {})
+            strategies = SMOKE["strategies"] if args.smoke else args.strategies
+            for strategy in strategies.split(","):
+                doc = {**sweep_doc(strategy, args.runs, steps, args.smoke), **extra}
+                figures = per_strategy[strategy] = bench_sweep(work, doc, args.code)
+                _print(f"{figures['runs']}-run gpt2-tiny sweep, {strategy}", figures)
+            _print_phases(per_strategy)
     finally:
         if args.json:
             Path(args.json).write_text(json.dumps(out, indent=2, default=str))
