@@ -1,7 +1,7 @@
 """How much of DDP's gradient traffic can hide behind the backward pass, per model?
 
     python bench/bench_ddp_overlap.py [--models gpt2-tiny,gpt2] [--bucket-mb 25] [--steps 6]
-                                      [--seq-len 32] [--micro-batch 1] [--json OUT]
+                                      [--seq-len 32] [--micro-batch 1] [--smoke] [--json OUT]
 
 DDP all-reduces a bucket of gradients as soon as every gradient in it is ready, while the
 backward pass goes on computing the earlier layers' gradients; only what is still in flight when
@@ -21,6 +21,10 @@ buckets in the order gradients became ready after the first step), rank 0, media
   the backward pass (the last bucket): they are all-reduced after the compute, fully exposed;
 - ``window_s``: backward compute left after the first bucket was ready: the most communication
   that could hide behind it.
+
+``--json`` writes one row per model: ``model``, ``n_buckets``, ``grad_bytes``,
+``bytes_at_end_share``, ``window_s`` and ``backward_s`` (the backward pass's wall).
+``--smoke``: gpt2-tiny only, 3 steps (one kept): a check that the script runs.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere: import workloads, orchestrator
 
 from orchestrator import stats  # noqa: E402
+
+FIGURES = ("model", "n_buckets", "grad_bytes", "bytes_at_end_share", "window_s", "backward_s")
+"""The ``--json`` keys of every row (the JSON is a list of rows), ``--smoke`` too."""
 
 
 def summarize_step(buckets: list[tuple[float, int]], backward_s: float) -> dict:
@@ -135,8 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=6, help="steps per model; the first 2 dropped")
     p.add_argument("--seq-len", type=int, default=32)
     p.add_argument("--micro-batch", type=int, default=1)
+    p.add_argument("--smoke", action="store_true", help="gpt2-tiny, 3 steps: does it run?")
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.models, args.steps = "gpt2-tiny", 3
     from workloads.model import GPT2_SIZES
 
     models = [m for m in args.models.split(",") if m]

@@ -1,7 +1,7 @@
 """Kill the driver again and again, resume each time: are runs lost or stored twice?
 
     python bench/bench_faults.py [--kills 20] [--repeats 12] [--commit-every 4] [--seed 1]
-                                 [--max-delay 15] [--json OUT] [--keep]
+                                 [--max-delay 15] [--budget-s S] [--smoke] [--json OUT] [--keep]
 
 One sweep (gpt2-tiny DDP, world_size 2, 2 links x ``--repeats`` = the planned runs, 2 timed
 steps each) is started with ``linksweep run`` on its own embedded Ray, then killed with SIGKILL
@@ -21,6 +21,15 @@ Reported (and written with ``--json``):
   actor start + rendezvous + model build) and to that run being stored;
 - per kill: seconds until every process of the killed driver's embedded Ray was gone;
 - commit kills: whether the spooled run was stored by the resume without running again.
+
+Figures (``--json``: ``summary.KEY``, next to ``sessions``): ``lost``, ``duplicated``,
+``ok_runs_without_steps``, ``commit_kills_stored_once_from_spool`` (of ``commit_kills``),
+``resume_to_first_step_s`` (``n``, ``median``, ``max``: to the first step of a run the resume
+started itself, not of one it committed from the spool) and ``ray_gone_after_kill_s``
+(``median``, ``max``, ``never``: not gone within 30 s).
+
+``--smoke``: 1 kill (during a commit) of a 2-run sweep, then the completing resume: a check that
+the script runs, not a measurement.
 """
 
 from __future__ import annotations
@@ -44,6 +53,16 @@ sys.path.insert(0, str(REPO))
 from orchestrator.longsweep import KILL_IN_COMMIT_ENV  # noqa: E402
 from orchestrator.store import Q, Reader, StoreError  # noqa: E402
 from orchestrator.watchdog import _stat, descendants  # noqa: E402
+
+FIGURES = (
+    "summary.lost",
+    "summary.duplicated",
+    "summary.ok_runs_without_steps",
+    "summary.commit_kills_stored_once_from_spool",
+    "summary.resume_to_first_step_s.median",
+    "summary.ray_gone_after_kill_s.median",
+)
+"""The ``--json`` keys (dotted) every run, ``--smoke`` too, writes."""
 
 SWEEP = """
 name: faults
@@ -105,7 +124,7 @@ def gone_after(procs: dict[int, int], t_kill: float, limit_s: float = 30.0) -> f
     return None
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=12)
@@ -118,9 +137,12 @@ def main() -> int:
         default=None,
         help="stop killing after this many seconds (then the last resume completes the sweep)",
     )
+    ap.add_argument("--smoke", action="store_true", help="1 commit kill of a 2-run sweep")
     ap.add_argument("--json", default=None)
     ap.add_argument("--keep", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.kills, args.repeats, args.commit_every = 1, 1, 1
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="bench-faults-"))
     sweep, db = str(work / "faults.yaml"), str(work / "r.duckdb")
@@ -169,8 +191,10 @@ def main() -> int:
             rec["kill"] = kills_info
             if commit_kill:
                 rec["kill"]["spooled_seq"] = int(env[KILL_IN_COMMIT_ENV])
-        if resume and new:
-            first = new[0]
+        # A run the resume ran itself: not one it committed from the spool (started earlier).
+        started = [r for r in new if r["started_at"] >= t0_wall]
+        if resume and started:
+            first = started[0]
             stored_at = first["finished_at"]
             rec["to_first_step_s"] = round(
                 (first["started_at"] - t0_wall).total_seconds() + (first["startup_s"] or 0), 2
@@ -196,6 +220,7 @@ def main() -> int:
             commit_recovered.append(sum(1 for r in final if r["seq"] == seq) == 1)
     firsts = [r["to_first_step_s"] for r in resumes if "to_first_step_s" in r]
     gone = [r["kill"]["ray_gone_s"] for r in resumes if r.get("kill")]
+    went = [g for g in gone if g is not None]
     summary = {
         "planned_runs": planned,
         "kills": sum(1 for r in resumes if r.get("kill")),
@@ -211,8 +236,8 @@ def main() -> int:
             "max": max(firsts) if firsts else None,
         },
         "ray_gone_after_kill_s": {
-            "median": statistics.median([g for g in gone if g is not None]) if gone else None,
-            "max": max((g for g in gone if g is not None), default=None),
+            "median": statistics.median(went) if went else None,
+            "max": max(went, default=None),
             "never": sum(1 for g in gone if g is None),
         },
         "final_sweep_status": [r["sweep_status"] for r in final[:1]],

@@ -2,7 +2,7 @@
 and under a bare ``torchrun``, alternated on one machine.
 
     python bench/bench_overhead.py [--trials 5] [--steps 20] [--warmup 3] [--with-nice0]
-                                   [--json OUT] [--keep]
+                                   [--without-actors] [--smoke] [--json OUT] [--keep]
 
 Arms: ``linksweep`` (``launcher: fork``: ranks forked by a per-node launcher whose fork server
 has the imports done), ``linksweep_actors`` (``launcher: actors``: fresh Ray actors per run, the
@@ -49,6 +49,16 @@ Isolation: ``linksweep run`` without an address always starts its own embedded R
 
 On a CPU machine the step times are gloo on loopback; only the ratio means something there.
 Ctrl-C stops the loop and still prints (and writes) what finished.
+
+Figures (``--json``: ``summary.ARM.KEY`` per linksweep arm, next to ``trials`` and ``context``):
+``median_step_time_s`` and ``torchrun_median_step_time_s`` (median over trials of each run's
+figure), ``ratio`` (of those medians), ``median_trial_ratio`` with ``median_trial_ratio_ci`` and
+``verdict``, ``ratio_of_min``, ``p10_median_trial_ratio`` and ``p10_verdict`` (the same on each
+run's 10th-percentile step), ``startup_s``, ``first_run_startup_s`` and ``torchrun_startup_s``.
+
+``--smoke``: 1 trial of arms ``linksweep`` (fork) and ``torchrun`` (so ``bench/standalone.py``
+runs too), 3 timed steps after 2 warmup steps: a check that the script runs, not a
+measurement.
 """
 
 from __future__ import annotations
@@ -82,6 +92,21 @@ TARGET = 0.05
 """The acceptance target: linksweep's median step within 5% of bare torchrun's."""
 RUN_TIMEOUT_S = 900
 """Hang guard per command; a CPU run of this size takes well under a minute."""
+
+FIGURES = (
+    "summary.linksweep.median_step_time_s",
+    "summary.linksweep.torchrun_median_step_time_s",
+    "summary.linksweep.ratio",
+    "summary.linksweep.median_trial_ratio",
+    "summary.linksweep.verdict",
+    "summary.linksweep.ratio_of_min",
+    "summary.linksweep.p10_median_trial_ratio",
+    "summary.linksweep.p10_verdict",
+    "summary.linksweep.startup_s",
+    "summary.linksweep.first_run_startup_s",
+    "summary.linksweep.torchrun_startup_s",
+)
+"""The ``--json`` keys (dotted) every run, ``--smoke`` too, writes (arm ``linksweep``: fork)."""
 
 
 def sweep_doc(steps: int, warmup: int, repeats: int = 1, launcher: str = "auto") -> dict:
@@ -336,9 +361,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="leave out arm linksweep_actors (fork and torchrun only: shorter trials)",
     )
+    p.add_argument("--smoke", action="store_true", help="1 short trial, fork and torchrun only")
     p.add_argument("--json", help="write trials, summary and context here")
     p.add_argument("--keep", action="store_true", help="keep the temp folder (dbs, JSON)")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.trials, args.steps, args.warmup, args.without_actors = 1, 3, 2, True
     if args.trials < 1 or args.steps < 1 or args.warmup < 0:
         p.error("--trials and --steps must be >= 1, --warmup >= 0")
 
@@ -401,7 +429,9 @@ def main(argv: list[str] | None = None) -> int:
                 {"context": context, "trials": trials, "summary": summary}, indent=1, default=str
             )
         )
-    return 130 if interrupted else 0
+    if interrupted:
+        return 130
+    return 0 if summary else 1  # 1: no trial completed a linksweep/torchrun pair
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ warmup, seed); the flags pick one variant, defaulting to the grid's first values
 the same ``RunConfig`` a linksweep run's Ray actor gets (``orchestrator.planner.run_config``) and runs
 the same ``workloads.train.run_training``, so the two differ only in how the processes are
 started: this is the bare-torchrun baseline for ``bench/bench_overhead.py``, and a way to rerun
-one variant outside Ray.
+one variant outside Ray. It is a torchrun target, not a benchmark: it has no ``--smoke`` of its
+own; ``bench_overhead.py --smoke`` runs it (its torchrun arm), which is how CI runs it
+(``tests/integration/test_bench_smoke.py``; also ``tests/integration/test_standalone.py``).
 
 Process group from torchrun's env (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT): gloo on CPU,
 nccl on GPU with the LOCAL_RANK device. The link's env vars are set before the process group is
