@@ -57,9 +57,17 @@ def values_at(doc, path: list[str]) -> list:
     return values_at(doc[path[0]], path[1:])
 
 
-def _run(script: Path, out: Path) -> tuple[int, str]:
+def smoke_env() -> dict[str, str]:
+    """The scripts' env: this one, less a Ray address (each starts its own embedded Ray). PATH
+    is kept: DeepSpeed JIT-builds its CPU communication op with the ``ninja`` on PATH, and
+    scripts/setup.sh prebuilt it with this shell's ninja (another ninja version rebuilds it)."""
     env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1", TOKENIZERS_PARALLELISM="false")
-    env.pop("RAY_ADDRESS", None)  # each script starts its own embedded Ray
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def _run(script: Path, out: Path) -> tuple[int, str]:
+    env = smoke_env()
     proc = subprocess.Popen(
         [sys.executable, str(script), "--smoke", "--json", str(out)],
         cwd=REPO,
