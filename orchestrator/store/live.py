@@ -110,7 +110,7 @@ class LiveStore:
             self.on_commit()
         try:
             with self.open(f"commit of run {payload.run_id}") as store:
-                store.commit_spooled()  # this run, and any an earlier busy commit left spooled
+                store.commit_spooled(held=payload)  # and any run a busy commit left spooled
         except StoreLocked:
             self.say(
                 f"run {payload.run_id} kept in {path}: the database stayed busy; it is "

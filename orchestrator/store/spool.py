@@ -76,11 +76,15 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def file_name(run_id: str) -> str:
+    return run_id + SUFFIX
+
+
 def write(db_path: str, p: Payload) -> str:
     """Durably spool ``p``; returns the file. After this returns the run survives a crash."""
     folder = spool_dir(db_path)
     os.makedirs(folder, exist_ok=True)
-    final = os.path.join(folder, p.run_id + SUFFIX)
+    final = os.path.join(folder, file_name(p.run_id))
     tmp = f"{final}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
         f.write(encode(p))
