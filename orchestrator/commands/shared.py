@@ -41,15 +41,14 @@ def ready_to_read(db: str) -> bool:
     return True
 
 
-def join_cluster(address: str | None) -> bool:
-    """Connect to the Ray cluster (embedded when no address and no RAY_ADDRESS). False after
-    saying on stderr, in one line, why it cannot be joined (the caller exits 2)."""
+def join_cluster(address: str | None) -> str | None:
+    """Connect to the Ray cluster (embedded when no address and no RAY_ADDRESS) and return its
+    label; None after saying on stderr, in one line, why it cannot be joined (exit 2)."""
     from orchestrator.raycluster.reach import ClusterUnreachable
     from orchestrator.raycluster.session import connect
 
     try:
-        connect(address)
+        return connect(address)
     except ClusterUnreachable as exc:
         err(str(exc))
-        return False
-    return True
+        return None

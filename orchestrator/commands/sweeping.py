@@ -2,9 +2,9 @@
 work, an earlier driver's spool committed, the cluster joined with stop signals handled, the
 cluster's fit checked, and a named query printed as a table at the end.
 
-May import: orchestrator.ds_check, orchestrator.errors, orchestrator.preflight,
-orchestrator.raycluster.reach, orchestrator.raycluster.session, orchestrator.spec,
-orchestrator.stopping, orchestrator.store, orchestrator.ui.
+May import: shared, orchestrator.ds_check, orchestrator.errors, orchestrator.preflight,
+orchestrator.raycluster.session, orchestrator.spec, orchestrator.stopping, orchestrator.store,
+orchestrator.ui.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from orchestrator.commands.shared import join_cluster
 from orchestrator.errors import EXIT_BAD_INPUT, err
 
 
@@ -61,13 +62,10 @@ def on_cluster(
     SIGTERM, SIGHUP (finished runs are stored; ``resume_hint`` says how to go on)."""
     from orchestrator import preflight, stopping
     from orchestrator.raycluster import session
-    from orchestrator.raycluster.reach import ClusterUnreachable
     from orchestrator.spec import SpecError
 
-    try:
-        label = session.connect(address)
-    except ClusterUnreachable as exc:
-        err(str(exc))
+    label = join_cluster(address)
+    if label is None:
         return EXIT_BAD_INPUT
     restore_signals = stopping.install()  # after ray.init, which sets its own SIGTERM handler
     try:
