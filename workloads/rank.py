@@ -6,18 +6,18 @@ Rendezvous follows Ray Train: the driver asks rank 0 for its address and a free 
 out ``run`` to every rank. In: a ``contract.RunConfig`` or ``LinkbenchConfig``; out: one
 ``contract.RankRecord``. Imports nothing from ``orchestrator``.
 
-May import: contract, diag, linkbench, phases, train, deepspeed, ray, torch, transformers.
+May import: contract, diag, linkbench, nccl_files, phases, train, deepspeed, ray, torch, transformers.
 """
 
 from __future__ import annotations
 
 import datetime
-import glob
 import os
 import socket
 import time
 
 from workloads.contract import LinkbenchConfig, NodeInfo, RankRecord, RunConfig
+from workloads.nccl_files import read_nccl_log
 from workloads.phases import PhaseClock
 
 PROGRESS_EVERY_S = 2.0
@@ -155,22 +155,8 @@ class Rank:
             backend=backend,
             device=str(device),
             created_wall_s=self.created_wall_s,
-            nccl_log=_read_nccl_log() if backend == "nccl" else None,
+            nccl_log=read_nccl_log() if backend == "nccl" else None,
             training=training,
             linkbench=tuple(linkbench),
             phases=clock.records(),
         )
-
-
-def _read_nccl_log() -> str | None:
-    """NCCL writes NCCL_DEBUG output to NCCL_DEBUG_FILE (set by the orchestrator, per pid)."""
-    pattern = os.environ.get("NCCL_DEBUG_FILE")
-    if not pattern:
-        return None
-    path = pattern.replace("%h", socket.gethostname()).replace("%p", str(os.getpid()))
-    texts = []
-    for p in glob.glob(path):
-        with open(p, errors="replace") as f:
-            texts.append(f.read())
-        os.remove(p)
-    return "".join(texts) or None

@@ -9,10 +9,10 @@ Where data changes, by name: ``Store.insert``/``update``/``delete`` in a transac
 ``Store.commit_spooled`` (spooled runs, ``spool.py``), ``Store.mark_interrupted`` (sweeps whose
 driver is gone), and ``bring_up_to_date``, the one write a reading command makes before it
 reads. Opening for writing (``Store``) creates or upgrades the schema in a transaction
-(``schema.MIGRATIONS``) and nothing else; opening read-only never writes. A newer or foreign
+(``migrations.MIGRATIONS``) and nothing else; opening read-only never writes. A newer or foreign
 database is refused with a clear message and left unchanged.
 
-May import: columnar, liveness, queries, schema, spool, duckdb.
+May import: columnar, liveness, migrations, queries, schema, spool, duckdb.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ import duckdb
 
 from orchestrator.store import columnar, liveness, spool
 from orchestrator.store import queries as Q
+from orchestrator.store.migrations import MIGRATIONS
 from orchestrator.store.queries import Query
-from orchestrator.store.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, VIEWS
+from orchestrator.store.schema import SCHEMA_VERSION, TABLES, VIEWS
 
 
 class StoreError(RuntimeError):

@@ -11,7 +11,7 @@ May import: nothing (the standard library only).
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 TABLES: dict[str, str] = {
     "meta": """
@@ -99,7 +99,13 @@ TABLES: dict[str, str] = {
         mfu DOUBLE,                  -- achieved / peak; NULL without a peak (CPU)
         launcher VARCHAR,            -- actors | fork: how the ranks started (v3)
         attempt INTEGER,             -- 1, or 2+ for a failed run retried by --retry-failed
-        superseded_by VARCHAR        -- a failed run retried later: the retry's run_id
+        superseded_by VARCHAR,       -- a failed run retried later: the retry's run_id
+        nvls BOOLEAN,                -- NCCL's log shows NVLink SHARP (NVLS) in use (v4)
+        collnet BOOLEAN,             -- NCCL's log shows CollNet (in-network reduction) in use
+        clock_reasons VARCHAR,       -- every NVML clock event reason seen in the timed steps
+        throttle_why VARCHAR,        -- why the run counts as throttled (excluded); NULL if not
+        rank_env JSON,               -- env every rank started with on top of its node's (v4)
+        ranks_per_gpu INTEGER        -- 1, or 2: the one-GPU rehearsal (link_class shared-gpu)
     """,
     "steps": """
         run_id VARCHAR,
@@ -375,125 +381,4 @@ VIEWS: dict[str, str] = {
                           string_agg(DISTINCT effective_transport, ', ') AS transports
                    FROM runs GROUP BY sweep_id, link) r USING (sweep_id, link)
     """,
-}
-
-# v3's migration recomputes v2's intervals from the stored run figures (included runs only).
-_V2_FIGURES = """SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, link, placement,
-                        count(*) AS n, min(median_step_time_s) AS lo,
-                        max(median_step_time_s) AS hi
-                 FROM runs
-                 WHERE status = 'ok' AND NOT coalesce(throttled, false)
-                   AND median_step_time_s IS NOT NULL
-                 GROUP BY ALL"""
-_V2_KEY_MATCH = """{t}.sweep_id = {a}.sweep_id AND {t}.strategy = {a}.strategy
-             AND {t}.offload = {a}.offload AND {t}.grad_accum = {a}.grad_accum
-             AND {t}.bucket_mb = {a}.bucket_mb AND {t}.link = {a}.link
-             AND {t}.placement = {a}.placement"""
-
-# version -> SQL statements that bring a database from version-1 to version.
-MIGRATIONS: dict[int, list[str]] = {
-    # v2: figures are computed once, in Python (orchestrator/stats.py), and stored; views select.
-    # Databases written by v1 get their figures filled in by v1's own SQL formulas, once.
-    2: [
-        *(
-            f"ALTER TABLE runs ADD COLUMN {col}"
-            for col in (
-                "n_steps INTEGER",
-                "median_step_time_s DOUBLE",
-                "p10_step_time_s DOUBLE",
-                "p90_step_time_s DOUBLE",
-                "samples_per_s DOUBLE",
-                "tokens_per_s DOUBLE",
-            )
-        ),
-        """UPDATE runs SET n_steps = f.n, median_step_time_s = f.med, p10_step_time_s = f.p10,
-                  p90_step_time_s = f.p90, samples_per_s = f.sps, tokens_per_s = f.tps
-           FROM (SELECT run_id, count(*) AS n, median(t) AS med, quantile_cont(t, 0.1) AS p10,
-                        quantile_cont(t, 0.9) AS p90, sum(s) / sum(t) AS sps, sum(k) / sum(t) AS tps
-                 FROM (SELECT run_id, step, max(step_time_s) AS t, sum(samples) AS s,
-                              sum(tokens) AS k
-                       FROM steps WHERE NOT warmup GROUP BY run_id, step)
-                 GROUP BY run_id) f
-           WHERE runs.run_id = f.run_id""",
-        *(
-            f"ALTER TABLE variant_stats ADD COLUMN {col}"
-            for col in (
-                "samples_per_s DOUBLE",
-                "tokens_per_s DOUBLE",
-                "comm_bytes_per_step DOUBLE",
-                "expected_comm_bytes_per_step DOUBLE",
-                "predicted_comm_s_per_step DOUBLE",
-                "peak_mem_bytes BIGINT",
-            )
-        ),
-        """UPDATE variant_stats SET samples_per_s = f.sps, tokens_per_s = f.tps,
-                  comm_bytes_per_step = f.cb, expected_comm_bytes_per_step = f.eb,
-                  predicted_comm_s_per_step = f.pc, peak_mem_bytes = f.pm
-           FROM (SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, link, placement,
-                        median(samples_per_s) AS sps, median(tokens_per_s) AS tps,
-                        median(comm_bytes_per_step) AS cb,
-                        median(expected_comm_bytes_per_step) AS eb,
-                        median(predicted_comm_s_per_step) AS pc, max(peak_mem_bytes) AS pm
-                 FROM runs WHERE status = 'ok' AND NOT coalesce(throttled, false)
-                 GROUP BY ALL) f
-           WHERE variant_stats.sweep_id = f.sweep_id AND variant_stats.strategy = f.strategy
-             AND variant_stats.offload = f.offload AND variant_stats.grad_accum = f.grad_accum
-             AND variant_stats.bucket_mb = f.bucket_mb AND variant_stats.link = f.link
-             AND variant_stats.placement = f.placement""",
-    ],
-    # v3 (issue 11): the overlap_comm axis, the effective DeepSpeed config, compute efficiency.
-    # Runs written before v3 pinned overlap_comm false for every ZeRO stage (DDP overlapped as
-    # always), so that is what their rows say; their ds_config and FLOP figures stay NULL.
-    # v3: intervals say what they are (interval_kind); below 5 runs they are the range of the
-    # runs, so rows stored by v2 (a percentile bootstrap at any n) are relabelled or recomputed
-    # from the stored run figures. New table link_descriptions (created from TABLES).
-    # v3: run_phases (a new table: created by the schema itself); how a run's ranks started.
-    # v3: long sweeps (issue 10): driver liveness, retried runs.
-    3: [
-        "ALTER TABLE sweeps ADD COLUMN driver_pid INTEGER",
-        "ALTER TABLE sweeps ADD COLUMN heartbeat_at TIMESTAMPTZ",
-        "ALTER TABLE runs ADD COLUMN attempt INTEGER",
-        "ALTER TABLE runs ADD COLUMN superseded_by VARCHAR",
-        "ALTER TABLE runs ADD COLUMN launcher VARCHAR",
-        *(
-            f"ALTER TABLE runs ADD COLUMN {col}"
-            for col in (
-                "overlap_comm VARCHAR",
-                "ds_config JSON",
-                "gpu_name VARCHAR",
-                "model_flops_per_step DOUBLE",
-                "achieved_tflops_per_gpu DOUBLE",
-                "peak_tflops DOUBLE",
-                "peak_source VARCHAR",
-                "mfu DOUBLE",
-            )
-        ),
-        "ALTER TABLE variant_stats ADD COLUMN overlap_comm VARCHAR",
-        "ALTER TABLE variant_stats ADD COLUMN achieved_tflops_per_gpu DOUBLE",
-        "ALTER TABLE variant_stats ADD COLUMN mfu DOUBLE",
-        "ALTER TABLE sensitivity_stats ADD COLUMN overlap_comm VARCHAR",
-        *(
-            f"UPDATE {table} SET overlap_comm = "
-            "CASE WHEN strategy = 'ddp' THEN 'default' ELSE 'false' END"
-            for table in ("runs", "variant_stats", "sensitivity_stats")
-        ),
-        "ALTER TABLE variant_stats ADD COLUMN interval_kind VARCHAR",
-        "ALTER TABLE sensitivity_stats ADD COLUMN interval_kind VARCHAR",
-        f"""UPDATE variant_stats SET ci_low_s = f.lo, ci_high_s = f.hi, interval_kind = 'range'
-           FROM ({_V2_FIGURES}) f
-           WHERE {_V2_KEY_MATCH.format(t="variant_stats", a="f")} AND f.n < 5""",
-        """UPDATE variant_stats SET interval_kind = 'bootstrap95'
-           WHERE interval_kind IS NULL AND ci_low_s IS NOT NULL""",
-        f"""UPDATE sensitivity_stats SET ci_low = x.lo, ci_high = x.hi, interval_kind = 'range'
-           FROM (SELECT f.sweep_id, f.strategy, f.offload, f.grad_accum, f.bucket_mb,
-                        f.placement, f.link, b.link AS baseline_link,
-                        f.lo / b.hi AS lo, f.hi / b.lo AS hi
-                 FROM ({_V2_FIGURES}) f JOIN ({_V2_FIGURES}) b
-                   USING (sweep_id, strategy, offload, grad_accum, bucket_mb, placement)
-                 WHERE least(f.n, b.n) < 5 AND b.lo > 0) x
-           WHERE {_V2_KEY_MATCH.format(t="sensitivity_stats", a="x")}
-             AND sensitivity_stats.baseline_link = x.baseline_link""",
-        """UPDATE sensitivity_stats SET interval_kind = 'bootstrap95'
-           WHERE interval_kind IS NULL AND ci_low IS NOT NULL""",
-    ],
 }

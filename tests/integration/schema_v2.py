@@ -1,5 +1,5 @@
 """Turn a fresh current database into a schema-2 one, as a database written before this
-release: every view dropped, every table and column that schema v3 added removed."""
+release: every view dropped, every table and column that schema v3 and later added removed."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import re
 
 import duckdb
 
-from orchestrator.store.schema import MIGRATIONS, TABLES, VIEWS
+from orchestrator.store.migrations import MIGRATIONS
+from orchestrator.store.schema import TABLES, VIEWS
 
 V2_TABLES = frozenset(
     [
@@ -35,7 +36,7 @@ def as_v2(db: str) -> None:
         con.execute(f"DROP VIEW IF EXISTS {view}")
     for table in set(TABLES) - V2_TABLES:
         con.execute(f"DROP TABLE IF EXISTS {table}")
-    for stmt in MIGRATIONS[3]:
+    for stmt in (s for v in sorted(MIGRATIONS) if v > 2 for s in MIGRATIONS[v]):
         m = re.match(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", stmt)
         if m and m[1] in V2_TABLES:
             con.execute(f"ALTER TABLE {m[1]} DROP COLUMN IF EXISTS {m[2]}")

@@ -49,17 +49,17 @@ def _fill(store: Store, sweep_id: str = "s1") -> None:
         store.insert("link_bench", bench)
 
 
-def test_v2_database_upgrades_to_v3_keeping_rows(tmp_path):
+def test_v2_database_upgrades_to_the_current_version_keeping_rows(tmp_path):
     db = str(tmp_path / "v2.duckdb")
     with Store(db) as s:
         _fill(s)
     as_v2(db)  # what linksweep v2 wrote: no link model tables, no v3 columns, version 2
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
     with Store(db) as s:
         assert s.query("SELECT count(*) FROM runs")[1] == [(8,)]
         assert s.query("SELECT count(*) FROM link_model")[1] == [(0,)]
         assert s.query("SELECT count(*) FROM link_model_check")[1] == [(0,)]
-    assert read_query(db, "SELECT value FROM meta")[1] == [("3",)]
+    assert read_query(db, "SELECT value FROM meta")[1] == [("4",)]
 
 
 def test_refresh_link_model_fills_one_group(tmp_path):
