@@ -5,10 +5,16 @@ Two layers: ``tests/unit`` (pure: no Ray, no subprocess, no database file; secon
 emulated cluster). Only integration tests may use ``ray_cluster`` and ``run_sweep``
 (tests/unit/test_architecture.py checks that).
 
-The session cluster is a real ``ray.cluster_utils.Cluster`` with two nodes of 2 logical CPUs each
-on this machine, so the same cluster serves single-node runs (pack) and multi-node placement
-(spread). Tests that need another cluster (``ray job submit``, the emulated cluster) run it in
-subprocesses so this process keeps exactly one Ray connection.
+The session cluster is a real ``ray.cluster_utils.Cluster`` with two nodes of 2 logical CPUs and
+0 GPUs each on this machine, so the same cluster serves single-node runs (pack) and multi-node
+placement (spread). ``num_gpus=0`` on every node: both logical nodes are this one machine, and on
+a GPU runner Ray would otherwise let each advertise the same physical GPUs. Tests that need
+another cluster (``ray job submit``, the emulated cluster) run it in subprocesses so this process
+keeps exactly one Ray connection.
+
+Tests marked ``gpu`` need CUDA: without it (``torch.cuda.is_available()``, not nvidia-smi's
+presence: a driver without a CUDA torch cannot run them) each is skipped with the reason
+(:func:`gpu_skip_reason`, unit-tested in tests/unit/test_selftest_gpu_marker.py).
 """
 
 from __future__ import annotations
@@ -21,6 +27,41 @@ import pytest
 os.environ.setdefault("RAY_DISABLE_USAGE_STATS", "1")
 
 
+def gpu_skip_reason(cuda_available: bool, torch_build: str, why: str = "") -> str | None:
+    """Why a ``gpu`` test must skip here, or None when it can run. Pure: the facts come from
+    :func:`_cuda_facts`. ``torch_build``: torch's version and CUDA build (``2.13.0+cpu, CUDA
+    build none``), so a CPU-only wheel on a GPU node reads as what it is."""
+    if cuda_available:
+        return None
+    reason = f"needs CUDA: torch.cuda.is_available() is False (torch {torch_build})"
+    return f"{reason}: {why}" if why else reason
+
+
+def _cuda_facts() -> tuple[bool, str, str]:
+    """(CUDA available, torch build, why not): asked once, only when a ``gpu`` test was
+    collected (importing torch costs seconds)."""
+    try:
+        import torch
+    except Exception as exc:  # noqa: BLE001 - no torch at all: no CUDA either
+        return False, "not importable", f"{type(exc).__name__}: {exc}"
+    build = f"{torch.__version__}, CUDA build {torch.version.cuda or 'none'}"
+    try:
+        return bool(torch.cuda.is_available()), build, ""
+    except Exception as exc:  # noqa: BLE001 - a broken driver says so here
+        return False, build, f"{type(exc).__name__}: {exc}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every collected ``gpu`` test skips with the reason when this machine has no CUDA."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    reason = gpu_skip_reason(*_cuda_facts())
+    if reason is not None:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     import ray
@@ -28,9 +69,9 @@ def ray_cluster():
 
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 2, "include_dashboard": False},
+        head_node_args={"num_cpus": 2, "num_gpus": 0, "include_dashboard": False},
     )
-    cluster.add_node(num_cpus=2)
+    cluster.add_node(num_cpus=2, num_gpus=0)  # see the module docstring: never autodetected
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
     yield cluster

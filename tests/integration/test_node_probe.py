@@ -28,12 +28,25 @@ def test_read_topo_text_without_driver():
     assert "nvidia-smi not found" in why
 
 
+def _nvml_devices() -> list[dict]:
+    ok, reason = nvml_available()
+    assert ok, reason
+    inv = nvml_inventory()
+    assert inv, "NVML answered but lists no GPU"
+    return inv
+
+
 @pytest.mark.gpu
-@pytest.mark.skipif(not HAS_NVIDIA_SMI, reason="no nvidia-smi")
-def test_read_topo_text_on_a_gpu_node():
+def test_topo_probe_finds_every_gpu_pair_on_a_gpu_node():
+    """nvidia-smi's matrix names the GPUs NVML lists, and holds a link for every pair of them."""
     text, why = read_topo_text()
     assert text is not None, why
-    assert parse_topo(text).gpus[0] == "GPU0"
+    topology = parse_topo(text)
+    n = len(_nvml_devices())
+    assert list(topology.gpus) == [f"GPU{i}" for i in range(n)]
+    pairs = {(a, b) for a in topology.gpus for b in topology.gpus if a != b}
+    assert pairs <= set(topology.links), sorted(pairs - set(topology.links))
+    assert all(topology.links[p] for p in pairs)
 
 
 @pytest.mark.skipif(HAS_NVML, reason="this machine has an NVML library")
@@ -45,16 +58,30 @@ def test_nvml_unavailable_on_this_cpu_machine():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not HAS_NVML, reason="no NVML library")
-def test_real_nvml_sampler_and_inventory():
-    ok, reason = nvml_available()
-    assert ok, reason
-    inv = nvml_inventory()
-    assert inv and inv[0]["name"]
+def test_nvml_inventory_matches_torch_and_the_sampler_reads_gpu0():
+    """NVML and CUDA see the same GPUs: as many as torch counts (when CUDA_VISIBLE_DEVICES hides
+    none), with the same names and UUIDs (compared as sets: CUDA orders fastest first unless
+    CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML by PCI bus id); the sampler reads real values."""
+    import os
+
+    import torch
+
+    inv = _nvml_devices()
+    n = torch.cuda.device_count()
+    cuda_names = sorted(torch.cuda.get_device_name(i) for i in range(n))
+    cuda_uuids = {f"GPU-{torch.cuda.get_device_properties(i).uuid}" for i in range(n)}
+    nvml_uuids = {g["uuid"] for g in inv}
+    assert cuda_uuids <= nvml_uuids, (cuda_uuids, nvml_uuids)
+    if not os.environ.get("CUDA_VISIBLE_DEVICES"):
+        assert len(inv) == n
+        assert sorted(g["name"] for g in inv) == cuda_names
+    assert all(g["memory_total_bytes"] and g["pci_bus_id"] for g in inv)
     sampler = NvmlSampler(0, interval_s=0.05)
     sampler.start()
+    torch.ones(1024, 1024, device="cuda").sum().item()  # something for the sampler to see
     result = sampler.stop()
-    assert len(result.samples) >= 2 and result.error is None
+    assert result.error is None and len(result.samples) >= 2
+    assert all(s.temp_c is not None and s.temp_c > 0 for s in result.samples)
 
 
 def test_probe_node_here_never_raises_and_says_why():
@@ -74,3 +101,14 @@ def test_probe_node_here_never_raises_and_says_why():
     else:
         n = report.cuda_device_count
         assert len(report.p2p) == n and all(report.p2p[i][i] is None for i in range(n))
+
+
+def test_session_cluster_declares_no_gpus(ray_cluster):
+    """Both logical nodes are this one machine: each declares 0 GPUs, never autodetects (on a
+    GPU runner both would otherwise advertise the same physical GPUs)."""
+    import ray
+
+    nodes = [ray_cluster.head_node, *ray_cluster.worker_nodes]
+    assert len(nodes) == 2
+    assert [n._ray_params.num_gpus for n in nodes] == [0, 0]  # what each raylet was given
+    assert ray.cluster_resources().get("GPU", 0) == 0
