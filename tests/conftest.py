@@ -7,8 +7,9 @@ emulated cluster). Only integration tests may use ``ray_cluster`` and ``run_swee
 
 The session cluster is a real ``ray.cluster_utils.Cluster`` with two nodes of 2 logical CPUs and
 0 GPUs each on this machine, so the same cluster serves single-node runs (pack) and multi-node
-placement (spread). ``num_gpus=0`` on every node: both logical nodes are this one machine, and on
-a GPU runner Ray would otherwise let each advertise the same physical GPUs. Tests that need
+placement (spread). ``num_gpus=0`` on every node, said here rather than left to
+``Cluster.add_node``'s default (0 in Ray 2.60, ``ray/cluster_utils.py``): both logical nodes are
+this one machine, and a node that autodetected would advertise the same physical GPUs twice. Tests that need
 another cluster (``ray job submit``, the emulated cluster) run it in subprocesses so this process
 keeps exactly one Ray connection.
 
@@ -71,7 +72,7 @@ def ray_cluster():
         initialize_head=True,
         head_node_args={"num_cpus": 2, "num_gpus": 0, "include_dashboard": False},
     )
-    cluster.add_node(num_cpus=2, num_gpus=0)  # see the module docstring: never autodetected
+    cluster.add_node(num_cpus=2, num_gpus=0)  # never autodetected: see above
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
     yield cluster
