@@ -264,6 +264,30 @@ class TrainingRecord:
 
 
 @dataclass(frozen=True)
+class DeviceDecision:
+    """What a rank started on (``workloads.device.choose_device``), stored per rank in
+    ``runs.nodes`` and named in a failed rank's error."""
+
+    backend: str
+    """nccl | gloo"""
+    device: str
+    """``cuda:<i>`` (i: position among ``cuda_visible_devices``) or ``cpu``."""
+    cuda_visible_devices: str
+    """The value the rank set before touching CUDA; ``""``: every GPU hidden (CPU rank)."""
+    nvml_id: str | None
+    """Ray's GPU id of this rank, what telemetry samples: an index (``"3"``), a UUID
+    (``"GPU-..."``) or a MIG id (``"MIG-..."``); None on CPU."""
+
+    def describe(self) -> str:
+        """One line for an error text: ``backend=nccl device=cuda:1 CUDA_VISIBLE_DEVICES=0,1
+        nvml_id=1``."""
+        return (
+            f"backend={self.backend} device={self.device} "
+            f"CUDA_VISIBLE_DEVICES={self.cuda_visible_devices!r} nvml_id={self.nvml_id}"
+        )
+
+
+@dataclass(frozen=True)
 class RankRecord:
     """Everything one rank returns: where it ran, and its training or microbenchmark record."""
 
@@ -280,6 +304,8 @@ class RankRecord:
     linkbench: tuple[LinkbenchRecord, ...] = ()
     phases: tuple[PhaseTiming, ...] = ()
     """Measured around the workload: imports, pg_init, rank_teardown (process-group part)."""
+    device_decision: DeviceDecision | None = None
+    """The device this rank chose (``workloads.device.choose_device``)."""
 
 
 @dataclass(frozen=True)

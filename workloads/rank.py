@@ -6,7 +6,8 @@ Rendezvous follows Ray Train: the driver asks rank 0 for its address and a free 
 out ``run`` to every rank. In: a ``contract.RunConfig`` or ``LinkbenchConfig``; out: one
 ``contract.RankRecord``. Imports nothing from ``orchestrator``.
 
-May import: contract, diag, linkbench, nccl_files, phases, train, deepspeed, ray, torch, transformers.
+May import: contract, device, diag, linkbench, nccl_files, phases, train, deepspeed, ray, torch,
+transformers.
 """
 
 from __future__ import annotations
@@ -78,10 +79,14 @@ class Rank:
 
         ``node_gpu_ids``: every GPU id Ray assigned to this run's ranks on this node. Same-node
         ranks all see these GPUs and pick theirs by local rank, as Ray Train does, so NCCL can
-        find peer GPUs for P2P/NVLink (one visible GPU per process breaks P2P paths).
+        find peer GPUs for P2P/NVLink (one visible GPU per process breaks P2P paths). None or
+        empty (a CPU bundle, a forked rank): every GPU is hidden (``workloads.device``).
         """
-        if node_gpu_ids:
-            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(node_gpu_ids)
+        from workloads.device import visible_devices
+
+        node_gpu_ids = list(node_gpu_ids or ())
+        # before anything touches CUDA: device_count and the CUDA context follow this value
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices(node_gpu_ids)
         os.environ.update(
             {
                 "RANK": str(rank),
@@ -93,9 +98,10 @@ class Rank:
         )
         clock = PhaseClock()
         with clock.phase("imports"):
+            import torch
             import torch.distributed as dist
 
-            from workloads.train import rank_device, run_training
+            from workloads.train import decide_device
 
             if isinstance(cfg, RunConfig):  # what training will import, timed as one phase
                 import transformers  # noqa: F401
@@ -104,46 +110,25 @@ class Rank:
                     import deepspeed  # noqa: F401
             from workloads.diag import Armed
 
+        # a DeviceError (GPUs assigned, no CUDA in this torch...) fails the run here, before any
+        # process group exists, and its text is the run's stored error
+        decision = decide_device(local_rank, node_gpu_ids)
+        backend, device = decision.backend, torch.device(decision.device)
         armed = Armed(cfg.run_id, rank)  # a hang is diagnosed from this rank's stack
-
-        backend, device = rank_device(local_rank)
         timeout = datetime.timedelta(seconds=cfg.pg_timeout_s)
-        with clock.phase("pg_init"):
-            dist.init_process_group(
-                backend,
-                init_method=f"tcp://{master_addr}:{master_port}",
-                rank=rank,
-                world_size=world_size,
-                timeout=timeout,
-            )
-        on_step = None
-        if progress is not None and rank == 0:
-            # a ProgressBoard actor (fresh Ray actors) or the fork launcher's pipe: both have
-            # update(run_id, step, total, warmup), the actor's called through .remote
-            report = getattr(progress.update, "remote", progress.update)
-            last = [float("-inf")]
-
-            def on_step(step: int, total: int, warmup: bool) -> None:
-                now = time.monotonic()  # at most two reports a second, and the last step's
-                if now - last[0] >= PROGRESS_EVERY_S or step == total:
-                    last[0] = now
-                    report(cfg.run_id, step, total, warmup)
-
-        training, linkbench = None, ()
         try:
-            if isinstance(cfg, LinkbenchConfig):
-                from workloads.linkbench import run_linkbench
-
-                cpu = device.type == "cpu"
-                linkbench = run_linkbench(
-                    device,
-                    max_bytes=cfg.max_bytes,
-                    warmup_iters=1 if cpu else 2,
-                    iters=3 if cpu else 10,
+            with clock.phase("pg_init"):
+                dist.init_process_group(
+                    backend,
+                    init_method=f"tcp://{master_addr}:{master_port}",
+                    rank=rank,
+                    world_size=world_size,
+                    timeout=timeout,
                 )
-            else:
-                nvml_index = int(node_gpu_ids[local_rank]) if node_gpu_ids else None
-                training = run_training(cfg, rank, world_size, device, on_step, nvml_index)
+            training, linkbench = self._work(cfg, rank, world_size, device, decision, progress)
+        except Exception as exc:
+            exc.add_note(f"rank {rank} device: {decision.describe()}")  # in the stored error
+            raise
         finally:
             with clock.phase("rank_teardown"):
                 if dist.is_initialized():
@@ -159,4 +144,37 @@ class Rank:
             training=training,
             linkbench=tuple(linkbench),
             phases=clock.records(),
+            device_decision=decision,
         )
+
+    def _work(self, cfg, rank, world_size, device, decision, progress) -> tuple:
+        """(training record, linkbench records): the run's workload in the process group."""
+        on_step = None
+        if progress is not None and rank == 0:
+            # a ProgressBoard actor (fresh Ray actors) or the fork launcher's pipe: both have
+            # update(run_id, step, total, warmup), the actor's called through .remote
+            report = getattr(progress.update, "remote", progress.update)
+            last = [float("-inf")]
+
+            def on_step(step: int, total: int, warmup: bool) -> None:
+                now = time.monotonic()  # at most two reports a second, and the last step's
+                if now - last[0] >= PROGRESS_EVERY_S or step == total:
+                    last[0] = now
+                    report(cfg.run_id, step, total, warmup)
+
+        if isinstance(cfg, LinkbenchConfig):
+            from workloads.linkbench import run_linkbench
+
+            cpu = device.type == "cpu"
+            linkbench = run_linkbench(
+                device,
+                max_bytes=cfg.max_bytes,
+                warmup_iters=1 if cpu else 2,
+                iters=3 if cpu else 10,
+            )
+            return None, linkbench
+        from workloads.device import nvml_target
+        from workloads.train import run_training
+
+        nvml = nvml_target(decision.nvml_id)
+        return run_training(cfg, rank, world_size, device, on_step, nvml), ()

@@ -20,18 +20,19 @@ import resource
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
 from workloads.contract import (
+    DeviceDecision,
     RunConfig,
     StepRecord,
     TelemetryRecord,
     TrainingRecord,
 )
 from workloads.data import batches, load_text, load_tokenizer, make_blocks
-from workloads.device import sync
+from workloads.device import choose_device, sync
 from workloads.model import build_model, n_params
 from workloads.phases import PhaseClock
 from workloads.strategies import make_strategy
@@ -68,14 +69,34 @@ def profiled_warmup_start(warmup_steps: int, profile_steps: int) -> int | None:
     return None
 
 
-def rank_device(local_rank: int) -> tuple[str, torch.device]:
-    """(backend, device) for a rank: NCCL on its GPU by local rank when CUDA is visible, else gloo
-    on CPU. Thread count = the rank's CPU share (OMP_NUM_THREADS, set by the launcher)."""
+def rank_device(
+    local_rank: int, node_gpu_ids: Sequence[str] | None = None
+) -> tuple[str, torch.device]:
+    """(backend, device) for a rank (:func:`decide_device`)."""
+    decision = decide_device(local_rank, node_gpu_ids)
+    return decision.backend, torch.device(decision.device)
+
+
+def decide_device(local_rank: int, node_gpu_ids: Sequence[str] | None = None) -> DeviceDecision:
+    """This rank's device (``workloads.device.choose_device`` over what torch sees now), made
+    current; raises ``DeviceError``. Thread count = the rank's CPU share (OMP_NUM_THREADS, set by
+    the launcher).
+
+    ``node_gpu_ids``: Ray's GPU ids of the run's ranks on this node (``()``: none, a CPU rank);
+    the caller set ``CUDA_VISIBLE_DEVICES`` from them before CUDA was touched. None: not started
+    by Ray (torchrun, ``bench/standalone.py``): every CUDA device the process sees, by local rank.
+    """
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        return "nccl", torch.device("cuda", local_rank)
-    return "gloo", torch.device("cpu")
+    available = torch.cuda.is_available()
+    count = torch.cuda.device_count() if available else 0
+    if node_gpu_ids is None:
+        node_gpu_ids = [str(i) for i in range(count)]
+    decision = choose_device(
+        node_gpu_ids, local_rank, available, count, torch.__version__, torch.version.cuda
+    )
+    if decision.backend == "nccl":
+        torch.cuda.set_device(torch.device(decision.device))
+    return decision
 
 
 def peak_mem_bytes(device: torch.device) -> int:
@@ -120,9 +141,12 @@ def run_training(
     world_size: int,
     device: torch.device,
     on_step: Callable[[int, int, bool], None] | None = None,
-    nvml_index: int | None = None,
+    nvml_index: int | str | None = None,
 ) -> TrainingRecord:
-    """Train ``cfg.warmup_steps + cfg.steps`` optimizer steps; return this rank's records."""
+    """Train ``cfg.warmup_steps + cfg.steps`` optimizer steps; return this rank's records.
+
+    ``nvml_index``: the GPU telemetry samples (``workloads.device.nvml_target``: an NVML index,
+    or a UUID / MIG id string); None: the CUDA device's index."""
     fault = parse_fault(os.environ.get(FAULT_ENV))
     clock = PhaseClock()
     with clock.phase("model_data_build"):
