@@ -18,7 +18,7 @@ import secrets
 from dataclasses import asdict, dataclass
 
 from orchestrator.ds_config import deepspeed_config, default_bucket_mb
-from orchestrator.spec import SpecError, SweepSpec, offload_applies
+from orchestrator.spec import RANK_FORM, SpecError, SweepSpec, offload_applies
 from workloads.contract import (
     NCCL_TRACE_PREFIX,
     LinkbenchConfig,
@@ -133,13 +133,32 @@ CPU_SHARE_STEP = 0.01
 """Fractional CPU bundles are rounded down to this, so that world_size of them fit the node."""
 
 
-def rank_resources(nodes: list[NodeCapacity], world_size: int = 1) -> dict[str, float]:
-    """One rank's bundle: a GPU where the cluster has GPUs, else a CPU. On a CPU-only cluster
-    whose largest node has fewer CPUs than ``world_size``, an equal share of that node's CPUs
-    (rounded down to ``CPU_SHARE_STEP``), so the run still packs onto one node: e.g. 8 ranks of
-    0.25 CPU on a 2-core machine (oversubscribed, one thread each; for scale tests on CPU)."""
+def cpus_per_gpu(nodes: list[NodeCapacity]) -> int:
+    """CPUs a GPU rank's bundle asks for: the floor of the smallest CPUs-per-GPU ratio among
+    the GPU nodes, so a bundle fits beside every GPU of every GPU node, and at least 1: a GPU
+    rank's host thread launches its kernels and a ZeRO rank with offload ``cpu``/``nvme`` runs
+    its optimizer on the host, and the thread count (OMP_NUM_THREADS) follows the bundle. A
+    ``{GPU: 1}`` bundle with no CPU gave every GPU rank one thread, so offload timed one core."""
+    ratios = [n.cpus / n.gpus for n in nodes if n.gpus >= 1]
+    return max(1, math.floor(min(ratios) + 1e-9)) if ratios else 1
+
+
+def rank_resources(
+    nodes: list[NodeCapacity], world_size: int = 1, ranks_per_gpu: int = 1
+) -> dict[str, float]:
+    """One rank's bundle. Where the cluster has GPUs: ``{GPU: 1, CPU: k}``, k =
+    :func:`cpus_per_gpu`; with ``ranks_per_gpu`` 2 (the one-GPU rehearsal) each of the two ranks
+    takes half the GPU and half of k (rounded down to ``CPU_SHARE_STEP``, at least one step).
+    On a CPU-only cluster one CPU, or, where the largest node has fewer CPUs than
+    ``world_size``, an equal share of that node's CPUs (rounded down to ``CPU_SHARE_STEP``), so
+    the run still packs onto one node: e.g. 8 ranks of 0.25 CPU on a 2-core machine
+    (oversubscribed, one thread each; for scale tests on CPU)."""
     if any(n.gpus >= 1 for n in nodes):
-        return {"GPU": 1.0}
+        k = cpus_per_gpu(nodes)
+        if ranks_per_gpu == 1:
+            return {"GPU": 1.0, "CPU": float(k)}
+        share = math.floor(k / ranks_per_gpu / CPU_SHARE_STEP + 1e-9) * CPU_SHARE_STEP
+        return {"GPU": 1.0 / ranks_per_gpu, "CPU": round(max(share, CPU_SHARE_STEP), 2)}
     largest = max((n.cpus for n in nodes), default=0.0)
     if world_size <= largest:
         return {"CPU": 1.0}
@@ -169,19 +188,29 @@ def check_capacity(spec: SweepSpec, nodes: list[NodeCapacity]) -> None:
     """Reject placements the cluster can never satisfy, before any run starts.
 
     pack (STRICT_PACK) needs one node holding world_size rank bundles; spread (STRICT_SPREAD)
-    needs world_size distinct nodes holding one each.
+    needs world_size distinct nodes holding one each. A bundle's every resource counts (a GPU
+    bundle's CPUs too). ``ranks_per_gpu`` 2 needs a GPU.
     """
     if not nodes:
         raise SpecError(["the Ray cluster has no alive nodes"])
-    res = rank_resources(nodes, spec.world_size)
-    kind, need = next(iter(res.items()))
-    per_node = [int((n.gpus if kind == "GPU" else n.cpus) / need + 1e-9) for n in nodes]
+    if spec.ranks_per_gpu == 2 and not any(n.gpus >= 1 for n in nodes):
+        raise SpecError(
+            [
+                "ranks_per_gpu: 2 (two ranks sharing one GPU) needs a GPU, and this Ray cluster "
+                "advertises none; allowed on a CPU-only cluster: ranks_per_gpu 1"
+            ]
+        )
+    res = rank_resources(nodes, spec.world_size, spec.ranks_per_gpu)
+    kind = "GPU" if "GPU" in res else "CPU"
+    have = {"GPU": lambda n: n.gpus, "CPU": lambda n: n.cpus}
+    per_node = [int(min(have[r](nd) / need for r, need in res.items()) + 1e-9) for nd in nodes]
+    unit = f"{kind}(s)" if len(res) == 1 else f"{kind}(s) for rank bundles of {res}"
     errors = []
     n = spec.world_size
     if "pack" in spec.grid.placement and max(per_node) < n:
         errors.append(
             f"grid.placement: 'pack' puts world_size={n} ranks on one node, but the largest "
-            f"node has {max(per_node)} {kind}(s); allowed: world_size <= {max(per_node)} or "
+            f"node has {max(per_node)} {unit}; allowed: world_size <= {max(per_node)} or "
             "placement 'spread'"
         )
     usable = sum(1 for c in per_node if c >= 1)
@@ -214,17 +243,39 @@ def linkbench_id_for(sweep_id: str, link: str, placement: str) -> str:
 
 def run_env(spec: SweepSpec, link: str, run_id: str, cpus_per_rank: int) -> dict[str, str]:
     """Env for every rank of a run: the link's variables, plus NCCL logging unless the link sets
-    its own (the user's value wins), plus thread counts matching the rank's CPU share."""
+    its own (the user's value wins), plus thread counts matching the rank's CPU share.
+
+    Also, each unless the link sets it: ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (CUDA orders devices
+    fastest first by default; in PCI order CUDA index i is NVML / nvidia-smi index i, which Ray's
+    ids and telemetry use); ``NCCL_NVLS_ENABLE=0`` when the link sets ``NCCL_P2P_DISABLE=1``
+    (no P2P means no NVLink at all: NVLS is set up apart from P2P and would still carry data
+    over NVSwitch; NCCL honours only ``1``); with ``ranks_per_gpu`` 2,
+    ``NCCL_HOSTID=linksweep-rank{rank}`` (ranks with distinct host ids look like different
+    hosts to NCCL and talk over NET, not through the one GPU they share). Values may hold
+    ``{rank}``, filled in per rank by :func:`rank_env_for`.
+    """
+    link_env = spec.links[link]
     env = dict(NCCL_DEBUG_DEFAULTS)
     env["NCCL_DEBUG_FILE"] = f"/tmp/linksweep-nccl-{run_id}-%h-%p.log"
     env["OMP_NUM_THREADS"] = str(max(1, cpus_per_rank))
     env["TOKENIZERS_PARALLELISM"] = "false"
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    if link_env.get("NCCL_P2P_DISABLE", "").strip() == "1":
+        env["NCCL_NVLS_ENABLE"] = "0"
+    if spec.ranks_per_gpu == 2:
+        env["NCCL_HOSTID"] = f"linksweep-rank{RANK_FORM}"
     # Ray starts workers at nice 15; ranks compete with everything else on a shared machine at
     # the priority a bare torchrun would have (bench/bench_overhead.py compares the two).
     env["RAY_worker_niceness"] = "0"
     env.update(nccl_flight_recorder_env(run_id))
-    env.update(spec.links[link])
+    env.update(link_env)
     return env
+
+
+def rank_env_for(env: dict[str, str], rank: int) -> dict[str, str]:
+    """One rank's env: ``{rank}`` in every value replaced by the rank's number (the only
+    ``{...}`` form a link value may hold, ``spec.RANK_FORM``)."""
+    return {k: v.replace(RANK_FORM, str(rank)) for k, v in env.items()}
 
 
 def nccl_flight_recorder_env(run_id: str) -> dict[str, str]:

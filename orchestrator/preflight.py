@@ -52,9 +52,10 @@ def preflight(spec: SweepSpec) -> None:
 
 
 def check_cluster(spec: SweepSpec) -> dict[str, float]:
-    """Capacity check against the connected cluster; returns one rank's bundle."""
+    """Capacity check against the connected cluster (``ranks_per_gpu: 2`` on a cluster with no
+    GPU is refused here); returns one rank's bundle."""
     nodes = cluster_nodes()
     check_capacity(spec, nodes)
-    bundle = rank_resources(nodes, spec.world_size)
+    bundle = rank_resources(nodes, spec.world_size, spec.ranks_per_gpu)
     launcher_for(spec, bundle)  # refuses fork on GPUs before anything runs
     return bundle

@@ -30,6 +30,9 @@ Preset = Literal["serialized"]
 
 DATASETS_BY_NAME = ("wikitext-2-raw-v1", "builtin")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+RANK_FORM = "{rank}"
+"""The one substitution a link env value may hold: the rank's number, filled in per rank when
+it starts (``orchestrator/planner.rank_env_for``)."""
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -144,9 +147,16 @@ class SweepSpec(BaseModel):
     repeats: int = Field(default=2, ge=1)
     """Runs per variant, interleaved round robin across variants."""
     world_size: int = Field(default=2, ge=1)
-    """Ranks: one GPU each, or one worker process each on CPU."""
+    """Ranks: one GPU each (two with ``ranks_per_gpu: 2``), or one worker process each on CPU."""
+    ranks_per_gpu: Literal[1, 2] = 1
+    """1: each rank has a GPU of its own. 2: the one-GPU rehearsal: two ranks (world_size 2,
+    pack) share one GPU, each with its own ``NCCL_HOSTID`` so NCCL treats them as two hosts and
+    talks over NET; it checks the whole NCCL path on one GPU, and its runs (``link_class``
+    ``shared-gpu``) are never shown as a link measurement. Needs GPUs."""
     links: dict[str, dict[str, str]] = Field(default_factory=lambda: {"default": {}})
-    """Named connectivity variants: env vars set on every rank before start."""
+    """Named connectivity variants: env vars set on every rank before start. A value may hold
+    ``{rank}``, replaced by each rank's number when it starts (e.g. ``NCCL_HOSTID:
+    "host-{rank}"``); no other ``{...}`` form is allowed (``RANK_FORM``)."""
     baseline_link: str | None = None
     """The link slowdowns are measured against; default: the first in ``links``."""
     grid: Grid = Field(default_factory=Grid)
@@ -199,6 +209,12 @@ class SweepSpec(BaseModel):
                         f"link {name!r}: {key} must be a string or number, got {val!r}"
                     )
                 clean[key] = str(val).lower() if isinstance(val, bool) else str(val)
+                rest = clean[key].replace(RANK_FORM, "")
+                if "{" in rest or "}" in rest:
+                    raise ValueError(
+                        f"link {name!r}: {key}={clean[key]!r} holds a {{...}} form other than "
+                        f"{RANK_FORM}; allowed: {RANK_FORM} (the rank's number) only"
+                    )
             out[name] = clean
         return out
 
@@ -239,6 +255,18 @@ class SweepSpec(BaseModel):
                 )
         if "spread" in self.grid.placement and self.world_size < 2:
             errors.append("grid.placement: 'spread' needs world_size >= 2")
+        if self.ranks_per_gpu == 2:
+            if self.world_size != 2:
+                errors.append(
+                    f"ranks_per_gpu: 2 (two ranks on one GPU) needs world_size 2, got "
+                    f"{self.world_size}: sharing a GPU is reported not to work cleanly beyond two "
+                    "ranks; allowed: world_size 2, or ranks_per_gpu 1"
+                )
+            if "spread" in self.grid.placement:
+                errors.append(
+                    "grid.placement: 'spread' puts the ranks on different nodes, but "
+                    "ranks_per_gpu 2 shares one GPU; allowed with ranks_per_gpu 2: 'pack'"
+                )
         if errors:
             raise ValueError("\n".join(errors))
         return self
@@ -324,4 +352,5 @@ ALLOWED = {
     "precision": list(get_args(Precision)),
     "overlap_comm": list(get_args(Overlap)),
     "deepspeed_preset": list(get_args(Preset)),
+    "ranks_per_gpu": [1, 2],
 }

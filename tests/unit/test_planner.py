@@ -18,6 +18,7 @@ from orchestrator.planner import (
     nvme_dir_for,
     place_ranks,
     plan_runs,
+    rank_env_for,
     run_config,
     run_env,
     run_id_for,
@@ -240,3 +241,58 @@ def test_deepspeed_block_reaches_every_zero_run():
         v, cfg = by[z]
         assert cfg.ds_config["zero_optimization"]["reduce_bucket_size"] == 1_000_000
         assert v.bucket_mb == 4  # the block's bucket, in MB of fp32
+
+
+# --- run env: device order, NVLS with no P2P, the one-GPU rehearsal's host ids ---
+
+
+def _env_spec(links, **extra):
+    return parse_spec({"name": "p", "world_size": 2, "links": links, **extra})
+
+
+def test_every_rank_orders_cuda_devices_by_pci_bus_id_unless_the_link_says_otherwise():
+    # item 6: CUDA index i is NVML / nvidia-smi index i only in PCI order
+    s = _env_spec({"a": {}, "fast": {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"}})
+    assert run_env(s, "a", "r", 1)["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert run_env(s, "fast", "r", 1)["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
+
+
+def test_no_p2p_turns_nvls_off_unless_the_link_sets_it():
+    s = _env_spec(
+        {
+            "a": {},
+            "no_p2p": {"NCCL_P2P_DISABLE": "1"},
+            "no_p2p_nvls": {"NCCL_P2P_DISABLE": "1", "NCCL_NVLS_ENABLE": "1"},
+            "p2p_zero": {"NCCL_P2P_DISABLE": "0"},  # NCCL honours only 1
+        }
+    )
+    assert "NCCL_NVLS_ENABLE" not in run_env(s, "a", "r", 1)
+    assert run_env(s, "no_p2p", "r", 1)["NCCL_NVLS_ENABLE"] == "0"
+    assert run_env(s, "no_p2p_nvls", "r", 1)["NCCL_NVLS_ENABLE"] == "1"
+    assert "NCCL_NVLS_ENABLE" not in run_env(s, "p2p_zero", "r", 1)
+
+
+def test_two_ranks_per_gpu_give_each_rank_its_own_nccl_host_id():
+    s = _env_spec({"a": {}, "own": {"NCCL_HOSTID": "mine-{rank}"}}, ranks_per_gpu=2)
+    env = run_env(s, "a", "r", 1)
+    assert env["NCCL_HOSTID"] == "linksweep-rank{rank}"
+    assert [rank_env_for(env, r)["NCCL_HOSTID"] for r in (0, 1)] == [
+        "linksweep-rank0",
+        "linksweep-rank1",
+    ]
+    own = run_env(s, "own", "r", 1)
+    assert rank_env_for(own, 1)["NCCL_HOSTID"] == "mine-1"  # the link's value wins
+    assert "NCCL_NET" not in env  # NCCL picks NET itself for ranks on "different hosts"
+    assert "NCCL_HOSTID" not in run_env(_env_spec({"a": {}}), "a", "r", 1)
+
+
+def test_rank_form_is_filled_in_every_value_and_nothing_else_changes():
+    env = {"A": "x-{rank}-{rank}", "B": "plain", "C": "%h-%p"}
+    assert rank_env_for(env, 3) == {"A": "x-3-3", "B": "plain", "C": "%h-%p"}
+    assert env["A"] == "x-{rank}-{rank}"  # the run's env is not changed
+
+
+def test_two_ranks_per_gpu_plan_as_usual():
+    s = _env_spec({"a": {}}, ranks_per_gpu=2, grid={"strategy": ["ddp", "zero1"]})
+    assert s.ranks_per_gpu == 2
+    assert [p.variant.placement for p in plan_runs(s)] == ["pack"] * 4

@@ -175,3 +175,42 @@ def test_deepspeed_block_and_preset_need_a_zero_strategy():
         {"name": "x", "grid": {"strategy": "zero1"}, "deepspeed": {"gradient_clipping": 1.0}}
     )
     assert ok.deepspeed == {"gradient_clipping": 1.0}
+
+
+# --- ranks_per_gpu and the {rank} form ---
+
+
+def test_ranks_per_gpu_defaults_to_one_and_takes_two():
+    assert parse_spec({"name": "x"}).ranks_per_gpu == 1
+    assert parse_spec({"name": "x", "ranks_per_gpu": 2, "world_size": 2}).ranks_per_gpu == 2
+
+
+@pytest.mark.parametrize("value", [0, 3, 4, "two"])
+def test_ranks_per_gpu_other_values_name_the_field_and_the_allowed(value):
+    with pytest.raises(
+        SpecError, match=r"ranks_per_gpu: .* is not allowed; allowed values: 1 or 2"
+    ):
+        parse_spec({"name": "x", "ranks_per_gpu": value})
+
+
+@pytest.mark.parametrize("world_size", [1, 3, 4])
+def test_two_ranks_per_gpu_need_world_size_two(world_size):
+    with pytest.raises(
+        SpecError, match=rf"ranks_per_gpu: 2 .*needs world_size 2, got {world_size}"
+    ):
+        parse_spec({"name": "x", "ranks_per_gpu": 2, "world_size": world_size})
+
+
+def test_two_ranks_per_gpu_refuse_spread():
+    with pytest.raises(SpecError, match=r"'spread'.*ranks_per_gpu 2.*allowed.*'pack'"):
+        parse_spec({"name": "x", "ranks_per_gpu": 2, "grid": {"placement": ["pack", "spread"]}})
+
+
+def test_link_values_may_hold_the_rank_form_only():
+    s = parse_spec({"name": "x", "links": {"a": {"NCCL_HOSTID": "h-{rank}", "N": "{rank}{rank}"}}})
+    assert s.links["a"]["NCCL_HOSTID"] == "h-{rank}"
+    for bad in ("h-{host}", "{RANK}", "{rank", "rank}", "{}"):
+        with pytest.raises(
+            SpecError, match=r"link 'a': X=.* other than \{rank\}; allowed: \{rank\}"
+        ):
+            parse_spec({"name": "x", "links": {"a": {"X": bad}}})
