@@ -21,6 +21,10 @@ The report puts the headline first; ``linksweep run`` prints it last (``orchestr
 ``extra_vs_predicted`` pairs each link's measured extra step time with the predicted
 communication time, the comparison that says whether the link explains the slowdown.
 
+The one-GPU rehearsal (``ranks_per_gpu: 2``: two ranks on one GPU, ``stats.rehearsal``) makes
+no link claim here: its runs make no slowdown rows (``stats.link_measurement``), so no sentence
+names them, and ``extra_vs_predicted`` leaves its variants out.
+
 May import: links, stats.
 """
 
@@ -36,6 +40,8 @@ from orchestrator.stats import (
     INTERVAL_LABELS,
     INTERVAL_RANGE,
     MIN_RUNS_FOR_CI,
+    VARIANT_KEY,
+    rehearsal_variants,
     varying,
 )
 
@@ -334,13 +340,18 @@ def build_headline(
 
 
 def extra_vs_predicted(
-    variants: Sequence[Mapping[str, Any]], baseline: str | None
+    variants: Sequence[Mapping[str, Any]],
+    baseline: str | None,
+    runs: Sequence[Mapping[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """Per variant on a non-baseline link: its measured extra step time over the same variant on
     the baseline link, next to the extra communication time the link microbenchmark predicts
     (``predicted_comm_s_per_step`` on the link minus on the baseline). ``ratio`` = measured /
     predicted: near 1, the link's bandwidth explains the slowdown; well above, something else
-    (latency, contention, CPU) costs time too."""
+    (latency, contention, CPU) costs time too. Variants whose ``runs`` are the one-GPU
+    rehearsal (``stats.rehearsal``) are left out, on either side: they measure no link."""
+    shared = rehearsal_variants(runs)
+    variants = [v for v in variants if tuple(v.get(k) for k in VARIANT_KEY) not in shared]
     base = {tuple(v.get(k) for k in GROUP_KEY): v for v in variants if v.get("link") == baseline}
     out = []
     for v in variants:

@@ -14,8 +14,9 @@ it exposed, 0: all of it overlapped with compute).
 
 Method
 ------
-- Points: one per link, the median over the link's included runs (``stats.included``: ok and not
-  throttled) of the run figure (``median_step_time_s``) and of ``predicted_comm_s_per_step``.
+- Points: one per link, the median over the link's runs that measure it
+  (``stats.link_measurement``: ok, not throttled, not the one-GPU rehearsal) of the run figure
+  (``median_step_time_s``) and of ``predicted_comm_s_per_step``.
   One point per link weights every link the same however many repeats it has, and the median
   is robust to one odd run, like every other figure in linksweep.
 - Line: ordinary least squares through those points, with exposure constrained to >= 0 (a
@@ -65,7 +66,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.stats import GROUP_KEY, included
+from orchestrator.stats import GROUP_KEY, link_measurement
 
 __all__ = [
     "CONFIDENCE",
@@ -151,13 +152,15 @@ def _line(xs: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def link_points(runs: Sequence[Mapping]) -> tuple[list[LinkPoint], int, int]:
     """(points, n_runs, n_excluded) from one group's run rows (``link``, ``status``,
-    ``throttled``, ``median_step_time_s``, ``predicted_comm_s_per_step``). A run counts when it
-    is included and has both figures; the rest are counted as excluded."""
+    ``throttled``, ``median_step_time_s``, ``predicted_comm_s_per_step``, ``link_class``,
+    ``ranks_per_gpu``). A run counts when it measures its link (``stats.link_measurement``:
+    included, and not the one-GPU rehearsal) and has both figures; the rest are counted as
+    excluded."""
     by_link: dict[str, list[tuple[float, float]]] = {}
     excluded = 0
     for r in runs:
         x, y = r.get("predicted_comm_s_per_step"), r.get("median_step_time_s")
-        if not included(r) or x is None or y is None or not (math.isfinite(x + y)):
+        if not link_measurement(r) or x is None or y is None or not (math.isfinite(x + y)):
             excluded += 1
             continue
         by_link.setdefault(r["link"], []).append((float(x), float(y)))
@@ -188,7 +191,8 @@ def fit_points(
     n_used = sum(len(p.step_s) for p in points)
     n_runs = n_used + n_excluded if n_runs is None else n_runs
     base = dict(n_links=len(points), n_runs=n_runs, n_excluded=n_excluded, points=points)
-    excl = f"; {n_excluded} run(s) excluded (failed, throttled or no figure)" if n_excluded else ""
+    why = "failed, throttled, one-GPU rehearsal or no figure"
+    excl = f"; {n_excluded} run(s) excluded ({why})" if n_excluded else ""
     if no_prediction:
         return Fit(None, None, None, None, residual_s=None, residual_rel=None,
                    quality="no_prediction",

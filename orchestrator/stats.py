@@ -52,9 +52,12 @@ __all__ = [
     "bootstrap_median_ci",
     "bootstrap_ratio_ci",
     "included",
+    "link_measurement",
     "median",
     "percentile",
     "ratio_interval",
+    "rehearsal",
+    "rehearsal_variants",
     "run_figure",
     "variant_interval",
 ]
@@ -77,6 +80,33 @@ def included(run: Mapping) -> bool:
     The same rule as SQL: ``orchestrator.store.queries.included_run_sql``.
     """
     return run.get("status") == "ok" and not run.get("throttled")
+
+
+REHEARSAL_LINK_CLASS = "shared-gpu"
+"""``runs.link_class`` of the one-GPU rehearsal (``ranks_per_gpu: 2``)."""
+
+
+def rehearsal(run: Mapping) -> bool:
+    """Is a run the one-GPU rehearsal: two ranks sharing one GPU (``ranks_per_gpu`` above 1,
+    stored with link class ``shared-gpu``)? Such a run checks the NCCL path (init, transports,
+    collectives, telemetry) on one GPU; its two ranks talk through one device's memory, so its
+    step time says nothing about any link, whatever the link's env."""
+    return run.get("link_class") == REHEARSAL_LINK_CLASS or (run.get("ranks_per_gpu") or 1) > 1
+
+
+def link_measurement(run: Mapping) -> bool:
+    """Does a run count as a measurement of its link? Included (``included``) and not a
+    rehearsal (``rehearsal``). The one rule for everything that compares links: slowdowns
+    (``variant_and_sensitivity_rows``), the link model's points (``linkmodel.link_points``),
+    the measured extra step time per link (``headline.extra_vs_predicted``). A rehearsal's
+    runs still count in their own variant's figures, which the report labels as a rehearsal."""
+    return included(run) and not rehearsal(run)
+
+
+def rehearsal_variants(runs: Iterable[Mapping]) -> set[tuple]:
+    """The ``VARIANT_KEY`` tuples of the variants whose runs are rehearsals (``rehearsal``):
+    for rows that carry a variant but not its runs (``variant_summary``)."""
+    return {tuple(r.get(k) for k in VARIANT_KEY) for r in runs if rehearsal(r)}
 
 
 def _as_array(xs: Sequence[float], name: str = "xs") -> np.ndarray:
@@ -298,7 +328,9 @@ def variant_and_sensitivity_rows(
     Variant figure: median of its included runs' figures, with an interval (``variant_interval``:
     range of the runs below ``MIN_RUNS_FOR_CI``, else bootstrap); other columns: medians over
     included runs (peak memory: max). Slowdown: ratio of a link's median to the baseline link's,
-    with ``ratio_interval``. ``interval_kind`` says which. Excluded runs are counted.
+    with ``ratio_interval``, from runs that are link measurements only (``link_measurement``:
+    a rehearsal's variant gets its figures, never a slowdown). ``interval_kind`` says which.
+    Excluded runs are counted.
     """
     by_variant: dict[tuple, list[Mapping]] = {}
     for r in runs:
@@ -307,7 +339,7 @@ def variant_and_sensitivity_rows(
     for key, members in by_variant.items():
         ok = [r for r in members if included(r) and r["median_step_time_s"] is not None]
         xs = [r["median_step_time_s"] for r in ok]
-        figures[key] = xs
+        figures[key] = [r["median_step_time_s"] for r in ok if link_measurement(r)]
         med = lo = hi = kind = None
         if xs:
             med = median(xs)

@@ -4,8 +4,9 @@
 compact strategy x grad_accum table); ``caveats_html`` is the amber box a CPU/gloo or emulated
 sweep gets, saying what its numbers do and do not show; ``links_html`` lists each link with its
 physical description, rated rate and measured busbw (view ``link_overview``); ``throttling``
-says "not checked" wherever GPU telemetry is absent, in every place the report mentions it.
-Pure string functions.
+says "not checked" wherever GPU telemetry is absent, in every place the report mentions it;
+``rehearsal_html`` is the box a sweep with one-GPU rehearsal runs gets: a rehearsal of the NCCL
+path, never shown as a link measurement. Pure string functions.
 
 May import: data, markup, orchestrator.headline, orchestrator.links, orchestrator.stats.
 """
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 from orchestrator.headline import Headline, build_headline, extra_vs_predicted
 from orchestrator.links import fmt_gbps, link_label
 from orchestrator.report.markup import esc
-from orchestrator.stats import INTERVAL_BOOTSTRAP, INTERVAL_LABELS, MIN_RUNS_FOR_CI
+from orchestrator.stats import INTERVAL_BOOTSTRAP, INTERVAL_LABELS, MIN_RUNS_FOR_CI, rehearsal
 
 if TYPE_CHECKING:
     from orchestrator.report.data import ReportData
@@ -47,6 +48,12 @@ def headline(data: ReportData) -> Headline:
 
 def headline_html(data: ReportData) -> str:
     h = headline(data)
+    if h.empty and any(rehearsal(r) for r in data.runs):
+        return (
+            "<div class='headline'><b>No link finding:</b> this sweep's runs are a one-GPU "
+            "rehearsal of the NCCL path (two ranks on one GPU), which measures no link; see the "
+            "box below.</div>"
+        )
     if h.empty:
         return (
             "<div class='headline'><b>No finding yet:</b> the headline compares links, and this "
@@ -177,4 +184,23 @@ def links_html(data: ReportData) -> str:
 
 
 def extra_rows(data: ReportData) -> list[dict]:
-    return extra_vs_predicted(data.variants, data.baseline_link)
+    return extra_vs_predicted(data.variants, data.baseline_link, data.runs)
+
+
+def rehearsal_html(data: ReportData) -> str:
+    """The box a sweep with one-GPU rehearsal runs gets (``stats.rehearsal``): what they check,
+    and that their step times are no link measurement (left out of every link figure)."""
+    n = sum(1 for r in data.runs if rehearsal(r))
+    if not n:
+        return ""
+    return (
+        "<div class='caveat'><b>A rehearsal of the NCCL path, not a link measurement.</b> "
+        f"{n} of {len(data.runs)} run(s) placed two ranks on one GPU (<code>ranks_per_gpu: 2"
+        "</code>, link class <code>shared-gpu</code>), each rank with its own NCCL_HOSTID so "
+        "NCCL treats them as two hosts. <b>They show</b> that NCCL initialises, picks its "
+        "transports and runs the strategy's collectives, and that telemetry and the NCCL log "
+        "are read, all on one GPU. <b>They do not show</b> any link's speed: both ranks share "
+        "one device and its memory, whatever the link's env. Their step times appear in the "
+        "variant tables only; they are left out of slowdowns, the link model and the "
+        "headline.</div>"
+    )

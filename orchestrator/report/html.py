@@ -22,6 +22,7 @@ from orchestrator.report.findings import (
     interval_note,
     interval_words,
     links_html,
+    rehearsal_html,
     throttling,
 )
 from orchestrator.report.fmt import fmt_value
@@ -108,7 +109,7 @@ SENS_COLS = (
 )  # fmt: skip
 RUN_COLS = (
     "seq", *VARIANT_KEY, "repeat", "status", "n_steps", "median_step_time_s", "startup_s",
-    "effective_transport", "link_check", "throttled", "max_temp_c", "min_sm_clock_mhz",
+    "link_class", "effective_transport", "link_check", "throttled", "max_temp_c", "min_sm_clock_mhz",
     "comm_bytes_per_step", "peak_mem_bytes", "achieved_tflops_per_gpu", "mfu", "peak_source",
 )  # fmt: skip
 
@@ -183,7 +184,7 @@ def render_html(data: ReportData, figures: Sequence[FigureResult]) -> str:
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>"
         f"<h1>{esc(title)}</h1><p class='meta'>{esc(meta)}</p>{headline_html(data)}"
-        f"{caveats_html(data)}{box}<nav>{nav}</nav>{body}"
+        f"{caveats_html(data)}{rehearsal_html(data)}{box}<nav>{nav}</nav>{body}"
         f"<p class='note'>Generated {generated} by <code>linksweep report</code>. "
         "Every number here is a query away: see the views in docs/schema.md.</p>"
         "</main></body></html>\n"

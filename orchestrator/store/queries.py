@@ -77,12 +77,15 @@ DIAGNOSTICS = _q(
 )
 
 # --- statistics (orchestrator/stats.py reads these, computes, stores variant/sensitivity) ---
+# The run rows the figures are computed from carry what orchestrator/stats.py ``link_measurement``
+# reads (link_class, ranks_per_gpu): a one-GPU rehearsal never makes a slowdown or a link model.
 VARIANT_GROUP_RUNS = _q(
     "variant_group_runs",
     """SELECT strategy, offload, grad_accum, bucket_mb, overlap_comm, link, placement, status,
               coalesce(throttled, false) AS throttled, median_step_time_s, samples_per_s,
               tokens_per_s, comm_bytes_per_step, expected_comm_bytes_per_step,
-              predicted_comm_s_per_step, peak_mem_bytes, achieved_tflops_per_gpu, mfu
+              predicted_comm_s_per_step, peak_mem_bytes, achieved_tflops_per_gpu, mfu,
+              link_class, coalesce(ranks_per_gpu, 1) AS ranks_per_gpu
        FROM runs
        WHERE sweep_id = $sweep_id AND strategy = $strategy AND offload = $offload
          AND grad_accum = $grad_accum AND bucket_mb = $bucket_mb AND placement = $placement
@@ -102,7 +105,7 @@ SWEEP_MODEL_RUNS = _q(
     "sweep_model_runs",
     """SELECT strategy, offload, grad_accum, bucket_mb, overlap_comm, link, placement, status,
               coalesce(throttled, false) AS throttled, median_step_time_s,
-              predicted_comm_s_per_step
+              predicted_comm_s_per_step, link_class, coalesce(ranks_per_gpu, 1) AS ranks_per_gpu
        FROM runs WHERE sweep_id = $sweep_id ORDER BY seq""",
 )
 # A link's bus bandwidth as nccl-tests users quote it: all_reduce busbw at the largest measured
