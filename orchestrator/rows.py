@@ -23,6 +23,7 @@ from orchestrator.spec import SweepSpec
 from orchestrator.topo import run_link_class
 from workloads.contract import PHASES, RankRecord, TrainingRecord
 from workloads.model import GPT2_SIZES, N_POSITIONS
+from workloads.telemetry import REASONS_UNAVAILABLE
 from workloads.telemetry import summarize as summarize_telemetry
 
 GPU_VISIBILITY = "node-shared: same-node ranks see the run's GPUs on that node, pick by local rank"
@@ -91,16 +92,26 @@ def _transport_facts(
 
 
 def _telemetry_facts(run_id: str, trained: list[tuple[int, TrainingRecord]]) -> tuple[list, dict]:
-    """Rows for ``telemetry`` and the run's summary flags; absent telemetry is said, not faked."""
-    rows, samples, violations, statuses = [], [], {}, set()
-    for rank, t in trained:
+    """Rows for ``telemetry`` and the run's summary flags; absent telemetry is said, not faked.
+
+    The throttle policy (``workloads/throttle.py``) judges each rank's GPU on its own samples:
+    ``clock_reasons`` lists every reason seen, ``throttled``/``throttle_why`` only the
+    excluding ones.
+    """
+    rows, statuses = [], set()
+    by_gpu: dict[str, list] = {}
+    violations: dict[str, dict[str, int]] = {}
+    unavailable: list[str] = []
+    for rank, t in sorted(trained, key=lambda rt: rt[0]):
+        label = f"rank {rank}"
         statuses.add(t.telemetry.status)
+        if REASONS_UNAVAILABLE in t.telemetry.status:
+            unavailable.append(label)
         for smp in t.telemetry.samples:
             rows.append({"run_id": run_id, "rank": rank, **dataclasses.asdict(smp)})
-            samples.append(smp)
-        for k, v in t.telemetry.violation_ns.items():
-            violations[f"{rank}:{k}"] = v
-    summary = summarize_telemetry(samples, violations)
+            by_gpu.setdefault(label, []).append(smp)
+        violations[label] = dict(t.telemetry.violation_ns)
+    summary = summarize_telemetry(by_gpu, violations, unavailable)
     return rows, {
         "telemetry": "; ".join(sorted(statuses)) if statuses else None,
         "max_temp_c": summary.max_temp_c,
@@ -108,6 +119,8 @@ def _telemetry_facts(run_id: str, trained: list[tuple[int, TrainingRecord]]) -> 
         "min_sm_clock_mhz": summary.min_sm_clock_mhz,
         "throttled": summary.throttled if summary.available else None,
         "hot": summary.hot if summary.available else None,
+        "clock_reasons": summary.clock_reasons,
+        "throttle_why": summary.throttle_why,
     }
 
 

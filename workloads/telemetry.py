@@ -1,8 +1,9 @@
-"""GPU telemetry: sample temperature, power, SM clock and throttle reasons while steps run.
+"""GPU telemetry: sample temperature, power, SM clock and clock-event reasons while steps run.
 
-A link benchmark compares step times; a GPU that throttles (too hot, power-capped) makes one
-variant slow for reasons that have nothing to do with the link. So each rank samples its GPU
-through NVML during the timed steps, and every run records whether it throttled.
+A link benchmark compares step times; a GPU that throttles (too hot, a hardware slowdown) makes
+one variant slow for reasons that have nothing to do with the link. So each rank samples its GPU
+through NVML during the timed steps, and every run records the reasons it saw and whether the
+throttle policy (``workloads/throttle.py``, ``docs/gpu-telemetry.md``) excludes it.
 
 Pieces:
 
@@ -10,19 +11,31 @@ Pieces:
   ``Event.wait``, which is also how ``stop()`` ends it), plus NVML's cumulative power/thermal
   violation counters at start and stop, diffed over the window. The NVML module is injectable
   (``nvml=``), so tests pass a fake; by default it is ``pynvml`` from the ``nvidia-ml-py``
-  package (the ``pynvml`` PyPI package is deprecated).
-- ``summarize``: pure. Max temperature, mean power, min SM clock, and two flags: ``throttled``
-  (a power/thermal clock-event bit in any sample, or violation time > 0) and ``hot`` (> 80 C,
-  the sustained-load ceiling of the Hugging Face hardware guide; throttling starts ~84-90 C).
-- ``nvml_inventory`` / ``doctor_warnings``: what each GPU is (PCIe gen and width, power limits,
-  NVLink) and which of those readings make link results suspect.
+  package (the ``pynvml`` PyPI package is deprecated). Telemetry never fails a run: an NVML error
+  in ``start()`` (no permission, unknown UUID, driver trouble) leaves the sampler ``absent`` with
+  the reason, an error while sampling stops the thread and keeps what it has.
+- ``summarize``: pure. Max temperature, mean power, min SM clock, ``hot`` (> 80 C, the
+  sustained-load ceiling of the Hugging Face hardware guide; throttling starts ~84-90 C), and
+  the throttle verdict of ``workloads.throttle``.
+- ``nvml_inventory``: what each GPU is (PCIe gen and width, power limits, NVLink); which of
+  those readings make link results suspect: ``workloads.gpu_doctor.doctor_warnings``
+  (re-exported here).
 - ``nvml_available``: whether NVML can be used here, and why not (CPU-only machine, no driver).
 
-Clock-event ("throttle") reason bits, from NVML's ``nvmlClocksEventReason*`` constants. Only the
-power and thermal ones lower clocks against the user's wishes; idle, application clocks and
-sync boost are normal operation.
+Driver differences handled here (nvidia-ml-py 13.615 ``pynvml.py``):
 
-May import: contract.
+- ``nvmlDeviceGetCurrentClocksEventReasons`` is always defined in the Python package, but a
+  driver whose library lacks the symbol raises ``NVMLError_FunctionNotFound`` when it is called;
+  the sampler then uses ``nvmlDeviceGetCurrentClocksThrottleReasons`` (the older name for the
+  same bits), and if that fails too records the reasons as unavailable and samples the rest.
+- ``nvmlDeviceGetHandleByUUID`` hands its argument to ``ctypes.c_char_p`` without converting it,
+  so a UUID must be passed as bytes.
+- A MIG device handle does not answer clock, power or temperature queries (NotSupported): those
+  are properties of the whole GPU. The sampler reads the parent GPU
+  (``nvmlDeviceGetDeviceHandleFromMigDeviceHandle``) and says so in ``TelemetryResult.note``:
+  the readings are shared with every other instance on that GPU.
+
+May import: contract, gpu_doctor, throttle.
 """
 
 from __future__ import annotations
@@ -30,17 +43,29 @@ from __future__ import annotations
 import importlib
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
 from workloads.contract import TelemetrySample
+from workloads.gpu_doctor import DoctorWarning, doctor_warnings
+from workloads.throttle import (
+    BENIGN_MASK,
+    HOT_TEMP_C,
+    REASON_NAMES,
+    REASONS_UNAVAILABLE,
+    SLOWDOWN_MASK,
+    reason_names,
+    verdict,
+)
 
 __all__ = [
     "BENIGN_MASK",
     "CLOCK_EVENT_NAMES",
     "HOT_TEMP_C",
-    "THROTTLE_MASK",
+    "REASONS_UNAVAILABLE",
+    "SLOWDOWN_MASK",
     "DoctorWarning",
     "NvmlSampler",
     "TelemetryResult",
@@ -53,65 +78,39 @@ __all__ = [
     "summarize",
 ]
 
-# Benign: clocks are low because there is nothing to do or because someone chose them.
-CLOCK_EVENT_GPU_IDLE = 0x1
-CLOCK_EVENT_APPLICATIONS_CLOCKS_SETTING = 0x2
-CLOCK_EVENT_SYNC_BOOST = 0x10
-# Throttling: clocks lowered by the power or thermal controller.
-CLOCK_EVENT_SW_POWER_CAP = 0x4
-CLOCK_EVENT_HW_SLOWDOWN = 0x8
-CLOCK_EVENT_SW_THERMAL_SLOWDOWN = 0x20
-CLOCK_EVENT_HW_THERMAL_SLOWDOWN = 0x40
-CLOCK_EVENT_HW_POWER_BRAKE_SLOWDOWN = 0x80
-
-THROTTLE_MASK = (
-    CLOCK_EVENT_SW_POWER_CAP
-    | CLOCK_EVENT_HW_SLOWDOWN
-    | CLOCK_EVENT_SW_THERMAL_SLOWDOWN
-    | CLOCK_EVENT_HW_THERMAL_SLOWDOWN
-    | CLOCK_EVENT_HW_POWER_BRAKE_SLOWDOWN
-)
-BENIGN_MASK = (
-    CLOCK_EVENT_GPU_IDLE | CLOCK_EVENT_APPLICATIONS_CLOCKS_SETTING | CLOCK_EVENT_SYNC_BOOST
-)
-
-CLOCK_EVENT_NAMES: dict[int, str] = {
-    CLOCK_EVENT_GPU_IDLE: "GpuIdle",
-    CLOCK_EVENT_APPLICATIONS_CLOCKS_SETTING: "ApplicationsClocksSetting",
-    CLOCK_EVENT_SW_POWER_CAP: "SwPowerCap",
-    CLOCK_EVENT_HW_SLOWDOWN: "HwSlowdown",
-    CLOCK_EVENT_SYNC_BOOST: "SyncBoost",
-    CLOCK_EVENT_SW_THERMAL_SLOWDOWN: "SwThermalSlowdown",
-    CLOCK_EVENT_HW_THERMAL_SLOWDOWN: "HwThermalSlowdown",
-    CLOCK_EVENT_HW_POWER_BRAKE_SLOWDOWN: "HwPowerBrakeSlowdown",
-}
-
-HOT_TEMP_C = 80.0
-"""Above this a GPU under sustained load is "hot" (HF hardware guide: < 80 C fine, 84-90 throttles)."""
+CLOCK_EVENT_NAMES = REASON_NAMES
 
 # NVML's nvmlPerfPolicyType_t values, used if the injected module lacks the constants.
 _PERF_POLICIES = {
     "power": ("NVML_PERF_POLICY_POWER", 0),
     "thermal": ("NVML_PERF_POLICY_THERMAL", 1),
 }
-
-
-def reason_names(reasons: int) -> list[str]:
-    """Names of the clock-event bits set in ``reasons``, lowest bit first."""
-    return [name for bit, name in sorted(CLOCK_EVENT_NAMES.items()) if reasons & bit]
+_REASON_FNS = (
+    "nvmlDeviceGetCurrentClocksEventReasons",  # drivers >= 535
+    "nvmlDeviceGetCurrentClocksThrottleReasons",  # the older name of the same bits
+)
+MIG_NOTE = (
+    "MIG instance: clocks, power and temperature are its parent GPU's, shared by all its instances"
+)
 
 
 @dataclass(frozen=True)
 class TelemetryResult:
     """What one ``NvmlSampler`` window recorded."""
 
-    device_index: int
+    device: int | str
     samples: tuple[TelemetrySample, ...]
     violation_ns: dict[str, int] = field(default_factory=dict)
     """Nanoseconds spent in power / thermal violation during the window (supported policies)."""
     duration_s: float = 0.0
     error: str | None = None
     """Why sampling stopped early (e.g. the GPU fell off the bus); None if it ran to ``stop()``."""
+    absent: str | None = None
+    """Why the sampler never started (NVML error in ``start()``); None if it ran."""
+    reasons_available: bool = True
+    """False when neither clock-reason call worked on this driver (samples carry reasons=0)."""
+    note: str | None = None
+    """What the readings are when it is not obvious (a MIG instance's parent GPU)."""
 
 
 @dataclass(frozen=True)
@@ -124,11 +123,13 @@ class TelemetrySummary:
     mean_power_w: float | None
     min_sm_clock_mhz: float | None
     throttled: bool
-    """A power/thermal clock-event bit in any sample, or any violation time > 0."""
+    """The throttle policy excludes the run (``workloads/throttle.py``)."""
     hot: bool
     """Any sample above ``HOT_TEMP_C``."""
-    throttle_reasons: tuple[str, ...] = ()
-    """Names of the throttling bits seen, e.g. ``("SwPowerCap",)``."""
+    throttle_why: str | None = None
+    """Why the run is excluded, per GPU; None if it is not."""
+    clock_reasons: str | None = None
+    """Every clock-event reason seen (``SwPowerCap,HwSlowdown``), ``none``, or unavailability."""
 
 
 def _load_nvml(nvml: ModuleType | Any | None) -> Any:
@@ -139,12 +140,28 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _errors(nvml: Any, *names: str) -> tuple[type[BaseException], ...]:
+    """The NVML error classes of these names that the module defines (older ones lack some)."""
+    return tuple(getattr(nvml, n) for n in names if isinstance(getattr(nvml, n, None), type))
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def device_handle(nvml: Any, device: int | str) -> Any:
+    """NVML handle for an index (int or digit string) or a UUID / MIG UUID string."""
+    if isinstance(device, int) or device.isdigit():
+        return nvml.nvmlDeviceGetHandleByIndex(int(device))
+    return nvml.nvmlDeviceGetHandleByUUID(device.encode())  # pynvml: c_char_p needs bytes
+
+
 class NvmlSampler:
     """Sample one GPU on a background thread between ``start()`` and ``stop()``.
 
     Use it around the timed steps only (warmup excluded)::
 
-        sampler = NvmlSampler(local_gpu_index)
+        sampler = NvmlSampler(local_gpu_index)   # or a UUID / MIG id string
         sampler.start()
         ...timed steps...
         result = sampler.stop()
@@ -153,32 +170,49 @@ class NvmlSampler:
     window has two. NVML calls are cheap (microseconds) and never synchronise the CUDA stream.
     """
 
-    def __init__(self, device_index: int, interval_s: float = 0.25, nvml: Any | None = None):
+    def __init__(self, device: int | str, interval_s: float = 0.25, nvml: Any | None = None):
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
-        self.device_index = device_index
+        if not isinstance(device, (int, str)) or device == "":
+            raise ValueError(f"device must be an NVML index or a UUID string, got {device!r}")
+        self.device = device
         self.interval_s = interval_s
         self._nvml = _load_nvml(nvml)
         self._handle: Any = None
         self._stop_event = threading.Event()
         self._thread: threading.Thread | None = None
+        self._started = False
+        self._absent: str | None = None
+        self._note: str | None = None
         self._samples: list[TelemetrySample] = []
         self._violations_start: dict[str, int] = {}
         self._t0 = 0.0
         self._error: str | None = None
-        self._reasons_fn = getattr(
+        self._reason_fns = [n for n in _REASON_FNS if hasattr(self._nvml, n)]
+        # A reading this GPU or driver cannot give is None, not an error that ends sampling.
+        self._unanswered = _errors(
             self._nvml,
-            "nvmlDeviceGetCurrentClocksEventReasons",
-            getattr(self._nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None),
+            "NVMLError_NotSupported",
+            "NVMLError_NoPermission",
+            "NVMLError_FunctionNotFound",
         )
 
     # -- NVML reads -------------------------------------------------------------------------
     def _read(self, fn_name: str, *args: Any) -> Any:
-        """One NVML call; None where the GPU does not support it."""
+        """One NVML call; None where the GPU, the driver or our permissions do not allow it."""
         try:
             return getattr(self._nvml, fn_name)(self._handle, *args)
-        except self._nvml.NVMLError_NotSupported:
+        except self._unanswered:
             return None
+
+    def _reasons(self) -> int | None:
+        """Clock-event bits, from the newest call this driver has; None once none works."""
+        while self._reason_fns:
+            try:
+                return int(getattr(self._nvml, self._reason_fns[0])(self._handle))
+            except self._unanswered:
+                self._reason_fns.pop(0)  # e.g. FunctionNotFound: a driver older than the name
+        return None
 
     def _violations(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -195,12 +229,7 @@ class NvmlSampler:
         temp = self._read("nvmlDeviceGetTemperature", nvml.NVML_TEMPERATURE_GPU)
         power_mw = self._read("nvmlDeviceGetPowerUsage")
         clock = self._read("nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM)
-        reasons = None
-        if self._reasons_fn is not None:
-            try:
-                reasons = self._reasons_fn(self._handle)
-            except nvml.NVMLError_NotSupported:
-                reasons = None
+        reasons = self._reasons()
         return TelemetrySample(
             t_s=time.monotonic() - self._t0,
             temp_c=None if temp is None else float(temp),
@@ -214,33 +243,66 @@ class NvmlSampler:
             try:
                 self._samples.append(self._sample())
             except self._nvml.NVMLError as exc:  # GPU lost, driver gone: stop, keep what we have
-                self._error = f"{type(exc).__name__}: {exc}"
+                self._error = _describe(exc)
                 return
             if self._stop_event.wait(self.interval_s):
                 return
 
+    def _open(self) -> None:
+        """The GPU's handle (a MIG instance's parent GPU) and the violation counters' start."""
+        nvml = self._nvml
+        handle = device_handle(nvml, self.device)
+        try:
+            is_mig = bool(nvml.nvmlDeviceIsMigDeviceHandle(handle))
+        except (AttributeError, *self._unanswered):  # no MIG on this driver or GPU
+            is_mig = False
+        if is_mig:
+            handle = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+            self._note = MIG_NOTE
+        self._handle = handle
+        self._violations_start = self._violations()
+
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
-        """Initialise NVML, read the violation counters, start the sampling thread."""
-        if self._thread is not None:
+        """Initialise NVML, find the GPU, read the violation counters, start the thread.
+
+        An NVML error here does not escape: the sampler is ``absent`` (with the reason) and
+        ``stop()`` returns an empty result saying why.
+        """
+        if self._started:
             raise RuntimeError("NvmlSampler.start() called twice")
-        self._nvml.nvmlInit()
+        self._started = True
         try:
-            self._handle = self._nvml.nvmlDeviceGetHandleByIndex(self.device_index)
-            self._violations_start = self._violations()
-        except BaseException:
+            self._nvml.nvmlInit()
+        except self._nvml.NVMLError as exc:
+            self._absent = f"nvmlInit failed: {_describe(exc)}"
+            return
+        try:
+            self._open()
+        except self._nvml.NVMLError as exc:
+            self._absent = f"NVML cannot read GPU {self.device!r}: {_describe(exc)}"
             self._nvml.nvmlShutdown()  # nvmlInit is reference-counted: give ours back
+            return
+        except BaseException:
+            self._nvml.nvmlShutdown()
             raise
         self._t0 = time.monotonic()
         self._thread = threading.Thread(
-            target=self._run, name=f"nvml-sampler-gpu{self.device_index}", daemon=True
+            target=self._run, name=f"nvml-sampler-gpu{self.device}", daemon=True
         )
         self._thread.start()
 
+    @property
+    def absent(self) -> str | None:
+        """Why ``start()`` could not sample this GPU; None if it did (or has not run)."""
+        return self._absent
+
     def stop(self) -> TelemetryResult:
         """Stop the thread, take a last sample, diff the violation counters, release NVML."""
-        if self._thread is None:
+        if not self._started:
             raise RuntimeError("NvmlSampler.stop() called before start()")
+        if self._thread is None:
+            return TelemetryResult(device=self.device, samples=(), absent=self._absent)
         self._stop_event.set()
         self._thread.join()
         try:
@@ -248,12 +310,12 @@ class NvmlSampler:
                 try:
                     self._samples.append(self._sample())
                 except self._nvml.NVMLError as exc:
-                    self._error = f"{type(exc).__name__}: {exc}"
+                    self._error = _describe(exc)
             end: dict[str, int] = {}
             try:
                 end = self._violations()
             except self._nvml.NVMLError as exc:
-                self._error = self._error or f"{type(exc).__name__}: {exc}"
+                self._error = self._error or _describe(exc)
             violation_ns = {
                 k: end[k] - self._violations_start[k] for k in end if k in self._violations_start
             }
@@ -261,11 +323,13 @@ class NvmlSampler:
         finally:
             self._nvml.nvmlShutdown()
         return TelemetryResult(
-            device_index=self.device_index,
+            device=self.device,
             samples=tuple(self._samples),
             violation_ns=violation_ns,
             duration_s=duration_s,
             error=self._error,
+            reasons_available=bool(self._reason_fns),
+            note=self._note,
         )
 
     def __enter__(self) -> NvmlSampler:
@@ -278,9 +342,16 @@ class NvmlSampler:
 
 
 def summarize(
-    samples: list[TelemetrySample] | tuple[TelemetrySample, ...], violation_ns: dict[str, int]
+    by_gpu: Mapping[str, Sequence[TelemetrySample]],
+    violation_ns: Mapping[str, Mapping[str, int]] | None = None,
+    reasons_unavailable: Sequence[str] = (),
 ) -> TelemetrySummary:
-    """Reduce a window's samples (and violation-counter diffs) to the figures a run stores."""
+    """Reduce each GPU's window (keyed by a label, e.g. ``rank 0``) to the figures a run stores.
+
+    ``violation_ns``: per label, the violation counters' growth; ``reasons_unavailable``: labels
+    whose driver reported no clock-event reasons. The verdict: ``workloads.throttle.verdict``.
+    """
+    samples = [s for group in by_gpu.values() for s in group]
     if not samples:
         return TelemetrySummary(
             available=False,
@@ -294,19 +365,17 @@ def summarize(
     temps = [s.temp_c for s in samples if s.temp_c is not None]
     powers = [s.power_w for s in samples if s.power_w is not None]
     clocks = [s.sm_clock_mhz for s in samples if s.sm_clock_mhz is not None]
-    throttle_bits = 0
-    for s in samples:
-        throttle_bits |= s.reasons & THROTTLE_MASK
-    throttled = bool(throttle_bits) or any(v > 0 for v in violation_ns.values())
+    v = verdict(by_gpu, violation_ns, reasons_unavailable)
     return TelemetrySummary(
         available=True,
         n_samples=len(samples),
         max_temp_c=max(temps) if temps else None,
         mean_power_w=sum(powers) / len(powers) if powers else None,
         min_sm_clock_mhz=min(clocks) if clocks else None,
-        throttled=throttled,
+        throttled=v.throttled,
         hot=any(t > HOT_TEMP_C for t in temps),
-        throttle_reasons=tuple(reason_names(throttle_bits)),
+        throttle_why=v.why,
+        clock_reasons=v.clock_reasons,
     )
 
 
@@ -387,88 +456,3 @@ def nvml_inventory(nvml: Any | None = None) -> list[dict]:
         return out
     finally:
         nvml.nvmlShutdown()
-
-
-@dataclass(frozen=True)
-class DoctorWarning:
-    """Something about a GPU that can distort link benchmarks."""
-
-    gpu: int
-    code: str
-    """Stable identifier: ``pcie_gen_below_max``, ``pcie_width_below_max``,
-    ``power_limit_below_default``, ``hot``, ``nvlink_inactive``."""
-    message: str
-    invalidates: bool
-    """True when results measured on this GPU should not be compared with other machines."""
-
-
-# The issue calls this type ``Warning``; the alias stays out of ``__all__`` so that a star import
-# cannot shadow the builtin.
-Warning = DoctorWarning  # noqa: A001
-
-
-def doctor_warnings(inventory: list[dict]) -> list[DoctorWarning]:
-    """Pure checks over ``nvml_inventory()`` output; missing (None) readings are skipped."""
-    out: list[DoctorWarning] = []
-    for gpu in inventory:
-        i = gpu["index"]
-        gen, gen_max = gpu.get("pcie_gen_current"), gpu.get("pcie_gen_max")
-        if gen is not None and gen_max is not None and gen < gen_max:
-            out.append(
-                DoctorWarning(
-                    i,
-                    "pcie_gen_below_max",
-                    f"GPU{i} PCIe link runs at gen {gen} of {gen_max}. Idle GPUs drop the PCIe "
-                    "generation to save power, so this is normal at rest; only if it persists under "
-                    "load does it cap PCIe/SHM transfers and slow the PCIe link variants.",
-                    invalidates=False,
-                )
-            )
-        width, width_max = gpu.get("pcie_width_current"), gpu.get("pcie_width_max")
-        if width is not None and width_max is not None and width < width_max:
-            out.append(
-                DoctorWarning(
-                    i,
-                    "pcie_width_below_max",
-                    f"GPU{i} PCIe link trained at x{width} of x{width_max} (narrow slot, riser or a "
-                    "degraded link). Width does not recover under load: PCIe and SHM transfers get at "
-                    f"most {width}/{width_max} of the bandwidth, so PCIe link results from this GPU "
-                    "do not represent the hardware.",
-                    invalidates=True,
-                )
-            )
-        limit, default = gpu.get("power_limit_w"), gpu.get("power_default_limit_w")
-        if limit is not None and default is not None and limit < default - 0.5:
-            out.append(
-                DoctorWarning(
-                    i,
-                    "power_limit_below_default",
-                    f"GPU{i} power limit is {limit:.0f} W, below its default {default:.0f} W "
-                    "(set with nvidia-smi -pl). Clocks drop under load, so step times grow and the "
-                    "compute share of every variant changes; results do not compare with other boxes.",
-                    invalidates=True,
-                )
-            )
-        temp = gpu.get("temp_c")
-        if temp is not None and temp > HOT_TEMP_C:
-            out.append(
-                DoctorWarning(
-                    i,
-                    "hot",
-                    f"GPU{i} is at {temp:.0f} C before the benchmark, above {HOT_TEMP_C:.0f} C. "
-                    "Under load it will reach the 84-90 C where GPUs throttle, mixing thermal "
-                    "slowdowns into the link comparison. Check cooling and airflow first.",
-                    invalidates=True,
-                )
-            )
-        if gpu.get("nvlink_active_count") == 0:
-            out.append(
-                DoctorWarning(
-                    i,
-                    "nvlink_inactive",
-                    f"GPU{i} supports NVLink but no link is active (no bridge, or links down). NV# "
-                    "link variants cannot run here; peers talk over PCIe, as topo -m will show.",
-                    invalidates=False,
-                )
-            )
-    return out

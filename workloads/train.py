@@ -107,31 +107,54 @@ def peak_mem_bytes(device: torch.device) -> int:
 
 
 class Telemetry:
-    """NVML sampling of this rank's GPU over the timed steps; absent (with the reason) otherwise."""
+    """NVML sampling of this rank's GPU over the timed steps; absent (with the reason) otherwise.
 
-    def __init__(self, device: torch.device, nvml_index: int | None):
+    Never fails the run: NVML trouble at any point (no permission, an id NVML does not know, a
+    driver without a call) becomes ``absent: <reason>`` or a note in the status, and training
+    goes on. ``nvml``: an injected NVML module (tests); default ``pynvml``.
+    """
+
+    def __init__(self, device: torch.device, nvml_index: int | str | None, nvml=None):
         self.sampler = None
         self.status = "absent: CPU run (no GPU to sample)"
         if device.type != "cuda":
             return
         from workloads.telemetry import NvmlSampler, nvml_available
 
-        ok, why = nvml_available()
+        ok, why = nvml_available(nvml)
         if not ok:
             self.status = f"absent: {why}"
             return
-        self.sampler = NvmlSampler(nvml_index if nvml_index is not None else device.index)
+        target = nvml_index if nvml_index is not None else device.index
+        self.sampler = NvmlSampler(target if target is not None else 0, nvml=nvml)
         self.status = "nvml"
 
     def start(self) -> None:
-        if self.sampler is not None:
+        if self.sampler is None:
+            return
+        try:
             self.sampler.start()
+        except Exception as exc:  # noqa: BLE001 - telemetry is advice; the run's steps matter
+            self.status = f"absent: telemetry start failed: {type(exc).__name__}: {exc}"
+            self.sampler = None
 
     def stop(self) -> TelemetryRecord:
+        from workloads.telemetry import REASONS_UNAVAILABLE
+
         if self.sampler is None:
             return TelemetryRecord(status=self.status)
-        res = self.sampler.stop()
-        status = f"nvml (stopped early: {res.error})" if res.error else self.status
+        try:
+            res = self.sampler.stop()
+        except Exception as exc:  # noqa: BLE001
+            return TelemetryRecord(status=f"absent: telemetry stop failed: {exc!r}")
+        if res.absent:
+            return TelemetryRecord(status=f"absent: {res.absent}")
+        notes = [f"stopped early: {res.error}"] if res.error else []
+        if not res.reasons_available:
+            notes.append(REASONS_UNAVAILABLE)
+        if res.note:
+            notes.append(res.note)
+        status = f"nvml ({'; '.join(notes)})" if notes else "nvml"
         return TelemetryRecord(status, tuple(res.samples), dict(res.violation_ns))
 
 

@@ -1,17 +1,16 @@
-"""Tests for workloads.telemetry with a fake NVML module (same function names and error classes
-as pynvml). The real NVML on whatever machine runs the tests: tests/integration/test_node_probe.py.
+"""Tests for workloads.telemetry with a fake NVML module (tests/unit/fake_nvml.py: same function
+names and error classes as pynvml, with old-driver, permission, MIG and multi-GPU modes). The real
+NVML on whatever machine runs the tests: tests/integration/test_node_probe.py.
 """
 
 from __future__ import annotations
 
-import threading
-from types import SimpleNamespace
-
 import pytest
 
+from tests.unit.fake_nvml import FakeNvml
 from workloads.telemetry import (
     BENIGN_MASK,
-    THROTTLE_MASK,
+    SLOWDOWN_MASK,
     DoctorWarning,
     NvmlSampler,
     TelemetrySample,
@@ -21,136 +20,6 @@ from workloads.telemetry import (
     reason_names,
     summarize,
 )
-
-
-class FakeNvml:
-    """A stand-in for ``pynvml`` on an older driver (only ...ClocksThrottleReasons)."""
-
-    class NVMLError(Exception):
-        pass
-
-    class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's spelling
-        pass
-
-    class NVMLError_InvalidArgument(NVMLError):  # noqa: N801
-        pass
-
-    class NVMLError_GpuIsLost(NVMLError):  # noqa: N801
-        pass
-
-    NVML_TEMPERATURE_GPU = 0
-    NVML_CLOCK_SM = 1
-    NVML_PERF_POLICY_POWER = 0
-    NVML_PERF_POLICY_THERMAL = 1
-    NVML_NVLINK_MAX_LINKS = 18
-    NVML_FEATURE_ENABLED = 1
-
-    def __init__(self, gpus: list[dict], enough_samples: int = 3):
-        self.gpus = gpus
-        self.initialised = 0
-        self.shut_down = 0
-        self.temp_reads = 0
-        self.enough = threading.Event()
-        self.enough_samples = enough_samples
-
-    # library
-    def nvmlInit(self):
-        self.initialised += 1
-
-    def nvmlShutdown(self):
-        self.shut_down += 1
-
-    def nvmlSystemGetDriverVersion(self):
-        return "550.54.15"
-
-    def nvmlDeviceGetCount(self):
-        return len(self.gpus)
-
-    def nvmlDeviceGetHandleByIndex(self, index):
-        return index
-
-    def _get(self, handle, key):
-        value = self.gpus[handle].get(key)
-        if value is None:
-            raise self.NVMLError_NotSupported("Not Supported")
-        if isinstance(value, Exception):
-            raise value
-        return value
-
-    # sampling
-    def nvmlDeviceGetTemperature(self, handle, sensor):
-        assert sensor == self.NVML_TEMPERATURE_GPU
-        self.temp_reads += 1
-        if self.temp_reads >= self.enough_samples:
-            self.enough.set()
-        lost_at = self.gpus[handle].get("lost_at_read")
-        if lost_at is not None and self.temp_reads >= lost_at:
-            raise self.NVMLError_GpuIsLost("GPU is lost")
-        temps = self._get(handle, "temps")
-        return temps[min(self.temp_reads - 1, len(temps) - 1)]
-
-    def nvmlDeviceGetPowerUsage(self, handle):
-        return self._get(handle, "power_mw")
-
-    def nvmlDeviceGetClockInfo(self, handle, clock):
-        assert clock == self.NVML_CLOCK_SM
-        return self._get(handle, "sm_mhz")
-
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle):
-        return self._get(handle, "reasons")
-
-    def nvmlDeviceGetViolationStatus(self, handle, policy):
-        counters = self._get(handle, "violations")[policy]
-        return SimpleNamespace(referenceTime=0, violationTime=counters.pop(0))
-
-    # inventory
-    def nvmlDeviceGetName(self, handle):
-        return self._get(handle, "name")
-
-    def nvmlDeviceGetUUID(self, handle):
-        return self._get(handle, "uuid")
-
-    def nvmlDeviceGetPciInfo(self, handle):
-        return SimpleNamespace(busId=self._get(handle, "bus_id"))
-
-    def nvmlDeviceGetMemoryInfo(self, handle):
-        return SimpleNamespace(total=self._get(handle, "mem_bytes"), used=0, free=0)
-
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle):
-        return self._get(handle, "gen")
-
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle):
-        return self._get(handle, "gen_max")
-
-    def nvmlDeviceGetCurrPcieLinkWidth(self, handle):
-        return self._get(handle, "width")
-
-    def nvmlDeviceGetMaxPcieLinkWidth(self, handle):
-        return self._get(handle, "width_max")
-
-    def nvmlDeviceGetPowerManagementLimit(self, handle):
-        return self._get(handle, "limit_mw")
-
-    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle):
-        return self._get(handle, "default_limit_mw")
-
-    def nvmlDeviceGetNvLinkState(self, handle, link):
-        states = self._get(handle, "nvlink")
-        if link >= len(states):
-            raise self.NVMLError_InvalidArgument("Invalid Argument")
-        return states[link]
-
-
-class FakeNvmlNew(FakeNvml):
-    """Newer drivers: ...ClocksEventReasons (the old name still exists)."""
-
-    def __init__(self, gpus, enough_samples=3):
-        super().__init__(gpus, enough_samples)
-        self.event_reason_reads = 0
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
-        self.event_reason_reads += 1
-        return self._get(handle, "reasons")
 
 
 def sampling_gpu(**over) -> dict:
@@ -168,8 +37,8 @@ def sampling_gpu(**over) -> dict:
 # --------------------------------------------------------------------------- sampler
 
 
-def run_sampler(fake: FakeNvml, interval_s: float = 0.001):
-    sampler = NvmlSampler(0, interval_s=interval_s, nvml=fake)
+def run_sampler(fake: FakeNvml, interval_s: float = 0.001, device: int | str = 0):
+    sampler = NvmlSampler(device, interval_s=interval_s, nvml=fake)
     sampler.start()
     assert fake.enough.wait(timeout=10), "sampler thread produced no samples"
     result = sampler.stop()
@@ -178,7 +47,7 @@ def run_sampler(fake: FakeNvml, interval_s: float = 0.001):
 
 
 def test_sampler_collects_and_stops_cleanly():
-    fake = FakeNvmlNew([sampling_gpu()])
+    fake = FakeNvml([sampling_gpu()])
     result = run_sampler(fake)
     assert len(result.samples) >= 3
     first = result.samples[0]
@@ -194,25 +63,30 @@ def test_sampler_collects_and_stops_cleanly():
 
 
 def test_sampler_violation_diff():
-    fake = FakeNvmlNew([sampling_gpu()])
+    fake = FakeNvml([sampling_gpu()])
     result = run_sampler(fake)
     assert result.violation_ns == {"power": 250_000, "thermal": 0}
 
 
 def test_sampler_old_driver_and_unsupported_power():
-    fake = FakeNvml([sampling_gpu(power_mw=None, reasons=0x20)])
+    """The old-driver mode: ...ClocksEventReasons raises FunctionNotFound (the library lacks the
+    symbol); the sampler falls back to ...ClocksThrottleReasons and keeps sampling."""
+    fake = FakeNvml([sampling_gpu(power_mw=None, reasons=0x20)], driver="old")
     result = run_sampler(fake)
+    assert result.error is None and len(result.samples) >= 3
     assert all(s.power_w is None for s in result.samples)
     assert all(s.reasons == 0x20 for s in result.samples)  # via ...ClocksThrottleReasons
+    assert result.reasons_available
+    assert fake.throttle_reason_reads >= 3
 
 
 def test_sampler_unsupported_violation_counters():
-    fake = FakeNvmlNew([sampling_gpu(violations=None)])
+    fake = FakeNvml([sampling_gpu(violations=None)])
     assert run_sampler(fake).violation_ns == {}
 
 
 def test_sampler_records_lost_gpu_and_still_releases_nvml():
-    fake = FakeNvmlNew([sampling_gpu(lost_at_read=3)])
+    fake = FakeNvml([sampling_gpu(lost_at_read=3)])
     result = run_sampler(fake)
     assert len(result.samples) == 2
     assert result.error is not None and "GpuIsLost" in result.error
@@ -220,7 +94,7 @@ def test_sampler_records_lost_gpu_and_still_releases_nvml():
 
 
 def test_sampler_context_manager_and_misuse():
-    fake = FakeNvmlNew([sampling_gpu()])
+    fake = FakeNvml([sampling_gpu()])
     with NvmlSampler(0, interval_s=0.001, nvml=fake) as sampler:
         assert fake.enough.wait(timeout=10)
     assert not sampler._thread.is_alive()
@@ -231,6 +105,87 @@ def test_sampler_context_manager_and_misuse():
         NvmlSampler(0, interval_s=0, nvml=fake)
 
 
+def test_sampler_ancient_driver_records_reasons_as_unavailable():
+    fake = FakeNvml([sampling_gpu(reasons=0x40)], driver="ancient")
+    result = run_sampler(fake)
+    assert result.error is None and len(result.samples) >= 3  # the sampler did not die
+    assert not result.reasons_available
+    assert all(s.reasons == 0 for s in result.samples)
+    assert all(s.temp_c is not None for s in result.samples)
+
+
+@pytest.mark.parametrize(
+    "fake,device,why",
+    [
+        (FakeNvml([sampling_gpu()], no_permission=True), 0, "NoPermission"),
+        (FakeNvml([sampling_gpu()]), 3, "InvalidArgument"),
+        (FakeNvml([sampling_gpu(uuid="GPU-1")]), "GPU-unknown", "NotFound"),
+        (
+            FakeNvml([sampling_gpu()], init_error=FakeNvml.NVMLError_Uninitialized("x")),
+            0,
+            "nvmlInit failed",
+        ),
+    ],
+)
+def test_sampler_start_errors_leave_it_absent(fake, device, why):
+    sampler = NvmlSampler(device, interval_s=0.001, nvml=fake)
+    sampler.start()  # must not raise into the training loop
+    assert sampler.absent is not None and why in sampler.absent
+    result = sampler.stop()
+    assert result.samples == () and result.absent == sampler.absent
+    assert fake.shut_down == fake.initialised  # every nvmlInit given back
+
+
+def multi_gpus() -> list[dict]:
+    return [
+        sampling_gpu(uuid=f"GPU-{i}0000000-1111-2222-3333-444444444444", sm_mhz=1000 + i)
+        for i in range(4)
+    ]
+
+
+@pytest.mark.parametrize("device,want_index", [(2, 2), ("3", 3)])
+def test_sampler_multi_gpu_by_index(device, want_index):
+    fake = FakeNvml(multi_gpus())
+    result = run_sampler(fake, device=device)
+    assert fake.handles_asked == [want_index]
+    assert result.samples[0].sm_clock_mhz == 1000 + want_index
+
+
+def test_sampler_multi_gpu_by_uuid():
+    """Ray GPU ids can be UUIDs; pynvml's ...GetHandleByUUID needs bytes (c_char_p)."""
+    fake = FakeNvml(multi_gpus())
+    uuid = "GPU-10000000-1111-2222-3333-444444444444"
+    result = run_sampler(fake, device=uuid)
+    assert fake.handles_asked == [uuid]
+    assert result.samples[0].sm_clock_mhz == 1001.0
+    assert result.device == uuid and result.note is None
+
+
+def test_sampler_mig_instance_reads_the_parent_gpu():
+    gpus = multi_gpus()
+    gpus[1]["mig"] = ["MIG-aaaaaaaa-0000-0000-0000-000000000001"]
+    fake = FakeNvml(gpus)
+    result = run_sampler(fake, device="MIG-aaaaaaaa-0000-0000-0000-000000000001")
+    assert result.error is None and result.note is not None and "parent GPU" in result.note
+    assert result.samples[0].sm_clock_mhz == 1001.0  # GPU 1's clock, not NotSupported
+
+
+def test_fake_mig_handle_answers_nothing():
+    """The fake's MIG handles behave as NVML's: whole-GPU readings are NotSupported."""
+    gpus = [sampling_gpu(mig=["MIG-x"])]
+    fake = FakeNvml(gpus)
+    handle = fake.nvmlDeviceGetHandleByUUID(b"MIG-x")
+    with pytest.raises(FakeNvml.NVMLError_NotSupported):
+        fake.nvmlDeviceGetClockInfo(handle, fake.NVML_CLOCK_SM)
+    with pytest.raises(TypeError):
+        fake.nvmlDeviceGetHandleByUUID("MIG-x")  # str: c_char_p refuses it
+
+
+def test_sampler_rejects_a_bad_device():
+    with pytest.raises(ValueError, match="device"):
+        NvmlSampler(None, nvml=FakeNvml([]))  # type: ignore[arg-type]
+
+
 # --------------------------------------------------------------------------- summarize
 
 
@@ -239,45 +194,87 @@ def sample(t_s=0.0, temp_c=60.0, power_w=300.0, sm=1900.0, reasons=0) -> Telemet
 
 
 def test_masks():
-    assert THROTTLE_MASK == 0x4 | 0x8 | 0x20 | 0x40 | 0x80
-    assert BENIGN_MASK == 0x1 | 0x2 | 0x10
-    assert THROTTLE_MASK & BENIGN_MASK == 0
+    assert SLOWDOWN_MASK == 0x8 | 0x20 | 0x40 | 0x80
+    assert BENIGN_MASK == 0x1 | 0x2 | 0x10 | 0x100
+    assert SLOWDOWN_MASK & BENIGN_MASK == 0
+    assert not SLOWDOWN_MASK & 0x4  # SwPowerCap is the GPU working, not throttling
     assert reason_names(0x21) == ["GpuIdle", "SwThermalSlowdown"]
+    assert reason_names(0x604) == ["SwPowerCap", "BoardLimit", "Reliability"]
+    assert reason_names(0x1000 | 0x4) == ["SwPowerCap", "0x1000"]  # unknown bits as hex
+
+
+def one(samples) -> dict:
+    return {"rank 0": samples}
 
 
 def test_summarize_thermal_bit_is_throttled():
-    s = summarize([sample(0.0), sample(0.25, sm=1410.0, reasons=0x40)], {})
+    s = summarize(one([sample(0.0), sample(0.25, sm=1410.0, reasons=0x40)]), {})
     assert s.available and s.n_samples == 2
     assert s.throttled
-    assert s.throttle_reasons == ("HwThermalSlowdown",)
+    assert s.throttle_why == "rank 0: HwThermalSlowdown"
+    assert s.clock_reasons == "HwThermalSlowdown"
     assert s.min_sm_clock_mhz == 1410.0
 
 
 def test_summarize_benign_bits_are_not_throttled():
-    s = summarize([sample(reasons=0x1), sample(reasons=0x2 | 0x10)], {"power": 0, "thermal": 0})
+    s = summarize(one([sample(reasons=0x1), sample(reasons=0x2 | 0x10)]), {"rank 0": {}})
+    assert not s.throttled and s.throttle_why is None
+    assert s.clock_reasons == "GpuIdle,ApplicationsClocksSetting,SyncBoost"
+
+
+def test_summarize_sw_power_cap_and_power_violation_are_recorded_not_excluded():
+    """Issue 22 item 5: SwPowerCap is normal under load; it used to exclude the run."""
+    busy = [sample(t_s=i * 0.25, sm=1755.0 + (i % 3) * 20, reasons=0x4) for i in range(12)]
+    s = summarize(one(busy), {"rank 0": {"power": 2_000_000_000, "thermal": 0}})
     assert not s.throttled
-    assert s.throttle_reasons == ()
+    assert s.throttle_why is None
+    assert s.clock_reasons == "SwPowerCap"
 
 
-def test_summarize_violation_time_is_throttled():
-    assert summarize([sample()], {"power": 1_000_000, "thermal": 0}).throttled
+def test_summarize_board_limit_and_reliability_are_recorded_not_excluded():
+    s = summarize(one([sample(reasons=0x200), sample(reasons=0x400 | 0x4)]), {})
+    assert not s.throttled
+    assert s.clock_reasons == "SwPowerCap,BoardLimit,Reliability"
+
+
+def test_summarize_thermal_violation_time_is_throttled():
+    s = summarize(one([sample()]), {"rank 0": {"power": 0, "thermal": 40_000_000}})
+    assert s.throttled and s.throttle_why == "rank 0: thermal violation 40 ms"
+
+
+def test_summarize_clock_fall_is_throttled_per_gpu():
+    """Rank 1's clock sinks over the window (a heat soak) with no bit set; rank 0 is steady."""
+    steady = [sample(t_s=i * 0.25, sm=1980.0, reasons=0x4) for i in range(9)]
+    sinking = [sample(t_s=i * 0.25, sm=1980.0 - 80 * i, reasons=0x4) for i in range(9)]
+    s = summarize({"rank 0": steady, "rank 1": sinking}, {})
+    assert s.throttled
+    assert s.throttle_why.startswith("rank 1: SM clock fell")
+    assert "rank 0" not in s.throttle_why
+
+
+def test_summarize_unavailable_reasons_are_said():
+    s = summarize(one([sample()]), {}, reasons_unavailable=["rank 0"])
+    assert s.clock_reasons == "none; clock reasons unavailable on rank 0"
+    assert not s.throttled
 
 
 def test_summarize_hot_and_figures():
-    s = summarize([sample(temp_c=75.0, power_w=200.0), sample(temp_c=81.0, power_w=400.0)], {})
+    s = summarize(one([sample(temp_c=75.0, power_w=200.0), sample(temp_c=81.0, power_w=400.0)]))
     assert s.hot
     assert s.max_temp_c == 81.0
     assert s.mean_power_w == 300.0
-    assert not summarize([sample(temp_c=80.0)], {}).hot  # 80 C itself is still fine
+    assert not summarize(one([sample(temp_c=80.0)])).hot  # 80 C itself is still fine
+    assert not s.throttled  # hot is recorded, not excluding
 
 
 def test_summarize_missing_fields_and_empty():
-    s = summarize([sample(temp_c=None, power_w=None, sm=None)], {})
+    s = summarize(one([sample(temp_c=None, power_w=None, sm=None)]), {})
     assert s.available and s.max_temp_c is None and s.mean_power_w is None and not s.hot
-    empty = summarize([], {"power": 5})
+    empty = summarize({}, {"rank 0": {"thermal": 5}})
     assert empty.available is False
     assert (empty.max_temp_c, empty.mean_power_w, empty.min_sm_clock_mhz) == (None, None, None)
     assert empty.throttled is False and empty.hot is False
+    assert empty.clock_reasons is None and empty.throttle_why is None
 
 
 # --------------------------------------------------------------------------- inventory, doctor

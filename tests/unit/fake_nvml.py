@@ -1,0 +1,210 @@
+"""A stand-in for ``pynvml`` (nvidia-ml-py 13.615): the same function names, error classes and
+argument conventions, with the driver behaviours the sampler must survive as modes.
+
+GPUs are dicts (see ``sampling_gpu`` in test_telemetry.py); a key set to None raises
+NotSupported, an exception instance raises it. Modes:
+
+- ``driver="new"``: both reason calls work (drivers >= 535).
+- ``driver="old"``: ``nvmlDeviceGetCurrentClocksEventReasons`` exists in the package, as in the
+  real one, but raises ``NVMLError_FunctionNotFound``: the driver's library lacks the symbol.
+- ``driver="ancient"``: both reason calls raise FunctionNotFound.
+- ``no_permission``: handle lookups raise ``NVMLError_NoPermission`` (a container without
+  access to the device node, or a restricted API).
+- MIG: a GPU with ``"mig": ["MIG-<uuid>", ...]`` has MIG instances; their handles answer no
+  clock, power, temperature, reason or violation query (NotSupported), as on real MIG handles,
+  and ``nvmlDeviceGetDeviceHandleFromMigDeviceHandle`` returns the parent GPU.
+- multi-GPU: several dicts with distinct ``uuid``; ``nvmlDeviceGetHandleByUUID`` takes bytes
+  only (pynvml hands it to ``ctypes.c_char_p``, which raises TypeError for str).
+"""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+
+class FakeNvml:
+    class NVMLError(Exception):
+        pass
+
+    class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's spelling
+        pass
+
+    class NVMLError_InvalidArgument(NVMLError):  # noqa: N801
+        pass
+
+    class NVMLError_GpuIsLost(NVMLError):  # noqa: N801
+        pass
+
+    class NVMLError_FunctionNotFound(NVMLError):  # noqa: N801
+        pass
+
+    class NVMLError_NoPermission(NVMLError):  # noqa: N801
+        pass
+
+    class NVMLError_NotFound(NVMLError):  # noqa: N801
+        pass
+
+    class NVMLError_Uninitialized(NVMLError):  # noqa: N801
+        pass
+
+    NVML_TEMPERATURE_GPU = 0
+    NVML_CLOCK_SM = 1
+    NVML_PERF_POLICY_POWER = 0
+    NVML_PERF_POLICY_THERMAL = 1
+    NVML_NVLINK_MAX_LINKS = 18
+    NVML_FEATURE_ENABLED = 1
+
+    def __init__(
+        self,
+        gpus: list[dict],
+        enough_samples: int = 3,
+        driver: str = "new",
+        no_permission: bool = False,
+        init_error: Exception | None = None,
+    ):
+        assert driver in ("new", "old", "ancient")
+        self.gpus = gpus
+        self.driver = driver
+        self.no_permission = no_permission
+        self.init_error = init_error
+        self.initialised = 0
+        self.shut_down = 0
+        self.temp_reads = 0
+        self.event_reason_reads = 0
+        self.throttle_reason_reads = 0
+        self.handles_asked: list = []
+        self.enough = threading.Event()
+        self.enough_samples = enough_samples
+
+    # library
+    def nvmlInit(self):
+        if self.init_error is not None:
+            raise self.init_error
+        self.initialised += 1
+
+    def nvmlShutdown(self):
+        self.shut_down += 1
+
+    def nvmlSystemGetDriverVersion(self):
+        return "550.54.15" if self.driver == "new" else "470.82.01"
+
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
+    def _check_permission(self):
+        if self.no_permission:
+            raise self.NVMLError_NoPermission("Insufficient Permissions")
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        self._check_permission()
+        self.handles_asked.append(index)
+        if not 0 <= index < len(self.gpus):
+            raise self.NVMLError_InvalidArgument("Invalid Argument")
+        return index
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        if not isinstance(uuid, bytes):  # ctypes.c_char_p(str) in the real pynvml
+            raise TypeError("bytes or integer address expected instead of str instance")
+        self._check_permission()
+        text = uuid.decode()
+        self.handles_asked.append(text)
+        for i, gpu in enumerate(self.gpus):
+            if gpu.get("uuid") == text:
+                return i
+            if text in gpu.get("mig", ()):
+                return ("mig", i, gpu["mig"].index(text))
+        raise self.NVMLError_NotFound("Not Found")
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle):
+        return isinstance(handle, tuple)
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle):
+        if not isinstance(handle, tuple):
+            raise self.NVMLError_InvalidArgument("Invalid Argument")
+        return handle[1]
+
+    def _get(self, handle, key):
+        if isinstance(handle, tuple):  # a MIG instance: whole-GPU readings are not its own
+            raise self.NVMLError_NotSupported("Not Supported")
+        value = self.gpus[handle].get(key)
+        if value is None:
+            raise self.NVMLError_NotSupported("Not Supported")
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    # sampling
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        assert sensor == self.NVML_TEMPERATURE_GPU
+        self.temp_reads += 1
+        if self.temp_reads >= self.enough_samples:
+            self.enough.set()
+        if isinstance(handle, tuple):
+            raise self.NVMLError_NotSupported("Not Supported")
+        lost_at = self.gpus[handle].get("lost_at_read")
+        if lost_at is not None and self.temp_reads >= lost_at:
+            raise self.NVMLError_GpuIsLost("GPU is lost")
+        temps = self._get(handle, "temps")
+        return temps[min(self.temp_reads - 1, len(temps) - 1)]
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return self._get(handle, "power_mw")
+
+    def nvmlDeviceGetClockInfo(self, handle, clock):
+        assert clock == self.NVML_CLOCK_SM
+        return self._get(handle, "sm_mhz")
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        if self.driver != "new":
+            raise self.NVMLError_FunctionNotFound("Function Not Found")
+        self.event_reason_reads += 1
+        return self._get(handle, "reasons")
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle):
+        if self.driver == "ancient":
+            raise self.NVMLError_FunctionNotFound("Function Not Found")
+        self.throttle_reason_reads += 1
+        return self._get(handle, "reasons")
+
+    def nvmlDeviceGetViolationStatus(self, handle, policy):
+        counters = self._get(handle, "violations")[policy]
+        value = counters.pop(0) if len(counters) > 1 else counters[0]
+        return SimpleNamespace(referenceTime=0, violationTime=value)
+
+    # inventory
+    def nvmlDeviceGetName(self, handle):
+        return self._get(handle, "name")
+
+    def nvmlDeviceGetUUID(self, handle):
+        return self._get(handle, "uuid")
+
+    def nvmlDeviceGetPciInfo(self, handle):
+        return SimpleNamespace(busId=self._get(handle, "bus_id"))
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return SimpleNamespace(total=self._get(handle, "mem_bytes"), used=0, free=0)
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle):
+        return self._get(handle, "gen")
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle):
+        return self._get(handle, "gen_max")
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle):
+        return self._get(handle, "width")
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle):
+        return self._get(handle, "width_max")
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle):
+        return self._get(handle, "limit_mw")
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle):
+        return self._get(handle, "default_limit_mw")
+
+    def nvmlDeviceGetNvLinkState(self, handle, link):
+        states = self._get(handle, "nvlink")
+        if link >= len(states):
+            raise self.NVMLError_InvalidArgument("Invalid Argument")
+        return states[link]
