@@ -58,24 +58,41 @@ def sweep_row(spec: SweepSpec, sweep_id: str, address: str, n_runs: int, context
 
 
 def _transport_facts(
-    run_id: str, records: list[RankRecord], link_env: dict[str, str], link_class: str
+    run_id: str,
+    records: list[RankRecord],
+    env: dict[str, str],
+    link_class: str,
+    leftover_logs: Mapping[str, str] | None = None,
 ) -> tuple[list[dict], dict]:
-    """Rows for ``transports`` and the run's effective_transport / link_check / nccl_version."""
-    if {r.backend for r in records} == {"gloo"}:
+    """Rows for ``transports`` and the run's effective_transport / link_check / nccl_version /
+    nvls / collnet.
+
+    ``env`` is the environment the ranks ran with (what ``link_check`` judges against).
+    ``leftover_logs`` are NCCL logs read from the run's nodes after it ended
+    (``RunResult.nccl_logs``): a failed or hung run's only evidence. Their rows take the rank
+    from each line (the rank that printed it); a rank's own log takes its record's rank.
+    """
+    logs = [(rec.rank, rec.nccl_log or "") for rec in records if rec.backend != "gloo"]
+    logs += [(None, text) for _, text in sorted((leftover_logs or {}).items())]
+    if records and {r.backend for r in records} == {"gloo"} and not leftover_logs:
         return [], {
             "effective_transport": nccl_log.GLOO_TRANSPORT,
             "link_check": "unknown",  # gloo logs no transport choice to verify against
             "nccl_version": None,
+            "nvls": None,
+            "collnet": None,
         }
-    rows, families, version = [], set(), None
-    for rec in records:
-        log = nccl_log.parse_nccl_log(rec.nccl_log or "")
+    rows, families, version, nvls, collnet = [], set(), None, [], []
+    for rank, text in logs:
+        log = nccl_log.parse_nccl_log(text)
         version = version or log.nccl_version
         families.update(nccl_log.transport_families(log))
+        nvls.append(nccl_log.nvls_used(log))
+        collnet.append(nccl_log.collnet_used(log))
         rows.extend(
             {
                 "run_id": run_id,
-                "rank": rec.rank,
+                "rank": line.rank if rank is None else rank,
                 "channel": line.channel,
                 "peer": line.peer,
                 "transport": line.transport,
@@ -84,11 +101,22 @@ def _transport_facts(
             for line in log.channels
         )
     fams = sorted(families)
+    used_nvls = nccl_log.any_true(nvls)
+    seen = bool(records) or bool(fams)
     return rows, {
-        "effective_transport": nccl_log.effective_transport(fams) if records else None,
-        "link_check": nccl_log.link_check(link_env, fams, link_class) if records else "unknown",
+        "effective_transport": nccl_log.effective_transport(fams) if seen else None,
+        "link_check": nccl_log.link_check(env, fams, link_class, used_nvls) if seen else "unknown",
         "nccl_version": version,
+        "nvls": used_nvls,
+        "collnet": nccl_log.any_true(collnet),
     }
+
+
+def _ran_with(run: dict, link_env: dict[str, str]) -> dict[str, str]:
+    """The env the ranks ran with: ``run["rank_env"]`` (the driver's run env, stored by
+    build_rows) when present, else the link's own variables."""
+    env = run.get("rank_env")
+    return dict(env) if isinstance(env, Mapping) and env else dict(link_env)
 
 
 def _telemetry_facts(run_id: str, trained: list[tuple[int, TrainingRecord]]) -> tuple[list, dict]:
@@ -296,7 +324,9 @@ def build_rows(
         **_efficiency_facts(spec, planned, trained, figures),
     }
     link_class = link_class_for(v.placement, result.placements, topo_links or {})
-    transports, t_facts = _transport_facts(run_id, records, spec.links[v.link], link_class)
+    transports, t_facts = _transport_facts(
+        run_id, records, _ran_with(run, spec.links[v.link]), link_class, result.nccl_logs
+    )
     telemetry, tel_facts = _telemetry_facts(run_id, trained)
     run.update({"link_class": link_class, **t_facts, **tel_facts})
     return RunRows(run, steps, ranks, comms, transports, telemetry, phase_rows(run_id, result))

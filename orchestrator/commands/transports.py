@@ -1,5 +1,5 @@
-"""``linksweep transports --parse LOG``: the NCCL version and the transport of every channel
-an ``NCCL_DEBUG=INFO`` log shows. ``--json`` prints exactly the stored form
+"""``linksweep transports --parse LOG``: the NCCL version, the transport of every channel and
+whether NVLS / CollNet were set up, as an ``NCCL_DEBUG=INFO`` log shows them. ``--json`` prints exactly the stored form
 (``nccl_log.to_json_dict``).
 
 May import: shared, text, orchestrator.errors, orchestrator.nccl_log.
@@ -33,11 +33,11 @@ def main(args: argparse.Namespace) -> int:
     if text is None:
         return EXIT_BAD_INPUT
     log = nccl_log.parse_nccl_log(text)
-    if log.nccl_version is None and not log.channels and not log.env_echo:
+    if log.nccl_version is None and not log.channels and not log.env_echo and not _extras(log):
         err(
             f"transports --parse {parse_file}: no NCCL log lines found (no 'NCCL version', "
-            "'Channel NN : a -> b via ...' or 'set by environment' line); was the run started "
-            "with NCCL_DEBUG=INFO?"
+            "'Channel NN : a -> b via ...', 'set by environment', NVLS or CollNet line); was "
+            "the run started with NCCL_DEBUG=INFO?"
         )
         return EXIT_BAD_INPUT
     if as_json:
@@ -47,6 +47,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"NCCL version: {log.nccl_version or 'not in log'}")
     for name, value in log.env_echo.items():
         print(f"env: {name}={value}")
+    print(f"NVLS: {_said(nccl_log.nvls_used(log))}, CollNet: {_said(nccl_log.collnet_used(log))}")
     if not log.channels:
         print(
             "no channel connection lines (NCCL prints them at communicator init with "
@@ -60,3 +61,12 @@ def main(args: argparse.Namespace) -> int:
     rows = [[c.rank, c.peer, c.channel, c.direction, c.transport, c.detail] for c in log.channels]
     print(grid(["rank", "peer", "channel", "direction", "transport", "detail"], rows))
     return EXIT_OK
+
+
+def _extras(log: nccl_log.NcclLog) -> bool:
+    """Whether the log said anything about NVLS or CollNet."""
+    return nccl_log.nvls_used(log) is not None or nccl_log.collnet_used(log) is not None
+
+
+def _said(used: bool | None) -> str:
+    return {True: "set up", False: "not used"}.get(used, "not in log")

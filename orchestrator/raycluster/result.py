@@ -27,3 +27,8 @@ class RunResult:
     """How the ranks started: ``actors`` (fresh Ray actors) or ``fork`` (per-node fork server)."""
     diagnostics: list[RankDiagnostic] = field(default_factory=list)
     """Each rank's stack (and NCCL trace) when the run hit run_timeout_s."""
+    nccl_logs: dict[str, str] = field(default_factory=dict)
+    """NCCL logs found on the run's nodes after it ended, ``"host:/tmp/path" -> text``: those
+    of a failed or hung run (no rank returned its log), or of any process that was not a rank."""
+    cleanup_errors: list[str] = field(default_factory=list)
+    """Files of the run that could not be read or removed after it (``runs.collect_leftovers``)."""

@@ -6,12 +6,14 @@ started with the link's env as ``runtime_env`` (NCCL and gloo read env once per 
 processes forked by the node's launcher (``launchers.py``, ``launcher: fork``) with that env.
 A rank gets a ``workloads.contract.RunConfig`` and returns a ``RankRecord``: nothing untyped
 crosses. The placement group and the ranks are removed after the run, also on failure or hang
-(a hang's stacks are captured first: :func:`capture_diagnostics`). Rank 0's progress reaches
+(a hang's stacks are captured first: :func:`capture_diagnostics`), and every node the run used
+gives back the NCCL logs no rank returned and loses the run's /tmp files
+(:func:`collect_leftovers`). Rank 0's progress reaches
 the live display through a :class:`ProgressBoard` actor (fresh actors) or its launcher (forked
 ranks).
 
 May import: launchers, result, session, orchestrator.errors, orchestrator.planner, ray,
-workloads.contract, workloads.diag, workloads.rank.
+workloads.contract, workloads.diag, workloads.nccl_files, workloads.rank.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ ACTOR_READY_TIMEOUT_S = 300.0  # covers runtime_env set-up on a cold node
 FAILURE_GRACE_S = 5.0  # after a rank fails, how long the others get to report theirs
 TICK_S = 2.0  # the live display's refresh while ranks run; a finished rank is seen at once
 DIAG_TIMEOUT_S = 20.0  # capturing every rank's stack on its node, before the actors are killed
+LEFTOVERS_TIMEOUT_S = 20.0  # reading a run's NCCL logs and removing its /tmp files, per node
 
 
 class RunFailure(Exception):
@@ -178,6 +181,7 @@ def execute_run(
             _kill_forked(launchers, run_cfg.run_id)
         for a in actors:
             ray.kill(a, no_restart=True)
+        collect_leftovers(run_cfg.run_id, _run_nodes(pg, result.placements), result)
         remove_placement_group(pg)
         result.driver_phases["teardown"] = time.perf_counter() - t_teardown
     return result
@@ -275,3 +279,43 @@ def capture_diagnostics(run_id: str, placements: list) -> list:
                 ray.cancel(ref, force=True)
             out.append(RankDiagnostic(rank=p.rank, pid=p.pid, error=first_line(exc)))
     return out
+
+
+def _run_nodes(pg, placements: list) -> list[str]:
+    """The node ids a run used: its ranks' (placements), else its placement group's bundles
+    (a run that failed before its ranks reported where they ran); [] when neither is known."""
+    nodes = [p.node_id for p in placements]
+    if not nodes:
+        from ray.util.placement_group import placement_group_table
+
+        with contextlib.suppress(Exception):
+            nodes = list(placement_group_table(pg)["bundles_to_node_id"].values())
+    return sorted({n for n in nodes if n})
+
+
+def collect_leftovers(run_id: str, node_ids: list[str], result: RunResult) -> None:
+    """After every run, on each node it used (a pinned task, ``workloads.nccl_files``): read the
+    NCCL logs no rank returned into ``result.nccl_logs`` (a failed or hung run returns no
+    record, so this is its only transport evidence) and remove the run's NCCL logs,
+    flight-recorder dumps and pipes, stack and pid files. Runs after the ranks were killed, so
+    no file is still being written. A node that does not answer is noted in
+    ``result.cleanup_errors``; it never fails the run."""
+    from workloads.nccl_files import collect_run_files
+
+    remote_collect = ray.remote(num_cpus=0, max_retries=0)(collect_run_files)
+    refs = {
+        n: remote_collect.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n, soft=False)
+        ).remote(run_id)
+        for n in node_ids
+    }
+    for node, ref in refs.items():
+        try:
+            got = ray.get(ref, timeout=LEFTOVERS_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - a cleanup must not fail the run
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+            result.cleanup_errors.append(f"node {node[:12]}: {first_line(exc)}")
+            continue
+        result.nccl_logs.update({f"{got.hostname}:{p}": t for p, t in got.nccl_logs.items()})
+        result.cleanup_errors.extend(f"{got.hostname}: {e}" for e in got.errors)

@@ -373,7 +373,12 @@ def test_transports_parse_json_exact(capsys):
     )
     out = capsys.readouterr().out
     assert out.count("\n") == 1
-    assert json.loads(out) == {"nccl_version": None, "transports": ["NET/Socket", "P2P"]}
+    assert json.loads(out) == {
+        "nccl_version": None,
+        "transports": ["NET/Socket", "P2P"],
+        "nvls": None,
+        "collnet": None,
+    }
 
 
 def test_transports_parse_version_only(capsys):
@@ -388,7 +393,12 @@ def test_transports_parse_version_only(capsys):
         )
         == 0
     )
-    assert json.loads(capsys.readouterr().out) == {"nccl_version": "2.25.1", "transports": []}
+    assert json.loads(capsys.readouterr().out) == {
+        "nccl_version": "2.25.1",
+        "transports": [],
+        "nvls": None,
+        "collnet": None,
+    }
 
 
 def test_transports_parse_table(capsys):

@@ -43,7 +43,12 @@ def test_version_line_and_no_channels_yet():
     log = load("nccl_1637_rtx5090_p2p_disable_init.log")
     assert log.nccl_version == "2.25.1"
     assert log.channels == ()
-    assert to_json_dict(log) == {"nccl_version": "2.25.1", "transports": []}
+    assert to_json_dict(log) == {
+        "nccl_version": "2.25.1",
+        "transports": [],
+        "nvls": None,
+        "collnet": None,
+    }
 
 
 def test_torch_process_group_version_line():
@@ -77,7 +82,8 @@ def test_p2p_ipc_read_and_net_socket():
 def test_ib_gdrdma_and_cumem():
     log = load("nccl_1189_h20_ib_gdrdma_cumem.log")
     assert transport_families(log) == ["NET/IB", "P2P"]
-    assert log.channels[0] == TransportLine(0, 7, 2, "NET/IB", "NET/IB/3/GDRDMA", "receive")
+    # "0[0] -> 2[0] [receive]" is printed by rank 2, receiving from rank 0 (peer -> me)
+    assert log.channels[0] == TransportLine(2, 7, 0, "NET/IB", "NET/IB/3/GDRDMA", "receive")
     assert log.channels[5].direction == "send"
     assert log.channels[9] == TransportLine(3, 0, 2, "P2P", "P2P/CUMEM", None)
     assert effective_transport(transport_families(log)) == "P2P+NET/IB"
@@ -127,7 +133,8 @@ def test_cumem_read_with_timestamp_lines():
 def test_old_channel_form_with_bus_ids_over_ib():
     log = load("nccl_707_a100_ib_gdrdma_busid.log")
     assert transport_families(log) == ["NET/IB"]
-    assert log.channels[0] == TransportLine(2, 1, 0, "NET/IB", "NET/IB/5/GDRDMA", "receive")
+    # "2[c7000] -> 0[87000] [receive]": rank 0's line, its peer is rank 2
+    assert log.channels[0] == TransportLine(0, 1, 2, "NET/IB", "NET/IB/5/GDRDMA", "receive")
 
 
 def test_ring_topology_lines_are_not_connections():
@@ -197,6 +204,28 @@ def test_link_check_on_real_logs():
     assert link_check({}, [], "unknown") == "unknown"
 
 
-@pytest.mark.parametrize("value", ["1", " 1", "2"])
+@pytest.mark.parametrize("value", ["1", " 1", "0x1", "01", "1abc"])
 def test_link_check_reads_flags_as_integers(value):
+    # NCCL: strtol(value, NULL, 0) == 1 (src/graph/paths.cc ncclGetLevel)
     assert link_check({"NCCL_P2P_DISABLE": value}, ["P2P"], "PIX") == "mismatch"
+
+
+@pytest.mark.parametrize("value", ["2", "-1", "true", "yes", "", "0"])
+def test_p2p_disable_other_than_one_leaves_p2p_on(value):
+    # NCCL honours NCCL_P2P_DISABLE only when it reads as exactly 1; "2" or "true" do nothing,
+    # so P2P is allowed and using it is no mismatch.
+    assert link_check({"NCCL_P2P_DISABLE": value}, ["P2P"], "PIX") == "ok"
+
+
+@pytest.mark.parametrize(("value", "off"), [("1", True), ("2", False), ("true", False)])
+def test_shm_disable_is_on_only_at_one(value, off):
+    env = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": value}
+    assert link_check(env, ["SHM"], "PHB") == ("mismatch" if off else "ok")
+
+
+@pytest.mark.parametrize(
+    ("level", "off"), [("LOC", True), ("0", True), ("00", True), ("loc", False), ("NVL", False)]
+)
+def test_p2p_level_loc_as_nccl_reads_it(level, off):
+    # strcmp against "LOC" (case-sensitive), or an old-style number whose strtol is 0
+    assert link_check({"NCCL_P2P_LEVEL": level}, ["P2P"], "NV12") == ("mismatch" if off else "ok")

@@ -1,0 +1,91 @@
+"""rows: NCCL evidence of a run as stored: nvls/collnet, and a failed run's leftover logs."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from orchestrator.planner import RankPlacement, plan_runs
+from orchestrator.raycluster.result import RunResult
+from orchestrator.rows import build_rows
+from orchestrator.spec import parse_spec
+from workloads.contract import RankRecord
+
+NCCL = Path(__file__).resolve().parents[1] / "data" / "nccl"
+NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+SPEC = parse_spec(
+    {
+        "name": "p",
+        "world_size": 2,
+        "seq_len": 32,
+        "micro_batch_size": 2,
+        "steps": 3,
+        "warmup_steps": 1,
+        "links": {"default": {}, "no_p2p": {"NCCL_P2P_DISABLE": 1}},
+    }
+)
+BY_LINK = {p.variant.link: p for p in plan_runs(SPEC)}
+
+
+def _rank(r: int, log: str) -> RankRecord:
+    return RankRecord(
+        rank=r, local_rank=r, backend="nccl", device=f"cuda:{r}", created_wall_s=0.0, nccl_log=log
+    )
+
+
+def test_nvls_set_up_on_a_no_p2p_link_is_stored_and_flagged():
+    log = (NCCL / "nccl_tests_213_nvls_comm.log").read_text()
+    result = RunResult(rank_records=[_rank(0, log), _rank(1, "")])
+    rows = build_rows(SPEC, "s", BY_LINK["no_p2p"], "r", result, NOW, NOW)
+    assert rows.run["nvls"] is True
+    assert rows.run["collnet"] is None
+    assert rows.run["link_check"] == "mismatch"  # P2P and NVLS on a link that disabled P2P
+
+
+def test_no_nvls_and_no_collnet_are_stored_as_false():
+    log = (NCCL / "nccl_1189_h20_zero_collnet_nvls_channels.log").read_text()
+    result = RunResult(rank_records=[_rank(0, log), _rank(1, log)])
+    rows = build_rows(SPEC, "s", BY_LINK["default"], "r", result, NOW, NOW)
+    assert (rows.run["nvls"], rows.run["collnet"]) == (False, False)
+
+
+def test_link_check_reads_the_env_the_ranks_ran_with():
+    """The run env (rank_env) decides, not the link's own variables: NCCL_NVLS_ENABLE=1 there
+    means the user let NVLS run on the P2P-disabled link."""
+    log = (
+        "h:1:2 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct\n"
+        "h:1:2 [0] NCCL INFO NVLS comm 0x55a7be5601c0 headRank 0 nHeads 2 buffSize 4194304\n"
+    )
+    result = RunResult(rank_records=[_rank(0, log), _rank(1, "")])
+    rows = build_rows(SPEC, "s", BY_LINK["no_p2p"], "r", result, NOW, NOW)
+    assert rows.run["link_check"] == "mismatch"
+    from orchestrator import rows as rows_mod
+
+    env = {"NCCL_P2P_DISABLE": "1", "NCCL_NVLS_ENABLE": "1"}
+    assert rows_mod._ran_with({"rank_env": env}, {"NCCL_P2P_DISABLE": 1}) == env
+    _, facts = rows_mod._transport_facts("r", result.rank_records, env, "NV18")
+    assert facts["link_check"] == "ok"
+
+
+def test_failed_run_keeps_the_transports_of_its_leftover_logs():
+    """A failed run returns no rank record: the logs read from its nodes after it ended are its
+    transport evidence, each line's rank taken from the line (receive lines: peer -> me)."""
+    text = (NCCL / "nccl_1814_ibext_v8_receive.log").read_text()
+    placements = [RankPlacement(0, "n1", "h", "10.0.0.1", (), 11, 0, None)]
+    result = RunResult(
+        placements=placements,
+        error="rank 0 failed: boom",
+        nccl_logs={"h:/tmp/linksweep-nccl-r-h-11.log": text},
+    )
+    rows = build_rows(SPEC, "s", BY_LINK["default"], "r", result, NOW, NOW)
+    assert rows.run["status"] == "failed"
+    assert rows.run["effective_transport"] == "NET/IB"
+    assert {(t["rank"], t["peer"]) for t in rows.transports} == {(39, 47), (38, 6)}
+    assert len(rows.transports) == 12
+
+
+def test_failed_run_without_logs_says_unknown():
+    rows = build_rows(SPEC, "s", BY_LINK["default"], "r", RunResult(error="x"), NOW, NOW)
+    assert rows.run["effective_transport"] is None
+    assert rows.run["link_check"] == "unknown"
+    assert rows.run["nvls"] is None
