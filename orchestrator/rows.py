@@ -27,6 +27,8 @@ from workloads.telemetry import REASONS_UNAVAILABLE
 from workloads.telemetry import summarize as summarize_telemetry
 
 GPU_VISIBILITY = "node-shared: same-node ranks see the run's GPUs on that node, pick by local rank"
+SHARED_GPU = "shared-gpu"
+"""``link_class`` of a ``ranks_per_gpu: 2`` run: two ranks on one GPU, no link between GPUs."""
 
 
 @dataclass(frozen=True)
@@ -152,15 +154,24 @@ def _telemetry_facts(run_id: str, trained: list[tuple[int, TrainingRecord]]) -> 
     }
 
 
-def link_class_for(placement: str, placements: list, topo_links: Mapping) -> str:
-    """The link between the run's GPUs (slowest if they differ); NET across nodes."""
+def link_class_for(
+    placement: str, placements: list, topo_links: Mapping, ranks_per_gpu: int = 1
+) -> str:
+    """The link between the run's GPUs (slowest if they differ); NET across nodes;
+    ``shared-gpu`` for the one-GPU rehearsal (``ranks_per_gpu`` 2: never a link measurement).
+    Never raises: Ray GPU ids that are not indices (UUIDs ``GPU-...``, MIG ids ``MIG-...``) are
+    not in the topology, which names GPUs by index, so the class is ``unknown``."""
+    if ranks_per_gpu == 2:
+        return SHARED_GPU
     if not placements:
         return "unknown"
     if placement == "spread":
         return "NET"  # ranks on different nodes talk over the network, GPUs or not
     host = placements[0].hostname
-    gpu_ids = [int(g) for p in placements for g in p.gpu_ids]
-    return run_link_class(topo_links.get(host, {}), gpu_ids, placement)
+    gpu_ids = [str(g) for p in placements for g in p.gpu_ids]
+    if not all(g.isdigit() for g in gpu_ids):
+        return "unknown"
+    return run_link_class(topo_links.get(host, {}), [int(g) for g in gpu_ids], placement)
 
 
 def _comm_rows(run_id: str, rank: int, t: TrainingRecord, world_size: int) -> list[dict]:
@@ -255,8 +266,12 @@ def build_rows(
     finished_at: dt.datetime,
     topo_links: Mapping | None = None,
     prices: comm_model.Prices | None = None,
+    rank_env: Mapping[str, str] | None = None,
 ) -> RunRows:
-    """Turn one run's ``RunResult`` into table rows. Pure."""
+    """Turn one run's ``RunResult`` into table rows. Pure.
+
+    ``rank_env``: the env the driver started every rank with (``planner.run_env``; per-rank
+    values in their ``{rank}`` form), stored as ``runs.rank_env``."""
     v = planned.variant
     records: list[RankRecord] = result.rank_records
     trained = [(r.rank, r.training) for r in records if r.training is not None]
@@ -308,7 +323,7 @@ def build_rows(
         "started_at": started_at,
         "finished_at": finished_at,
         "startup_s": startup,
-        "nodes": [dataclasses.asdict(p) for p in result.placements],
+        "nodes": _nodes(result.placements, records),
         "gpu_visibility": GPU_VISIBILITY
         if any(p.visible_gpus for p in result.placements)
         else "cpu: no GPUs assigned",
@@ -319,17 +334,60 @@ def build_rows(
         "variant": v.to_dict(),
         "ds_config": _rank0(trained).ds_config if trained else None,
         "launcher": result.launcher,
+        "rank_env": dict(rank_env) if rank_env is not None else None,
+        "ranks_per_gpu": spec.ranks_per_gpu,
         **_comm_facts(spec, planned, trained, prices),
         **figures,
         **_efficiency_facts(spec, planned, trained, figures),
     }
-    link_class = link_class_for(v.placement, result.placements, topo_links or {})
+    link_class = link_class_for(
+        v.placement, result.placements, topo_links or {}, spec.ranks_per_gpu
+    )
     transports, t_facts = _transport_facts(
         run_id, records, _ran_with(run, spec.links[v.link]), link_class, result.nccl_logs
     )
     telemetry, tel_facts = _telemetry_facts(run_id, trained)
     run.update({"link_class": link_class, **t_facts, **tel_facts})
     return RunRows(run, steps, ranks, comms, transports, telemetry, phase_rows(run_id, result))
+
+
+def _nodes(placements: list, records: list[RankRecord]) -> list[dict]:
+    """``runs.nodes``: where each rank ran, with the device it chose (``device_decision``:
+    backend, device, cuda_visible_devices, nvml_id; None for a rank that returned no record:
+    a failed rank's error text names its decision)."""
+    chose = {r.rank: r.device_decision for r in records}
+    return [
+        {
+            **dataclasses.asdict(p),
+            "device_decision": dataclasses.asdict(d) if (d := chose.get(p.rank)) else None,
+        }
+        for p in placements
+    ]
+
+
+def build_rows_safely(
+    spec: SweepSpec,
+    sweep_id: str,
+    planned: PlannedRun,
+    run_id: str,
+    result: RunResult,
+    started_at: dt.datetime,
+    finished_at: dt.datetime,
+    topo_links: Mapping | None = None,
+    prices: comm_model.Prices | None = None,
+    rank_env: Mapping[str, str] | None = None,
+) -> RunRows:
+    """:func:`build_rows`; when that raises (a record it cannot read, a bug), the run's rows
+    are those of a failed run whose error says why, so one run's rows never abort the sweep."""
+    args = (spec, sweep_id, planned, run_id)
+    try:
+        return build_rows(*args, result, started_at, finished_at, topo_links, prices, rank_env)
+    except Exception as exc:  # noqa: BLE001 - stored as the run's error, the sweep goes on
+        error = f"building the run's rows failed: {type(exc).__name__}: {exc}"
+        if result.error:
+            error += f"\nthe run's own error: {result.error}"
+        failed = RunResult(error=error, launcher=result.launcher)
+        return build_rows(*args, failed, started_at, finished_at, None, None, rank_env)
 
 
 def phase_rows(run_id: str, result: RunResult) -> list[dict]:

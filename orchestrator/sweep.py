@@ -83,11 +83,13 @@ def execute_sweep(
                 p, run_id = slot.planned, slot.run_id
                 ui.run_started(p, run_id)
                 started = longsweep.now()
-                result = run_one(spec, p, run_id, bundle, board, ui.tick, launchers)
+                env = run_env(spec, p.variant.link, run_id, int(bundle.get("CPU", 1)))
+                result = run_one(spec, p, run_id, bundle, board, ui.tick, launchers, env)
                 link_prices = prices.get((p.variant.link, p.variant.placement))
-                run_rows = rows.build_rows(
+                # a row that cannot be built is a failed run, never a stopped sweep
+                run_rows = rows.build_rows_safely(
                     spec, sweep_id, p, run_id, result, started, longsweep.now(), topo_links,
-                    link_prices,
+                    link_prices, env,
                 )  # fmt: skip
                 diag = longsweep.diagnostic_rows(run_id, result)
                 if longsweep.commit_run(store, slot, run_rows, diag):
@@ -130,12 +132,20 @@ def sweep_life(store, sweep_id: str, ui) -> Iterator[None]:
 
 
 def run_one(
-    spec: SweepSpec, p: PlannedRun, run_id: str, bundle, board, on_progress, launchers=None
+    spec: SweepSpec,
+    p: PlannedRun,
+    run_id: str,
+    bundle,
+    board,
+    on_progress,
+    launchers=None,
+    env: dict[str, str] | None = None,
 ) -> RunResult:
-    """One run (fresh actors, or forked by ``launchers``); its NVMe swap folder is removed
-    whatever happens."""
+    """One run (fresh actors, or forked by ``launchers``) with ``env`` (default: ``run_env``,
+    the CPUs of ``bundle`` as threads); its NVMe swap folder is removed whatever happens."""
     cfg = run_config(spec, p.variant, run_id)
-    env = run_env(spec, p.variant.link, run_id, int(bundle.get("CPU", 1)))
+    if env is None:
+        env = run_env(spec, p.variant.link, run_id, int(bundle.get("CPU", 1)))
     try:
         return execute_run(
             cfg,

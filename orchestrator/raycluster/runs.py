@@ -1,9 +1,10 @@
 """One run, start to end: place its ranks, start them, wait for their records, clean up.
 
-A run = a placement group of ``world_size`` bundles (GPU:1 where the cluster has GPUs, else
-CPU:1), STRICT_PACK or STRICT_SPREAD, and its ranks: fresh rank actors (``workloads.rank.Rank``)
-started with the link's env as ``runtime_env`` (NCCL and gloo read env once per process), or
-processes forked by the node's launcher (``launchers.py``, ``launcher: fork``) with that env.
+A run = a placement group of ``world_size`` bundles (a GPU and its CPUs where the cluster has
+GPUs, else CPU:1; ``planner.rank_resources``), STRICT_PACK or STRICT_SPREAD, and its ranks:
+fresh rank actors (``workloads.rank.Rank``) started with the link's env as ``runtime_env`` (NCCL
+and gloo read env once per process), or processes forked by the node's launcher
+(``launchers.py``, ``launcher: fork``) with that env; ``{rank}`` in it is filled in per rank.
 A rank gets a ``workloads.contract.RunConfig`` and returns a ``RankRecord``: nothing untyped
 crosses. The placement group and the ranks are removed after the run, also on failure or hang
 (a hang's stacks are captured first: :func:`capture_diagnostics`), and every node the run used
@@ -31,7 +32,7 @@ from ray.util.scheduling_strategies import (
 )
 
 from orchestrator.errors import error_text, first_line, ranks_error_text
-from orchestrator.planner import place_ranks
+from orchestrator.planner import place_ranks, rank_env_for
 from orchestrator.raycluster import session
 from orchestrator.raycluster.result import RunResult
 from workloads.contract import LinkbenchConfig, RankRecord, RunConfig
@@ -146,7 +147,7 @@ def execute_run(
                     scheduling_strategy=PlacementGroupSchedulingStrategy(
                         pg, placement_group_bundle_index=i
                     ),
-                    runtime_env={"env_vars": dict(env)},
+                    runtime_env={"env_vars": rank_env_for(env, i)},  # {rank} filled in
                 ).remote()
             )
         infos = ray.get([a.node_info.remote() for a in actors], timeout=ACTOR_READY_TIMEOUT_S)
@@ -204,7 +205,14 @@ def _run_forked(
     master_port = ray.get(launchers.get(nodes[0]).free_port.remote(), timeout=60)
     refs = [
         launchers.get(nodes[p.rank]).run_rank.remote(
-            dict(env), run_cfg, p.rank, world_size, p.local_rank, master_addr, master_port, None
+            rank_env_for(env, p.rank),
+            run_cfg,
+            p.rank,
+            world_size,
+            p.local_rank,
+            master_addr,
+            master_port,
+            None,  # no GPU ids: the forked rank hides every GPU (workloads.device)
         )
         for p in result.placements
     ]

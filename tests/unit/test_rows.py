@@ -222,7 +222,9 @@ def test_build_rows_of_an_ok_two_rank_run():
         1,
     )
     assert run["peak_mem_bytes"] == 310_000_000  # max over ranks
-    assert run["nodes"] == [dataclasses.asdict(p) for p in _ok_result().placements]
+    assert run["nodes"] == [
+        {**dataclasses.asdict(p), "device_decision": None} for p in _ok_result().placements
+    ]  # the records carry no device decision
     assert run["gpu_visibility"] == "cpu: no GPUs assigned"
     assert (run["link_class"], run["effective_transport"], run["link_check"]) == (
         "unknown",

@@ -1,0 +1,110 @@
+"""orchestrator.rows for what the device choice changed: link classes of Ray GPU ids that are
+not indices (never raising), the one-GPU rehearsal, runs.rank_env / ranks_per_gpu, each rank's
+device decision in runs.nodes, and rows that cannot be built becoming a failed run."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from orchestrator import rows as rows_mod
+from orchestrator.planner import RankPlacement, plan_runs, run_env
+from orchestrator.raycluster.result import RunResult
+from orchestrator.rows import SHARED_GPU, build_rows, build_rows_safely, link_class_for
+from orchestrator.spec import parse_spec
+from workloads.contract import DeviceDecision, RankRecord
+
+NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+SPEC = parse_spec({"name": "p", "world_size": 2, "links": {"default": {}}})
+LINKS = {"h": {("GPU0", "GPU1"): "NV2", ("GPU1", "GPU0"): "NV2"}}
+UUID0 = "GPU-8f1a2b3c-0000-1111-2222-333344445555"
+UUID1 = "GPU-9e2b3c4d-0000-1111-2222-333344445555"
+MIG = "MIG-4b1d0e6a-5c7f-5e2b-9a3d-0123456789ab"
+
+
+def _placements(*gpu_ids: tuple[str, ...]) -> list[RankPlacement]:
+    visible = tuple(g for ids in gpu_ids for g in ids) or None
+    return [
+        RankPlacement(r, "n", "h", "10.0.0.1", ids, 100 + r, r, visible)
+        for r, ids in enumerate(gpu_ids)
+    ]
+
+
+@pytest.mark.parametrize("ids", [((UUID0,), (UUID1,)), ((MIG,), (MIG,)), (("0",), (UUID1,))])
+def test_ids_that_are_not_indices_give_an_unknown_class_and_never_raise(ids):
+    # item 6: int("GPU-...") raised in build_rows and stopped the sweep
+    assert link_class_for("pack", _placements(*ids), LINKS) == "unknown"
+    assert link_class_for("spread", _placements(*ids), LINKS) == "NET"
+
+
+def test_index_ids_still_find_their_link():
+    assert link_class_for("pack", _placements(("0",), ("1",)), LINKS) == "NV2"
+
+
+def test_two_ranks_on_one_gpu_are_a_shared_gpu_run_not_a_link():
+    assert link_class_for("pack", _placements(("0",), ("0",)), LINKS, 2) == SHARED_GPU
+    assert link_class_for("pack", [], LINKS, 2) == SHARED_GPU  # also a run that failed early
+
+
+def _record(rank: int, decision: DeviceDecision) -> RankRecord:
+    return RankRecord(
+        rank=rank,
+        local_rank=rank,
+        backend=decision.backend,
+        device=decision.device,
+        created_wall_s=0.0,
+        device_decision=decision,
+    )
+
+
+def test_rows_store_the_run_env_ranks_per_gpu_and_each_ranks_device():
+    spec = parse_spec({"name": "p", "world_size": 2, "ranks_per_gpu": 2, "links": {"default": {}}})
+    planned = plan_runs(spec)[0]
+    env = run_env(spec, "default", "r", 1)
+    d0 = DeviceDecision("nccl", "cuda:0", "3", "3")
+    result = RunResult(
+        rank_records=[_record(0, d0)],  # rank 1 returned nothing
+        placements=_placements(("3",), ("3",)),
+    )
+    run = build_rows(spec, "s", planned, "r", result, NOW, NOW, {}, None, env).run
+    assert run["rank_env"]["NCCL_HOSTID"] == "linksweep-rank{rank}"  # the {rank} form
+    assert run["rank_env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert run["ranks_per_gpu"] == 2 and run["link_class"] == SHARED_GPU
+    assert run["nodes"][0]["device_decision"] == {
+        "backend": "nccl",
+        "device": "cuda:0",
+        "cuda_visible_devices": "3",
+        "nvml_id": "3",
+    }
+    assert run["nodes"][1]["device_decision"] is None
+    assert run["nodes"][1]["gpu_ids"] == ("3",)
+
+
+def test_a_run_whose_rows_cannot_be_built_is_a_failed_row(monkeypatch):
+    def old_link_class(placement, placements, topo_links, ranks_per_gpu=1):
+        return [int(g) for p in placements for g in p.gpu_ids]  # what main did with UUIDs
+
+    monkeypatch.setattr(rows_mod, "link_class_for", old_link_class)
+    planned = plan_runs(SPEC)[0]
+    result = RunResult(placements=_placements((UUID0,), (UUID1,)))
+    out = build_rows_safely(SPEC, "s", planned, "r", result, NOW, NOW, {}, None, {"A": "1"})
+    assert out.run["status"] == "failed"
+    assert out.run["error"].startswith("building the run's rows failed: ValueError: invalid")
+    assert out.run["rank_env"] == {"A": "1"} and out.run["link"] == "default"
+
+
+def test_a_failed_runs_own_error_is_kept_when_its_rows_fail(monkeypatch):
+    calls = []
+
+    def flaky(placement, placements, topo_links, ranks_per_gpu=1):
+        calls.append(placements)
+        if placements:
+            raise KeyError("boom")
+        return "unknown"
+
+    monkeypatch.setattr(rows_mod, "link_class_for", flaky)
+    result = RunResult(error="2 of 2 rank(s) failed", placements=_placements(("0",), ("1",)))
+    out = build_rows_safely(SPEC, "s", plan_runs(SPEC)[0], "r", result, NOW, NOW)
+    assert out.run["error"].endswith("the run's own error: 2 of 2 rank(s) failed")
+    assert len(calls) == 2
