@@ -200,7 +200,7 @@ def rehearsal_html(data: ReportData) -> str:
         "NCCL treats them as two hosts. <b>They show</b> that NCCL initialises, picks its "
         "transports and runs the strategy's collectives, and that telemetry and the NCCL log "
         "are read, all on one GPU. <b>They do not show</b> any link's speed: both ranks share "
-        "one device and its memory, whatever the link's env. Their step times appear in the "
-        "variant tables only; they are left out of slowdowns, the link model and the "
-        "headline.</div>"
+        "one device and its memory, whatever the link's env. Their step times are shown per "
+        "variant as measured, and left out of slowdowns, the link model, the measured vs "
+        "predicted comparison and the headline.</div>"
     )

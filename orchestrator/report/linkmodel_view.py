@@ -3,7 +3,7 @@ measured points and fitted lines, the slope is the exposure) and the section (th
 leave-one-link-out table). Rows in (``link_model``, ``link_model_check``, runs), figure or
 HTML out; the fit itself is ``orchestrator/linkmodel.py``'s and is only read here.
 
-May import: draw, fmt, labels, markup, matplotlib.
+May import: draw, fmt, labels, markup, matplotlib, orchestrator.stats.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from orchestrator.report.labels import (
     varying,
 )
 from orchestrator.report.markup import esc, html_table, missing
+from orchestrator.stats import link_measurement
 
 MAX_PANELS = 16
 
@@ -54,8 +55,9 @@ def _exposure_text(m: dict) -> str:
 def plot_link_model(
     runs: list[dict], link_model: list[dict], link_order: list[str]
 ) -> tuple[Any | None, str]:
-    """One panel per variant group with a line: its ok, unthrottled runs as dots (colour =
-    link) and the fitted line ``compute_s + exposure x comm`` from 0 to the slowest link."""
+    """One panel per variant group with a line: its runs that measure their link as dots
+    (``stats.link_measurement``, the fit's own rule; colour = link) and the fitted line
+    ``compute_s + exposure x comm`` from 0 to the slowest link."""
     fits = sorted((m for m in link_model if m.get("exposure") is not None), key=_sort)
     if not fits:
         return None, (
@@ -66,7 +68,7 @@ def plot_link_model(
     fits = fits[:MAX_PANELS]
     pts = [
         r for r in runs
-        if r.get("status") == "ok" and not r.get("throttled")
+        if link_measurement(r)
         and r.get("median_step_time_s") is not None
         and r.get("predicted_comm_s_per_step") is not None
     ]  # fmt: skip
@@ -114,7 +116,8 @@ def plot_link_model(
         legend_outside(fig, handles, [*links, "fit"], "link")
     more = len([m for m in link_model if m.get("exposure") is not None]) - len(fits)
     note = (
-        "Each dot is one ok, unthrottled run: its median step time against its measured "
+        "Each dot is one ok, unthrottled run that measures its link (no one-GPU rehearsal): "
+        "its median step time against its measured "
         "collectives priced at its link's microbenchmark bandwidth. The line is the fit "
         "step = compute_s + exposure x communication (least squares on the links' medians, "
         "exposure >= 0): it meets the y axis at compute_s and its slope is the exposure, the "

@@ -10,6 +10,7 @@ from orchestrator import report
 from orchestrator.headline import build_headline, extra_vs_predicted
 from orchestrator.linkmodel import fit_group, link_model_rows
 from orchestrator.report.findings import headline_html, rehearsal_html
+from orchestrator.report.linkmodel_view import plot_link_model
 from orchestrator.stats import (
     VARIANT_KEY,
     included,
@@ -104,6 +105,19 @@ def test_headline_makes_no_link_claim_from_rehearsal_runs():
     assert len(extra_vs_predicted(variants, "default")) == 2  # without the runs it could not tell
     keys = rehearsal_variants(runs)
     assert keys == {tuple(v[k] for k in VARIANT_KEY) for v in variants}
+
+
+def test_link_model_figure_draws_no_rehearsal_dot():
+    runs = _sweep(**ONE_PER_GPU)
+    runs.append(_run("default", 0.9, seq=99, predicted_comm_s_per_step=0.3, **SHARED))
+    models, _ = link_model_rows("s", runs)
+    fig, note = plot_link_model(runs, models, list(COMM_S))
+    (ax,) = fig.axes
+    dots = [
+        (line.get_xdata()[0], line.get_ydata()[0]) for line in ax.lines if line.get_marker() == "o"
+    ]
+    assert len(dots) == 6 and (0.3, 0.9) not in dots
+    assert "no one-GPU rehearsal" in note
 
 
 def _data(runs: list[dict]) -> report.ReportData:
