@@ -65,18 +65,21 @@ def _read_when_settled(path: str, wait_s: float, binary: bool) -> str | bytes | 
     return None
 
 
-def _trigger_nccl_dump(run_id: str, rank: int) -> None:
+def _trigger_nccl_dump(run_id: str, rank: int) -> bool:
+    """Ask the rank's flight recorder for a dump through its pipe; False when nobody reads the
+    pipe (no process group: no dump will come) or there is no pipe."""
     pipe = f"{NCCL_TRACE_PREFIX}{run_id}-{rank}.pipe"
     if not os.path.exists(pipe):
-        return
+        return False
     try:
         fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
     except OSError:
-        return  # no reader: the process group is gone
+        return False  # no reader: the process group is gone
     try:
         os.write(fd, b"1\n")
     finally:
         os.close(fd)
+    return True
 
 
 def capture(run_id: str, rank: int, pid: int, wait_s: float = 5.0) -> RankDiagnostic:
@@ -102,8 +105,9 @@ def capture(run_id: str, rank: int, pid: int, wait_s: float = 5.0) -> RankDiagno
     trace = None
     dump = f"{NCCL_TRACE_PREFIX}{run_id}-{rank}"
     try:
-        _trigger_nccl_dump(run_id, rank)
-        if os.path.exists(dump) or os.path.exists(dump + ".pipe"):
+        # wait for a dump only if one exists or a reader took the trigger: a pipe left by a
+        # process group that is gone would cost wait_s for nothing
+        if _trigger_nccl_dump(run_id, rank) or os.path.exists(dump):
             trace = _read_when_settled(dump, wait_s, binary=True)
         if trace is not None:
             os.remove(dump)
