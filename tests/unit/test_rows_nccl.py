@@ -50,21 +50,23 @@ def test_no_nvls_and_no_collnet_are_stored_as_false():
 
 
 def test_link_check_reads_the_env_the_ranks_ran_with():
-    """The run env (rank_env) decides, not the link's own variables: NCCL_NVLS_ENABLE=1 there
-    means the user let NVLS run on the P2P-disabled link."""
+    """The run env (runs.rank_env) decides, not the link's own variables: the planner adds
+    NCCL_NVLS_ENABLE=0 to a P2P-disabled link, and a user's NCCL_NVLS_ENABLE=1 there means NVLS
+    was allowed on that link."""
     log = (
         "h:1:2 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct\n"
         "h:1:2 [0] NCCL INFO NVLS comm 0x55a7be5601c0 headRank 0 nHeads 2 buffSize 4194304\n"
     )
     result = RunResult(rank_records=[_rank(0, log), _rank(1, "")])
-    rows = build_rows(SPEC, "s", BY_LINK["no_p2p"], "r", result, NOW, NOW)
-    assert rows.run["link_check"] == "mismatch"
-    from orchestrator import rows as rows_mod
+    no_p2p = BY_LINK["no_p2p"]
 
-    env = {"NCCL_P2P_DISABLE": "1", "NCCL_NVLS_ENABLE": "1"}
-    assert rows_mod._ran_with({"rank_env": env}, {"NCCL_P2P_DISABLE": 1}) == env
-    _, facts = rows_mod._transport_facts("r", result.rank_records, env, "NV18")
-    assert facts["link_check"] == "ok"
+    def check(rank_env):
+        rows = build_rows(SPEC, "s", no_p2p, "r", result, NOW, NOW, None, None, rank_env)
+        return rows.run["link_check"]
+
+    assert check(None) == "mismatch"  # the link's own env: P2P disabled, NVLS set up anyway
+    assert check({"NCCL_P2P_DISABLE": "1", "NCCL_NVLS_ENABLE": "0"}) == "mismatch"
+    assert check({"NCCL_P2P_DISABLE": "1", "NCCL_NVLS_ENABLE": "1"}) == "ok"
 
 
 def test_failed_run_keeps_the_transports_of_its_leftover_logs():
