@@ -23,12 +23,25 @@ from orchestrator.commands import (
     query,
     report,
     run,
+    selftest,
     topo,
     transports,
 )
 from orchestrator.errors import EXIT_OK
 
-COMMANDS = (run, linkbench, query, report, project, export, topo, transports, doctor, cluster)
+COMMANDS = (
+    run,
+    linkbench,
+    query,
+    report,
+    project,
+    export,
+    topo,
+    transports,
+    doctor,
+    selftest,
+    cluster,
+)
 """In the order ``linksweep --help`` lists them."""
 
 

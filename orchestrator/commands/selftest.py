@@ -1,0 +1,279 @@
+"""``linksweep selftest [--out DIR] [--address ADDR] [--quick]``: the acceptance run for a node.
+
+One command runs doctor, the node probes (topo, NVML), and the selftest's sweeps (one rank, two
+ranks over DDP and ZeRO-1/2/3 at grad_accum 1 and 8, NVMe offload, a forced hang), each through
+the sweep machinery ``linksweep run`` uses, into one folder:
+
+    checks.csv            check, result (pass | fail | not run), detail: one row per check
+    results.duckdb        every run of every selftest sweep (``linksweep query --db``)
+    sweeps/*.yaml         the sweep files it ran (``orchestrator/selftest_plan.sweep_specs``)
+    doctor.txt            ``linksweep doctor``'s output
+    nodes.json            each node's probe report (topo text, NVML inventory, CUDA, versions)
+    nvml-inventory.json   each node's NVML inventory
+    nvidia-smi-topo-m.txt, nvidia-smi-q.txt   raw captures on this machine (GPU nodes)
+    nccl/transports.csv   the NCCL channels each run's log showed (empty on gloo)
+    hang/                 the hung run's stacks and NCCL flight-recorder dumps, per rank
+
+Which checks exist, which need CUDA, and how each is decided is ``orchestrator/selftest_plan.py``
+(pure); here is only the I/O. Exit 0 only if every check that ran passed; 1 otherwise; 2 when
+the cluster cannot be joined or ``--out`` already holds a selftest.
+
+May import: doctor, shared, orchestrator.cli_help, orchestrator.discovery, orchestrator.ds_check,
+orchestrator.errors, orchestrator.preflight, orchestrator.raycluster.session,
+orchestrator.selftest_plan, orchestrator.spec, orchestrator.stopping, orchestrator.store,
+orchestrator.sweep, orchestrator.ui, workloads.probe, yaml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import csv
+import io
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from orchestrator import selftest_plan as plan
+from orchestrator.cli_help import ADDRESS_HELP
+from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, err
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser(
+        "selftest",
+        help="acceptance run for a node: doctor, topo, training, ZeRO, NVMe, a forced hang",
+        description="Run doctor, the node probes and short sweeps (one rank; two ranks over DDP "
+        "and ZeRO-1/2/3 at grad_accum 1 and 8; NVMe offload; a forced hang) and write one "
+        "folder: raw captures, the results database and checks.csv (check, pass|fail|not run, "
+        "detail). Checks needing CUDA read 'not run: no CUDA' on a CPU machine.",
+        epilog="exit codes: 0 every check that ran passed; 1 a check failed; 2 bad input "
+        "(cluster unreachable, --out already used); 130 interrupted",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="the folder to write (default: ./selftest-HOST); must not hold a selftest yet",
+    )
+    s.add_argument("--address", default=None, help=ADDRESS_HELP)
+    s.add_argument(
+        "--quick",
+        action="store_true",
+        help="doctor, topo and the one-rank run only (default: every check)",
+    )
+    s.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from orchestrator import stopping
+    from orchestrator.commands.shared import join_cluster
+    from orchestrator.raycluster import session
+
+    out = Path(args.out or f"selftest-{socket.gethostname().split('.')[0]}")
+    if (out / "results.duckdb").exists() or (out / "checks.csv").exists():
+        err(f"--out {out} already holds a selftest; name a new folder")
+        return EXIT_BAD_INPUT
+    (out / "sweeps").mkdir(parents=True, exist_ok=True)
+    label = join_cluster(args.address)
+    if label is None:
+        return EXIT_BAD_INPUT
+    restore_signals = stopping.install()
+    try:
+        verdicts = _selftest(out, label, args.address, args.quick)
+    except KeyboardInterrupt as exc:  # stopping.SweepStopped
+        err(f"selftest {stopping.describe(exc)}; what ran is in {out}")
+        return stopping.exit_code(exc)
+    finally:
+        session.disconnect()
+        restore_signals()
+    _print_table(verdicts)
+    print(f"selftest: {out}/checks.csv, database {out}/results.duckdb")
+    return EXIT_OK if plan.exit_ok(verdicts) else EXIT_FAILED
+
+
+def _selftest(out: Path, label: str, address: str | None, quick: bool) -> list[plan.Verdict]:
+    from orchestrator.discovery import discover_nodes
+
+    doctor_exit, doctor_text = _doctor(out, address)
+    reports = discover_nodes()
+    nodes = _write_nodes(out, reports)
+    cuda = any(n["cuda_available"] for n in nodes)
+    n_gpus = max((n["cuda_device_count"] for n in nodes), default=0)
+    captures = _capture_nvidia_smi(out) if cuda else {}
+    specs = plan.sweep_specs(cuda, n_gpus)
+    if quick:
+        specs = {k: v for k, v in specs.items() if k == "one_rank"}
+    db = str(out / "results.duckdb")
+    sweeps = {key: _run_sweep(out, db, label, key, spec) for key, spec in specs.items()}
+    runs, diagnostics = _read_back(out, db)
+    facts = plan.Facts(
+        cuda=cuda,
+        n_gpus=n_gpus,
+        doctor_exit=doctor_exit,
+        doctor_problems="; ".join(
+            line.strip() for line in doctor_text.splitlines() if "[INVALIDATES]" in line
+        ),
+        nodes=tuple(nodes),
+        captures=captures,
+        sweeps={
+            k: plan.SweepFacts(s.ran, s.why_not, tuple(r for r in runs if r["sweep"] == name))
+            for k, s in sweeps.items()
+            for name in [plan.sweep_name(k)]
+        },
+        diagnostics=tuple(diagnostics),
+    )
+    verdicts = plan.decide(facts)
+    if quick:  # what --quick skipped is not run, not failed
+        skipped = {c.name for c in plan.CHECKS if c.sweep is not None and c.sweep not in specs}
+        verdicts = [
+            plan.Verdict(v.check, "not run", "--quick") if v.check in skipped else v
+            for v in verdicts
+        ]
+    _write_checks(out, verdicts)
+    return verdicts
+
+
+def _doctor(out: Path, address: str | None) -> tuple[int, str]:
+    """``linksweep doctor`` on the joined cluster, its output kept in doctor.txt and shown."""
+    from orchestrator.commands import doctor
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = doctor.main(argparse.Namespace(address=address))
+    text = buf.getvalue()
+    (out / "doctor.txt").write_text(text)
+    print(text, end="")
+    return code, text
+
+
+def _write_nodes(out: Path, reports) -> list[dict]:
+    """nodes.json and nvml-inventory.json; the facts the verdict reads, per node."""
+    from orchestrator.discovery import parse_report_topo
+
+    (out / "nodes.json").write_text(json.dumps([r.to_dict() for r in reports], indent=1))
+    inventory = {r.hostname: {"nvml": r.nvml_status, "gpus": r.inventory} for r in reports}
+    (out / "nvml-inventory.json").write_text(json.dumps(inventory, indent=1))
+    nodes = []
+    for r in reports:
+        topo_ok = r.topo_text is not None and parse_report_topo(r) is not None
+        nodes.append(
+            {
+                "hostname": r.hostname,
+                "error": r.error,
+                "cuda_available": r.cuda_available,
+                "cuda_device_count": r.cuda_device_count,
+                "topo_ok": topo_ok,
+                "topo_status": r.topo_status,
+                "nvml_gpus": len(r.inventory),
+            }
+        )
+    return nodes
+
+
+def _capture_nvidia_smi(out: Path) -> dict[str, str]:
+    """``nvidia-smi topo -m`` and ``-q`` on this machine, verbatim: name -> ok or why not."""
+    exe = shutil.which("nvidia-smi")
+    status = {}
+    for name, argv, file in (
+        ("nvidia-smi topo -m", ["topo", "-m"], "nvidia-smi-topo-m.txt"),
+        ("nvidia-smi -q", ["-q"], "nvidia-smi-q.txt"),
+    ):
+        if exe is None:
+            status[name] = "nvidia-smi not found on PATH"
+            continue
+        try:
+            p = subprocess.run([exe, *argv], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            status[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        (out / file).write_text(p.stdout + p.stderr)
+        status[name] = "ok" if p.returncode == 0 else f"exit {p.returncode}"
+    return status
+
+
+def _run_sweep(out: Path, db: str, label: str, key: str, spec_dict: dict) -> plan.SweepFacts:
+    """One selftest sweep through ``execute_sweep``, as ``linksweep run`` runs it, on the
+    cluster already joined; a sweep refused before running (``preflight``: no async_io for
+    NVMe) is not run, with the refusal as its reason."""
+    import yaml
+
+    from orchestrator import preflight
+    from orchestrator.spec import SpecError, load_spec
+    from orchestrator.store import StoreError, check_writable
+    from orchestrator.store.live import LiveStore
+    from orchestrator.sweep import execute_sweep
+    from orchestrator.ui import SweepUI
+
+    path = out / "sweeps" / f"{key}.yaml"
+    path.write_text(yaml.safe_dump(spec_dict, sort_keys=False))
+    print(f"selftest: sweep {path}", file=sys.stderr)
+    try:
+        spec = load_spec(str(path))
+        if any(s != "ddp" for s in spec.grid.strategy):
+            from orchestrator.ds_check import check_deepspeed
+
+            if problems := check_deepspeed(spec):
+                raise SpecError(problems, str(path))
+        check_writable(db)
+        preflight.preflight(spec)
+        bundle = preflight.check_cluster(spec)
+        store = LiveStore(db)
+        store.recover()
+        execute_sweep(spec, store, label, bundle, SweepUI())
+    except (SpecError, StoreError) as exc:
+        err(str(exc))
+        return plan.SweepFacts(False, " ".join(str(exc).split()))
+    return plan.SweepFacts(True)
+
+
+def _read_back(out: Path, db: str) -> tuple[list[dict], list[dict]]:
+    """The stored runs and diagnostics; NCCL transports and the hung run's dumps into files."""
+    from orchestrator.store import read_query
+
+    if not os.path.exists(db):
+        return [], []
+
+    def rows(sql: str) -> list[dict]:
+        cols, values = read_query(db, sql)
+        return [dict(zip(cols, v, strict=True)) for v in values]
+
+    runs = rows(plan.RUNS_SQL)
+    diagnostics = rows(plan.DIAGNOSTICS_SQL)
+    (out / "nccl").mkdir(exist_ok=True)
+    cols, values = read_query(db, plan.TRANSPORTS_SQL)
+    with open(out / "nccl" / "transports.csv", "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(cols)
+        w.writerows(values)
+    (out / "hang").mkdir(exist_ok=True)
+    for d in diagnostics:
+        stem = f"{out / 'hang'}/{d['run_id']}-r{d['rank']}"
+        if d["python_stack"]:
+            Path(f"{stem}.stack.txt").write_text(d["python_stack"])
+        if d["nccl_trace"]:
+            Path(f"{stem}.nccl-trace.bin").write_bytes(base64.b64decode(d["nccl_trace"]))
+        if d["error"]:
+            Path(f"{stem}.error.txt").write_text(d["error"])
+    big = ("python_stack", "nccl_trace")
+    return runs, [{k: v for k, v in d.items() if k not in big} for d in diagnostics]
+
+
+def _write_checks(out: Path, verdicts: list[plan.Verdict]) -> None:
+    with open(out / "checks.csv", "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["check", "result", "detail"])
+        w.writerows([v.check, v.result, v.detail] for v in verdicts)
+
+
+def _print_table(verdicts: list[plan.Verdict]) -> None:
+    from orchestrator.ui import print_table
+
+    rows = [(v.check, v.line(), v.detail if v.result != "not run" else "") for v in verdicts]
+    print_table(["check", "result", "detail"], rows, title="selftest")

@@ -1,0 +1,272 @@
+"""``linksweep selftest``'s plan and verdict (orchestrator/selftest_plan.py) on planted facts:
+the sweep files each mode writes are valid sweep files, a check needing CUDA reads
+``not run: no CUDA`` without it, and each failure a real node could show is a ``fail`` naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from orchestrator import selftest_plan as plan
+from orchestrator.spec import parse_spec
+
+
+def _run(sweep, strategy="ddp", ga=1, **over) -> dict:
+    row = {
+        "sweep": plan.sweep_name(sweep),
+        "run_id": f"{sweep}-{strategy}-{ga}",
+        "strategy": strategy,
+        "grad_accum": ga,
+        "offload": "none",
+        "world_size": 2,
+        "status": "ok",
+        "error": None,
+        "backend": "gloo",
+        "n_steps": 2,
+        "tokens_per_s": 900.0,
+        "mfu": None,
+        "peak_mem_bytes": None,
+        "telemetry": "absent: no GPU",
+        "link_class": None,
+        "ranks_per_gpu": 1,
+        "nvme_swap_files": None,
+        "gpu_name": None,
+        "effective_transport": "gloo/tcp",
+        "nccl_version": None,
+    }
+    return row | over
+
+
+def _gpu(row: dict) -> dict:
+    return row | {
+        "backend": "nccl",
+        "mfu": 0.31,
+        "peak_mem_bytes": 9_000_000_000,
+        "telemetry": "nvml",
+        "gpu_name": "NVIDIA H100 80GB HBM3",
+        "effective_transport": "P2P",
+    }
+
+
+def _stack(run_id: str, rank: int, trace: bool = False) -> dict:
+    return {"run_id": run_id, "rank": rank, "hostname": "n", "has_stack": True,
+            "has_nccl_trace": trace, "error": None}  # fmt: skip
+
+
+def _node(cuda=False, n=0, nvml=None) -> dict:
+    return {"hostname": "n1", "error": None, "cuda_available": cuda, "cuda_device_count": n,
+            "topo_ok": cuda, "topo_status": "ok" if cuda else "nvidia-smi not found",
+            "nvml_gpus": n if nvml is None else nvml}  # fmt: skip
+
+
+def cpu_facts(**over) -> plan.Facts:
+    two = [_run("two_rank", s, g) for s in plan.STRATEGIES for g in plan.GRAD_ACCUMS]
+    hang = _run("hang", status="failed", error="run timed out after 20 s", n_steps=None)
+    facts = plan.Facts(
+        cuda=False,
+        n_gpus=0,
+        doctor_exit=0,
+        nodes=(_node(),),
+        sweeps={
+            "one_rank": plan.SweepFacts(True, runs=(_run("one_rank", world_size=1),)),
+            "two_rank": plan.SweepFacts(True, runs=tuple(two)),
+            "nvme": plan.SweepFacts(
+                True, runs=(_run("nvme", "zero3", offload="nvme", nvme_swap_files=12),)
+            ),
+            "hang": plan.SweepFacts(True, runs=(hang,)),
+        },
+        diagnostics=(_stack(hang["run_id"], 0), _stack(hang["run_id"], 1)),
+    )
+    return dataclasses.replace(facts, **over)
+
+
+def gpu_facts(n_gpus=1, **over) -> plan.Facts:
+    f = cpu_facts()
+    shared = {"link_class": "shared-gpu", "ranks_per_gpu": 2}
+    sweeps = {
+        k: plan.SweepFacts(True, runs=tuple(_gpu(r) for r in s.runs)) for k, s in f.sweeps.items()
+    }
+    sweeps["two_rank"] = plan.SweepFacts(
+        True, runs=tuple(_gpu(r) | shared for r in f.sweeps["two_rank"].runs)
+    )
+    hang_id = sweeps["hang"].runs[0]["run_id"]
+    facts = dataclasses.replace(
+        f,
+        cuda=True,
+        n_gpus=n_gpus,
+        nodes=(_node(True, n_gpus),),
+        captures={"nvidia-smi topo -m": "ok", "nvidia-smi -q": "ok"},
+        sweeps=sweeps,
+        diagnostics=(_stack(hang_id, 0, trace=True), _stack(hang_id, 1)),
+    )
+    return dataclasses.replace(facts, **over)
+
+
+def by_check(verdicts) -> dict[str, plan.Verdict]:
+    return {v.check: v for v in verdicts}
+
+
+def test_the_table_names_each_check_once_and_every_sweep_it_reads():
+    assert len(set(plan.CHECK_NAMES)) == len(plan.CHECKS)
+    keys = set(plan.sweep_specs(cuda=True, n_gpus=2))
+    assert {c.sweep for c in plan.CHECKS if c.sweep} == keys
+    gpu_only = {c.name for c in plan.CHECKS if c.needs}
+    assert gpu_only == {
+        "gpu_captures",
+        "one_rank_gpu_figures",
+        "rehearsal_shared_gpu",
+        "two_gpu",
+        "hang_flight_recorder",
+    }
+
+
+@pytest.mark.parametrize(("cuda", "n_gpus"), [(False, 0), (True, 1), (True, 2), (True, 8)])
+def test_every_sweep_file_is_a_valid_sweep(cuda, n_gpus):
+    for key, spec in plan.sweep_specs(cuda, n_gpus).items():
+        parsed = parse_spec(spec, f"{key}.yaml")
+        assert parsed.name == plan.sweep_name(key)
+
+
+def test_cpu_sweeps_are_small_and_gpu_ones_share_a_gpu_only_when_one_is_all_there_is():
+    cpu = plan.sweep_specs(False, 0)
+    assert set(cpu) == {"one_rank", "two_rank", "nvme", "hang"}
+    assert all(s["model"] == "gpt2-tiny" and s["seq_len"] == 32 for s in cpu.values())
+    assert all("ranks_per_gpu" not in s for s in cpu.values())
+    one = plan.sweep_specs(True, 1)
+    assert one["one_rank"]["model"] == "gpt2" and one["one_rank"]["precision"] == "bf16"
+    assert one["two_rank"]["ranks_per_gpu"] == 2 and one["hang"]["ranks_per_gpu"] == 2
+    assert "two_gpu" not in one
+    two = plan.sweep_specs(True, 2)
+    assert two["two_rank"]["ranks_per_gpu"] == 2  # the rehearsal runs on any GPU node
+    assert "ranks_per_gpu" not in two["two_gpu"] and "ranks_per_gpu" not in two["hang"]
+    assert two["two_gpu"]["grid"]["strategy"] == list(plan.STRATEGIES)
+    assert cpu["hang"]["links"] == {"hang": {"LINKSWEEP_INJECT_FAULT": "1:1:hang"}}
+
+
+def test_cpu_all_good_passes_and_every_gpu_check_reads_not_run_no_cuda():
+    verdicts = plan.decide(cpu_facts())
+    assert [v.check for v in verdicts] == list(plan.CHECK_NAMES)
+    for v in verdicts:
+        gpu = next(c for c in plan.CHECKS if c.name == v.check).needs
+        assert (v.result, v.line()) == (
+            ("not run", "not run: no CUDA") if gpu else ("pass", "pass")
+        ), v
+    assert plan.exit_ok(verdicts)
+
+
+def test_gpu_all_good_passes_and_two_gpu_waits_for_a_second_gpu():
+    v = by_check(plan.decide(gpu_facts(n_gpus=1)))
+    assert v["two_gpu"].result == "not run" and "needs 2 on one node" in v["two_gpu"].detail
+    assert {c for c, x in v.items() if x.result != "pass"} == {"two_gpu"}
+    assert "MFU 0.310" in v["one_rank_gpu_figures"].detail
+
+
+def test_gpu_with_two_gpus_decides_two_gpu_from_its_runs():
+    f = gpu_facts(n_gpus=2)
+    two = tuple(_gpu(_run("two_gpu", s, g)) for s in plan.STRATEGIES for g in plan.GRAD_ACCUMS)
+    ok = dataclasses.replace(f, sweeps=f.sweeps | {"two_gpu": plan.SweepFacts(True, runs=two)})
+    assert by_check(plan.decide(ok))["two_gpu"].result == "pass"
+    missing = dataclasses.replace(ok, sweeps=f.sweeps)
+    assert by_check(plan.decide(missing))["two_gpu"].result == "fail"
+    on_gloo = tuple(r | {"backend": "gloo"} for r in two)
+    bad = dataclasses.replace(f, sweeps=f.sweeps | {"two_gpu": plan.SweepFacts(True, runs=on_gloo)})
+    assert "backend gloo" in by_check(plan.decide(bad))["two_gpu"].detail
+
+
+def _with_runs(facts: plan.Facts, key: str, edit) -> plan.Facts:
+    runs = tuple(edit(dict(r)) for r in facts.sweeps[key].runs)
+    return dataclasses.replace(facts, sweeps=facts.sweeps | {key: plan.SweepFacts(True, runs=runs)})
+
+
+def test_a_failed_zero2_run_fails_its_check_only_naming_it():
+    def fail_zero2_ga8(r):
+        if (r["strategy"], r["grad_accum"]) == ("zero2", 8):
+            r |= {"status": "failed", "error": "RuntimeError: boom\nmore", "tokens_per_s": None}
+        return r
+
+    verdicts = plan.decide(_with_runs(cpu_facts(), "two_rank", fail_zero2_ga8))
+    v = by_check(verdicts)
+    assert v["two_rank_zero2"].result == "fail"
+    assert "zero2 grad_accum 8: failed" in v["two_rank_zero2"].detail
+    assert "RuntimeError: boom" in v["two_rank_zero2"].detail
+    assert all(v[f"two_rank_{s}"].result == "pass" for s in ("ddp", "zero1", "zero3"))
+    assert not plan.exit_ok(verdicts)
+
+
+def test_a_missing_grad_accum_and_a_run_without_steps_fail():
+    only_ga1 = cpu_facts().sweeps["two_rank"].runs
+    facts = dataclasses.replace(
+        cpu_facts(),
+        sweeps=cpu_facts().sweeps
+        | {
+            "two_rank": plan.SweepFacts(
+                True, runs=tuple(r for r in only_ga1 if r["grad_accum"] == 1)
+            )
+        },
+    )
+    assert "ddp grad_accum 8: no run stored" in by_check(plan.decide(facts))["two_rank_ddp"].detail
+    no_steps = _with_runs(cpu_facts(), "one_rank", lambda r: r | {"n_steps": 0})
+    assert by_check(plan.decide(no_steps))["one_rank"].result == "fail"
+
+
+def test_hang_must_fail_with_every_ranks_stack():
+    v = by_check(plan.decide(_with_runs(cpu_facts(), "hang", lambda r: r | {"status": "ok"})))
+    assert v["hang"].result == "fail" and "expected failed" in v["hang"].detail
+    hang_id = cpu_facts().sweeps["hang"].runs[0]["run_id"]
+    one_stack = cpu_facts(diagnostics=(_stack(hang_id, 0),))
+    v = by_check(plan.decide(one_stack))
+    assert v["hang"].result == "fail" and "ranks [0] of 2" in v["hang"].detail
+
+
+def test_gpu_hang_needs_the_flight_recorder_dump():
+    f = gpu_facts()
+    hang_id = f.sweeps["hang"].runs[0]["run_id"]
+    no_dump = dataclasses.replace(f, diagnostics=(_stack(hang_id, 0), _stack(hang_id, 1)))
+    v = by_check(plan.decide(no_dump))
+    assert v["hang"].result == "pass"
+    assert v["hang_flight_recorder"].result == "fail"
+    assert "flight-recorder" in v["hang_flight_recorder"].detail
+
+
+def test_nvme_refused_is_not_run_on_cpu_but_fails_on_a_gpu_node():
+    why = "grid.offload: 'nvme' needs DeepSpeed's async_io op, which cannot be built here"
+    refused = {"nvme": plan.SweepFacts(False, why)}
+    cpu = cpu_facts(sweeps=cpu_facts().sweeps | refused)
+    v = by_check(plan.decide(cpu))
+    assert (v["nvme_offload"].result, v["nvme_offload"].detail) == ("not run", why)
+    assert plan.exit_ok(list(v.values()))
+    gpu = gpu_facts(sweeps=gpu_facts().sweeps | refused)
+    assert by_check(plan.decide(gpu))["nvme_offload"].result == "fail"
+    no_swap = _with_runs(cpu_facts(), "nvme", lambda r: r | {"nvme_swap_files": 0})
+    assert "no swap files" in by_check(plan.decide(no_swap))["nvme_offload"].detail
+
+
+def test_gpu_figures_and_rehearsal_fail_on_what_a_broken_gpu_path_stores():
+    f = _with_runs(gpu_facts(), "one_rank", lambda r: r | {"telemetry": "absent: NVMLError"})
+    assert "telemetry" in by_check(plan.decide(f))["one_rank_gpu_figures"].detail
+    f = _with_runs(gpu_facts(), "one_rank", lambda r: r | {"backend": "gloo", "mfu": None})
+    d = by_check(plan.decide(f))["one_rank_gpu_figures"].detail
+    assert "backend gloo" in d and "no MFU" in d
+    f = _with_runs(gpu_facts(), "two_rank", lambda r: r | {"link_class": "NV12"})
+    v = by_check(plan.decide(f))["rehearsal_shared_gpu"]
+    assert v.result == "fail" and "link_class NV12" in v.detail
+
+
+def test_doctor_topo_and_captures_fail_with_their_reason():
+    v = by_check(plan.decide(cpu_facts(doctor_exit=1, doctor_problems="[INVALIDATES] pcie")))
+    assert (v["doctor"].result, v["doctor"].detail) == ("fail", "[INVALIDATES] pcie")
+    broken = (_node() | {"error": "probe timed out"},)
+    assert "probe timed out" in by_check(plan.decide(cpu_facts(nodes=broken)))["topo"].detail
+    f = gpu_facts(nodes=(_node(True, 2, nvml=1),), n_gpus=2)
+    f = dataclasses.replace(f, captures={"nvidia-smi topo -m": "ok", "nvidia-smi -q": "exit 9"})
+    d = by_check(plan.decide(f))["gpu_captures"].detail
+    assert "nvidia-smi -q: exit 9" in d and "NVML lists 1 GPU(s), CUDA sees 2" in d
+
+
+def test_a_sweep_that_never_ran_fails_and_nothing_run_is_not_ok():
+    facts = cpu_facts(sweeps={k: s for k, s in cpu_facts().sweeps.items() if k != "hang"})
+    v = by_check(plan.decide(facts))
+    assert v["hang"].result == "fail" and "selftest-hang was not run" in v["hang"].detail
+    assert not plan.exit_ok([plan.Verdict("x", "not run", "no CUDA")])
