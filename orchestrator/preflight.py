@@ -2,7 +2,7 @@
 
 A failed check raises ``SpecError``: exit 2, nothing run, nothing written.
 
-May import: planner, spec, deepspeed, orchestrator.raycluster.nodes.
+May import: planner, spec, orchestrator.raycluster.nodes, workloads.aio_check.
 """
 
 from __future__ import annotations
@@ -12,13 +12,17 @@ import os
 from orchestrator.planner import check_capacity, launcher_for, rank_resources
 from orchestrator.raycluster.nodes import cluster_nodes
 from orchestrator.spec import SpecError, SweepSpec
+from workloads.aio_check import aio_facts, async_io_missing
 
 
 def preflight(spec: SweepSpec) -> None:
     """Checks that need this machine, not just the file: NVMe offload's folder and async_io op.
 
-    Raises SpecError (exit 2, nothing run). On a multi-node cluster a worker node can still lack
-    libaio; that run then fails with the same actionable message (workloads/strategies.py).
+    Raises SpecError (exit 2, nothing run). What async_io needs depends on the machine
+    (``workloads/aio_check.py``): where torch sees a GPU, DeepSpeed builds it as a CUDA extension
+    (CUDA toolkit with nvcc, libaio, ninja); on CPU, libaio and ninja. This checks the driver's
+    machine; a worker node can still lack something, and that run then fails naming what
+    (``workloads/strategies.py``, the same ``async_io_missing``).
     """
     if "nvme" not in spec.grid.offload or "zero3" not in spec.grid.strategy:
         return
@@ -35,17 +39,13 @@ def preflight(spec: SweepSpec) -> None:
             "allowed: a writable path on a local NVMe disk"
         )
     try:
-        from deepspeed.ops.op_builder import AsyncIOBuilder
-
-        compatible = AsyncIOBuilder().is_compatible(verbose=False)
-    except Exception as exc:  # noqa: BLE001 - any import/probe failure means not buildable
-        compatible = False
-        errors.append(f"grid.offload: 'nvme' cannot be checked: {exc}")
-    if not compatible:
+        missing = async_io_missing(aio_facts())
+    except Exception as exc:  # noqa: BLE001 - torch/DeepSpeed cannot even be asked
+        missing = f"the check itself failed ({type(exc).__name__}: {exc})"
+    if missing is not None:
         errors.append(
-            "grid.offload: 'nvme' needs DeepSpeed's async_io op, which cannot be built here: "
-            "apt-get install libaio-dev && pip install ninja; allowed offloads without it: "
-            "none, cpu"
+            "grid.offload: 'nvme' needs DeepSpeed's async_io op, which cannot be built on this "
+            f"machine: {missing}; allowed offloads without it: none, cpu"
         )
     if errors:
         raise SpecError(errors)

@@ -6,16 +6,20 @@ Communication is accounted per collective (op, message bytes, count, time) durin
 outside the timed ones, because timing a collective means synchronising around it. Runs in rank
 processes; imports only workloads modules.
 
-May import: contract, device, ds_comms, ds_effective, deepspeed, torch.
+May import: aio_check, contract, device, ds_comms, ds_effective, deepspeed, torch.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import shutil
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -24,6 +28,50 @@ from workloads.contract import CommRecord, RunConfig
 from workloads.device import sync
 
 DDP_DEFAULT_BUCKET_MIB = 25  # torch/nn/parallel/distributed.py _DEFAULT_BUCKET_CAP_MB
+
+
+@contextlib.contextmanager
+def new_groups_inherit_timeout(timeout_s: float, module: ModuleType | Any = dist) -> Iterator[None]:
+    """While the block runs, ``module.new_group`` without a timeout gets ``timeout_s``.
+
+    Why: torch 2.13's ``new_group`` (``_new_group_with_tag``) fills a missing timeout with the
+    backend's default (``_get_default_timeout``: 10 min for NCCL, 30 min for gloo), not with the
+    world group's. DeepSpeed 0.19.8 builds its groups with ``dist.new_group(ranks)`` and no
+    timeout (``utils/groups.py``; the data-parallel group is ``_clone_world_group``), which
+    reaches ``torch.distributed.new_group`` through ``deepspeed.comm.torch.TorchBackend``. So a
+    ZeRO collective that hangs was aborted by the NCCL watchdog at 10 minutes, before the run's
+    own ``run_timeout_s`` could read the ranks' stacks; every group now shares the world
+    group's ``pg_timeout_s`` (``run_timeout_s`` + 60 s, ``orchestrator.planner.pg_timeout_s``).
+    Neither torch nor DeepSpeed has a setting for a new group's default timeout. The patch is
+    applied in the rank process only, around ``deepspeed.initialize``, and undone after it;
+    a call that passes its own timeout keeps it.
+    """
+    original = module.new_group
+    timeout = datetime.timedelta(seconds=timeout_s)
+
+    def new_group(*args: Any, **kwargs: Any) -> Any:
+        if len(args) < 2 and kwargs.get("timeout") is None:  # timeout is the 2nd parameter
+            kwargs["timeout"] = timeout
+        return original(*args, **kwargs)
+
+    module.new_group = new_group
+    try:
+        yield
+    finally:
+        module.new_group = original
+
+
+def group_timeout_s(group: Any) -> float | None:
+    """The collective timeout a process group's backend holds (gloo or NCCL), in seconds."""
+    for device in ("cuda", "cpu"):
+        try:
+            backend = group._get_backend(torch.device(device))
+        except RuntimeError:  # no backend for this device type in the group
+            continue
+        options = getattr(backend, "options", None)
+        if options is not None and getattr(options, "_timeout", None) is not None:
+            return options._timeout.total_seconds()
+    return None
 
 
 class CommCounter:
@@ -187,16 +235,20 @@ class ZeroStrategy:
             os.makedirs(self.nvme_dir, exist_ok=True)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
         try:
-            self.engine, _, _, _ = deepspeed.initialize(
-                model=model, optimizer=optimizer, config=cfg.ds_config
-            )
+            with new_groups_inherit_timeout(cfg.pg_timeout_s):
+                self.engine, _, _, _ = deepspeed.initialize(
+                    model=model, optimizer=optimizer, config=cfg.ds_config
+                )
         except Exception as exc:
-            if self.nvme_dir and ("async_io" in str(exc) or "libaio" in str(exc).lower()):
-                raise RuntimeError(
-                    "NVMe offload needs DeepSpeed's async_io op, which could not be built: "
-                    "apt-get install libaio-dev && pip install ninja, on every node "
-                    f"(DeepSpeed said: {exc})"
-                ) from exc
+            if self.nvme_dir:
+                from workloads.aio_check import aio_facts, async_io_missing
+
+                missing = async_io_missing(aio_facts())
+                if missing is not None:  # name what this node lacks, not DeepSpeed's symptom
+                    raise RuntimeError(
+                        f"NVMe offload needs DeepSpeed's async_io op, built here on first use: "
+                        f"{missing} (DeepSpeed said: {type(exc).__name__}: {exc})"
+                    ) from exc
             raise
 
     def effective_config(self) -> dict | None:

@@ -1,0 +1,89 @@
+"""Issue 22 item 8: what NVMe offload's async_io build needs, decided from a node's facts
+(``workloads.aio_check.async_io_missing``), and the preflight message built from it."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from workloads.aio_check import AioFacts, async_io_missing
+
+
+def facts(**over) -> AioFacts:
+    base = dict(
+        cuda=False,
+        cuda_home=None,
+        nvcc=False,
+        libaio=True,
+        ninja=True,
+        prebuilt=False,
+        torch_cuda=None,
+    )
+    return AioFacts(**(base | over))
+
+
+@pytest.mark.parametrize(
+    "cuda,cuda_home,nvcc,libaio,ninja",
+    list(
+        itertools.product(
+            [False, True], [None, "/usr/local/cuda"], [False, True], [False, True], [False, True]
+        )
+    ),
+)
+def test_every_combination_names_exactly_what_is_missing(cuda, cuda_home, nvcc, libaio, ninja):
+    f = facts(
+        cuda=cuda, cuda_home=cuda_home, nvcc=nvcc and cuda_home is not None, libaio=libaio,
+        ninja=ninja, torch_cuda="12.8" if cuda else None,
+    )  # fmt: skip
+    msg = async_io_missing(f)
+    want_toolkit = cuda and cuda_home is None
+    want_nvcc = cuda and cuda_home is not None and not f.nvcc
+    expected = [want_toolkit, want_nvcc, not libaio, not ninja]
+    if not any(expected):
+        assert msg is None
+        return
+    assert msg is not None
+    assert ("CUDA toolkit" in msg and "CUDA_HOME" in msg) == want_toolkit
+    assert ("has no bin/nvcc" in msg) == want_nvcc
+    assert ("libaio-dev" in msg) == (not libaio)
+    assert ("pip install ninja" in msg) == (not ninja)
+    if want_toolkit or want_nvcc:
+        assert "12.8" in msg  # the toolkit version torch was built with
+    if not cuda:
+        assert "CUDA" not in msg  # a CPU node builds async_io without CUDA: never blame it
+
+
+def test_gpu_node_with_libaio_and_ninja_but_no_toolkit():
+    """The case the old message got wrong: it blamed libaio on a node that has it."""
+    msg = async_io_missing(facts(cuda=True, libaio=True, ninja=True, torch_cuda="12.8"))
+    assert msg is not None and "libaio" not in msg and "CUDA 12.8 toolkit" in msg
+
+
+def test_prebuilt_op_needs_nothing():
+    assert async_io_missing(facts(cuda=True, libaio=False, ninja=False, prebuilt=True)) is None
+
+
+def test_preflight_names_the_missing_toolkit(monkeypatch, tmp_path):
+    """Failed on 24a5ba5: preflight asked only AsyncIOBuilder.is_compatible (libaio) and blamed
+    libaio; on a GPU node without a CUDA toolkit it passed, and the run failed later."""
+    from orchestrator import preflight as pf
+    from orchestrator.spec import SpecError, parse_spec
+
+    spec = parse_spec(
+        {
+            "name": "nvme",
+            "nvme_path": str(tmp_path / "swap"),
+            "grid": {"strategy": ["zero3"], "offload": ["nvme"]},
+        }
+    )
+    gpu_node = facts(cuda=True, libaio=True, ninja=True, torch_cuda="12.8")
+    monkeypatch.setattr(pf, "aio_facts", lambda: gpu_node, raising=False)
+    with pytest.raises(SpecError) as err:
+        pf.preflight(spec)
+    text = str(err.value)
+    assert "CUDA 12.8 toolkit" in text and "CUDA_HOME" in text
+    assert "libaio" not in text
+    assert "allowed offloads without it: none, cpu" in text
+    monkeypatch.setattr(pf, "aio_facts", lambda: facts(), raising=False)
+    pf.preflight(spec)  # a CPU node with libaio and ninja: nothing to say
