@@ -87,3 +87,25 @@ def test_preflight_names_the_missing_toolkit(monkeypatch, tmp_path):
     assert "allowed offloads without it: none, cpu" in text
     monkeypatch.setattr(pf, "aio_facts", lambda: facts(), raising=False)
     pf.preflight(spec)  # a CPU node with libaio and ninja: nothing to say
+
+
+def test_rank_side_error_names_the_missing_toolkit(monkeypatch, tmp_path):
+    """A worker GPU node without nvcc: DeepSpeed's own error is a TypeError from
+    ``os.path.join(None, "include")`` that names neither CUDA nor async_io (the old code re-raised
+    it as is, since it matched neither 'async_io' nor 'libaio')."""
+    torch = pytest.importorskip("torch")
+    deepspeed = pytest.importorskip("deepspeed")
+    import workloads.aio_check as aio
+    import workloads.strategies as strategies
+
+    def initialize(**_):
+        raise TypeError("expected str, bytes or os.PathLike object, not NoneType")
+
+    monkeypatch.setattr(deepspeed, "initialize", initialize)
+    monkeypatch.setattr(strategies.dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(aio, "aio_facts", lambda: facts(cuda=True, torch_cuda="12.8"))
+    cfg = type("Cfg", (), {"nvme_dir": str(tmp_path / "swap"), "lr": 1e-3, "ds_config": {},
+                           "pg_timeout_s": 60.0})()  # fmt: skip
+    with pytest.raises(RuntimeError, match="CUDA 12.8 toolkit") as err:
+        strategies.ZeroStrategy(torch.nn.Linear(2, 2), torch.device("cpu"), cfg, None)
+    assert "not NoneType" in str(err.value)  # DeepSpeed's words are kept
