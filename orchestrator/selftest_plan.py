@@ -365,11 +365,18 @@ def _decide_one(check: Check, facts: Facts) -> tuple[Result, str]:
     raise ValueError(f"check {name!r}: no rule; allowed: {', '.join(CHECK_NAMES)}")
 
 
-def decide(facts: Facts) -> list[Verdict]:
-    """One verdict per check of :data:`CHECKS`, in its order."""
+QUICK_SWEEPS = ("one_rank",)
+"""The sweeps ``--quick`` runs (besides doctor and the probes, which always run)."""
+
+
+def decide(facts: Facts, quick: bool = False) -> list[Verdict]:
+    """One verdict per check of :data:`CHECKS`, in its order; with ``quick``, a check whose
+    sweep ``--quick`` leaves out is ``not run: --quick``, never failed."""
     out = []
     for check in CHECKS:
         why = lacking(check.needs, facts.cuda, facts.n_gpus)
+        if why is None and quick and check.sweep is not None and check.sweep not in QUICK_SWEEPS:
+            why = "--quick"
         result, detail = ("not run", why) if why else _decide_one(check, facts)
         out.append(Verdict(check.name, result, detail))
     return out

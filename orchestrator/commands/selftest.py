@@ -106,10 +106,10 @@ def _selftest(out: Path, label: str, address: str | None, quick: bool) -> list[p
     nodes = _write_nodes(out, reports)
     cuda = any(n["cuda_available"] for n in nodes)
     n_gpus = max((n["cuda_device_count"] for n in nodes), default=0)
-    captures = _capture_nvidia_smi(out) if cuda else {}
+    captures = _capture_nvidia_smi(out)  # also where torch sees no CUDA: it may be torch's fault
     specs = plan.sweep_specs(cuda, n_gpus)
     if quick:
-        specs = {k: v for k, v in specs.items() if k == "one_rank"}
+        specs = {k: v for k, v in specs.items() if k in plan.QUICK_SWEEPS}
     db = str(out / "results.duckdb")
     sweeps = {key: _run_sweep(out, db, label, key, spec) for key, spec in specs.items()}
     runs, diagnostics = _read_back(out, db)
@@ -129,13 +129,7 @@ def _selftest(out: Path, label: str, address: str | None, quick: bool) -> list[p
         },
         diagnostics=tuple(diagnostics),
     )
-    verdicts = plan.decide(facts)
-    if quick:  # what --quick skipped is not run, not failed
-        skipped = {c.name for c in plan.CHECKS if c.sweep is not None and c.sweep not in specs}
-        verdicts = [
-            plan.Verdict(v.check, "not run", "--quick") if v.check in skipped else v
-            for v in verdicts
-        ]
+    verdicts = plan.decide(facts, quick)
     _write_checks(out, verdicts)
     return verdicts
 
@@ -178,7 +172,9 @@ def _write_nodes(out: Path, reports) -> list[dict]:
 
 
 def _capture_nvidia_smi(out: Path) -> dict[str, str]:
-    """``nvidia-smi topo -m`` and ``-q`` on this machine, verbatim: name -> ok or why not."""
+    """``nvidia-smi topo -m`` and ``-q`` on this machine, verbatim: name -> ok or why not. Only
+    a GPU check reads the status; the files are kept wherever nvidia-smi exists (a CPU-only
+    torch on a GPU node shows there)."""
     exe = shutil.which("nvidia-smi")
     status = {}
     for name, argv, file in (
@@ -230,6 +226,9 @@ def _run_sweep(out: Path, db: str, label: str, key: str, spec_dict: dict) -> pla
     except (SpecError, StoreError) as exc:
         err(str(exc))
         return plan.SweepFacts(False, " ".join(str(exc).split()))
+    except Exception as exc:  # noqa: BLE001 - a sweep that crashes fails its checks; the rest run
+        err(f"selftest: sweep {key} crashed: {type(exc).__name__}: {exc}")
+        return plan.SweepFacts(False, f"sweep crashed: {type(exc).__name__}: {exc}")
     return plan.SweepFacts(True)
 
 

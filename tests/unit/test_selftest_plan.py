@@ -270,3 +270,12 @@ def test_a_sweep_that_never_ran_fails_and_nothing_run_is_not_ok():
     v = by_check(plan.decide(facts))
     assert v["hang"].result == "fail" and "selftest-hang was not run" in v["hang"].detail
     assert not plan.exit_ok([plan.Verdict("x", "not run", "no CUDA")])
+
+
+def test_quick_leaves_out_every_sweep_but_one_rank_as_not_run():
+    only_one = cpu_facts(sweeps={"one_rank": cpu_facts().sweeps["one_rank"]})
+    v = by_check(plan.decide(only_one, quick=True))
+    assert [c for c, x in v.items() if x.result == "pass"] == ["doctor", "topo", "one_rank"]
+    assert v["hang"].line() == "not run: --quick" and v["two_rank_ddp"].detail == "--quick"
+    assert v["gpu_captures"].detail == "no CUDA"  # what CUDA lacks is said first
+    assert plan.exit_ok(list(v.values()))
