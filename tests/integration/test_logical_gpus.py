@@ -31,6 +31,8 @@ import yaml
 from orchestrator.store import read_query
 from tests.integration.gpu_cluster import PLAN_TIMEOUT_S
 
+pytestmark = pytest.mark.slow  # multi-node clusters in a subprocess (~70-85 s for the module)
+
 REPO = Path(__file__).resolve().parents[2]
 UUIDS = ("GPU-5f1c7a2e-0d3b-4c1e-9a57-1b2c3d4e5f60", "GPU-8e2d6b1f-7a4c-4d2e-8b68-2c3d4e5f6071")
 ONE_UUID = "GPU-c4a1e9d2-3b5f-4a6c-9d7e-3d4e5f607182"
