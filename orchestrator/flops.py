@@ -72,17 +72,22 @@ def flops_per_step(
 
 @dataclass(frozen=True)
 class Peak:
-    """Dense peak TFLOP/s of one GPU model per math mode (None: the GPU has no such units)."""
+    """Dense peak TFLOP/s of one GPU model per math mode (None: the GPU has no such units, or,
+    for every mode, no published figure: then ``source`` says why)."""
 
     pattern: str
     """Regex searched in the NVML name (case-insensitive)."""
-    fp32: float
+    fp32: float | None
     tf32: float | None
     bf16: float | None
     source: str
 
 
 # Order matters: the first pattern that matches the NVML name wins (H100 NVL before H100 SXM).
+# Names are NVML's (``nvidia-smi --query-gpu=name``): "NVIDIA GeForce RTX 3090 Ti", "NVIDIA
+# GeForce RTX 4090 D", "NVIDIA A10G", "NVIDIA GH200 480GB", "NVIDIA H800", "NVIDIA B200".
+# A variant with its own silicon or clocks gets its own row and is excluded from its sibling's
+# pattern, so a 3090 Ti never borrows the 3090's peak (wrong MFU, silently).
 PEAKS: tuple[Peak, ...] = (
     Peak(
         r"\bA100\b",
@@ -128,6 +133,39 @@ PEAKS: tuple[Peak, ...] = (
         "NVIDIA H200 datasheet, H200 SXM column (TF32 989, BF16 1979 with sparsity; halved)",
     ),
     Peak(
+        r"\bGH200\b",
+        67.0,
+        494.5,
+        989.5,
+        "NVIDIA GH200 Grace Hopper Superchip datasheet, the H100-class GPU (FP32 67; TF32 989, "
+        "BF16 1979 with sparsity; halved)",
+    ),
+    Peak(
+        r"\bH800\b.*\bPCIe\b",
+        51.0,
+        378.0,
+        756.5,
+        "NVIDIA H800 PCIe datasheet: the H100 PCIe's compute (FP32 51; TF32 756, BF16 1513 with "
+        "sparsity; halved); the H800 cuts FP64 and NVLink, not tensor math",
+    ),
+    Peak(
+        r"\bH800\b",
+        67.0,
+        494.5,
+        989.5,
+        "NVIDIA H800 SXM5 datasheet: the H100 SXM's compute (FP32 67; TF32 989, BF16 1979 with "
+        "sparsity; halved); the H800 cuts FP64 and NVLink, not tensor math",
+    ),
+    Peak(
+        r"\bB200\b",
+        75.0,
+        1100.0,
+        2250.0,
+        "NVIDIA HGX B200 specifications, per GPU at 1,000 W (FP32 75; TF32 2.2 PF, FP16/BF16 "
+        "4.5 PF with sparsity; halved). GB200's GPUs report 'NVIDIA GB200' and run at 1,200 W: "
+        "not this row",
+    ),
+    Peak(
         r"\bL40S\b",
         91.6,
         183.0,
@@ -149,7 +187,25 @@ PEAKS: tuple[Peak, ...] = (
         "NVIDIA A10 datasheet (TF32 62.5, BF16 125 dense; 125 / 250 with sparsity)",
     ),
     Peak(
-        r"\bRTX 3090\b",
+        r"\bA10G\b",
+        None,
+        None,
+        None,
+        "AWS's A10G (g5 instances) is a GA102 variant with its own clocks; NVIDIA publishes no "
+        "A10G datasheet and AWS no tensor TFLOP/s, so the A10's figures do not apply and there "
+        "is no sourced peak",
+    ),
+    Peak(
+        r"\bRTX 3090 Ti\b",
+        40.0,
+        40.0,
+        80.0,
+        "NVIDIA GeForce RTX 3090 Ti specifications (40 shader TFLOPS, 320 tensor TFLOPS = FP16 "
+        "with sparsity and FP16 accumulate), at the GA102 whitepaper's GeForce ratios (the 3090: "
+        "285 -> TF32 35.6 = /8, BF16 with FP32 accumulate 71 = /4; dense)",
+    ),
+    Peak(
+        r"\bRTX 3090\b(?!\s*Ti\b)",
         35.6,
         35.6,
         71.0,
@@ -157,7 +213,16 @@ PEAKS: tuple[Peak, ...] = (
         "FP32 accumulate 71; dense)",
     ),
     Peak(
-        r"\bRTX 4090\b",
+        r"\bRTX 4090 D\b",
+        73.5,
+        73.5,
+        147.1,
+        "NVIDIA GeForce RTX 4090 D specifications (14,592 CUDA cores, 114 SMs, 2.52 GHz boost: "
+        "FP32 73.5) at the Ada whitepaper's RTX 4090 rates per SM (TF32 = FP32, BF16 with FP32 "
+        "accumulate = 2 x FP32; dense)",
+    ),
+    Peak(
+        r"\bRTX 4090\b(?!\s*(D|Laptop)\b)",
         82.6,
         82.6,
         165.2,
@@ -188,6 +253,8 @@ def lookup_peak(gpu_name: str | None, mode: str) -> tuple[float | None, str]:
         return None, "cpu run: no GPU peak (MFU is a GPU figure)"
     for peak in PEAKS:
         if re.search(peak.pattern, gpu_name, flags=re.IGNORECASE):
+            if peak.fp32 is None and peak.tf32 is None and peak.bf16 is None:
+                return None, f"{gpu_name}: no peak for this GPU ({peak.source}); set peak_tflops"
             value = getattr(peak, mode)
             if value is None:
                 return None, f"{gpu_name}: no {mode} units ({peak.source})"
