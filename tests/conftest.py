@@ -9,9 +9,9 @@ The session cluster is a real ``ray.cluster_utils.Cluster`` with two nodes of 2 
 0 GPUs each on this machine, so the same cluster serves single-node runs (pack) and multi-node
 placement (spread). ``num_gpus=0`` on every node, said here rather than left to
 ``Cluster.add_node``'s default (0 in Ray 2.60, ``ray/cluster_utils.py``): both logical nodes are
-this one machine, and a node that autodetected would advertise the same physical GPUs twice. Tests that need
-another cluster (``ray job submit``, the emulated cluster) run it in subprocesses so this process
-keeps exactly one Ray connection.
+this one machine, and a node that autodetected would advertise the same physical GPUs twice.
+Tests that need another cluster (``ray job submit``, the emulated cluster, ``linksweep
+selftest``) run it in subprocesses so this process keeps exactly one Ray connection.
 
 Tests marked ``gpu`` need CUDA: without it (``torch.cuda.is_available()``, not nvidia-smi's
 presence: a driver without a CUDA torch cannot run them) each is skipped with the reason
