@@ -1,0 +1,78 @@
+"""``linksweep selftest`` in its CPU mode, as CI runs it: a subprocess driver with its own
+embedded Ray (no --address, no RAY_ADDRESS), so it never touches the session test cluster.
+
+One run (about 2.5 min on 2 cores) checks the exit code, the folder's files, the database it
+wrote, and that every check needing CUDA reads ``not run: no CUDA`` while every other passed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator import selftest_plan as plan
+from orchestrator.store import read_query
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def selftest_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("selftest") / "out"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env |= {"PYTHONPATH": str(REPO), "RAY_DISABLE_USAGE_STATS": "1"}
+    p = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "selftest", "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    return p, out
+
+
+def test_cpu_selftest_exits_0_and_says_not_run_for_every_gpu_check(selftest_out):
+    p, out = selftest_out
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-5000:]
+    with open(out / "checks.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["check"] for r in rows] == list(plan.CHECK_NAMES)
+    needs = {c.name: c.needs for c in plan.CHECKS}
+    for r in rows:
+        expected = ("not run", "no CUDA") if needs[r["check"]] else ("pass",)
+        assert (r["result"], r["detail"])[: len(expected)] == expected, r
+    assert "not run: no CUDA" in p.stdout and "nvme_offload" in p.stdout
+
+
+def test_the_folder_holds_captures_sweeps_and_the_database(selftest_out):
+    _, out = selftest_out
+    for name in ("doctor.txt", "nodes.json", "nvml-inventory.json", "nccl/transports.csv"):
+        assert (out / name).is_file(), name
+    assert sorted(p.stem for p in (out / "sweeps").glob("*.yaml")) == sorted(
+        plan.sweep_specs(cuda=False, n_gpus=0)
+    )
+    assert "doctor: nothing invalidates" in (out / "doctor.txt").read_text()
+    (node,) = json.loads((out / "nodes.json").read_text())
+    assert node["cuda_available"] is False and node["hostname"]
+    _, rows = read_query(
+        str(out / "results.duckdb"),
+        "SELECT s.name, r.status, count(*) FROM runs r JOIN sweeps s USING (sweep_id) "
+        "GROUP BY ALL ORDER BY ALL",
+    )
+    assert rows == [
+        ("selftest-hang", "failed", 1),
+        ("selftest-nvme", "ok", 1),
+        ("selftest-one_rank", "ok", 1),
+        ("selftest-two_rank", "ok", 8),
+    ]
+    stacks = sorted((out / "hang").glob("*.stack.txt"))
+    assert len(stacks) == 2  # both ranks of the hung run
+    assert any("_maybe_fault" in s.read_text() for s in stacks)  # rank 1, where it hangs
