@@ -281,16 +281,23 @@ class NvmlSampler:
             self._open()
         except self._nvml.NVMLError as exc:
             self._absent = f"NVML cannot read GPU {self.device!r}: {_describe(exc)}"
-            self._nvml.nvmlShutdown()  # nvmlInit is reference-counted: give ours back
+            self._shutdown()  # nvmlInit is reference-counted: give ours back
             return
         except BaseException:
-            self._nvml.nvmlShutdown()
+            self._shutdown()
             raise
         self._t0 = time.monotonic()
         self._thread = threading.Thread(
             target=self._run, name=f"nvml-sampler-gpu{self.device}", daemon=True
         )
         self._thread.start()
+
+    def _shutdown(self) -> None:
+        """Give back our nvmlInit; a driver error here loses nothing the window recorded."""
+        try:
+            self._nvml.nvmlShutdown()
+        except self._nvml.NVMLError as exc:
+            self._error = self._error or f"nvmlShutdown: {_describe(exc)}"
 
     @property
     def absent(self) -> str | None:
@@ -321,7 +328,7 @@ class NvmlSampler:
             }
             duration_s = time.monotonic() - self._t0
         finally:
-            self._nvml.nvmlShutdown()
+            self._shutdown()
         return TelemetryResult(
             device=self.device,
             samples=tuple(self._samples),

@@ -181,6 +181,17 @@ def test_fake_mig_handle_answers_nothing():
         fake.nvmlDeviceGetHandleByUUID("MIG-x")  # str: c_char_p refuses it
 
 
+def test_sampler_keeps_its_samples_when_nvml_shutdown_fails():
+    fake = FakeNvml([sampling_gpu()])
+
+    def shutdown():
+        raise FakeNvml.NVMLError_Uninitialized("Uninitialized")
+
+    fake.nvmlShutdown = shutdown
+    result = run_sampler(fake)
+    assert len(result.samples) >= 3 and "nvmlShutdown" in result.error
+
+
 def test_sampler_rejects_a_bad_device():
     with pytest.raises(ValueError, match="device"):
         NvmlSampler(None, nvml=FakeNvml([]))  # type: ignore[arg-type]
