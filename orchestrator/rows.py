@@ -26,7 +26,10 @@ from workloads.model import GPT2_SIZES, N_POSITIONS
 from workloads.telemetry import REASONS_UNAVAILABLE
 from workloads.telemetry import summarize as summarize_telemetry
 
-GPU_VISIBILITY = "node-shared: same-node ranks see the run's GPUs on that node, pick by local rank"
+GPU_VISIBILITY = (
+    "node-shared: same-node ranks see the run's distinct GPUs on that node in PCI bus order "
+    "and each uses the one Ray gave it (workloads/device.py)"
+)
 SHARED_GPU = "shared-gpu"
 """``link_class`` of a ``ranks_per_gpu: 2`` run: two ranks on one GPU, no link between GPUs."""
 
