@@ -190,7 +190,7 @@ class Facts:
     doctor_problems: str = ""
     nodes: tuple[dict, ...] = ()
     """Per node: hostname, error, cuda_available, cuda_device_count, topo_ok, topo_status,
-    nvml_gpus (NVML inventory length)."""
+    topo_gpus (GPUs in the parsed matrix), nvml_gpus (NVML inventory length)."""
     captures: dict[str, str] = field(default_factory=dict)
     """Local raw captures: name -> ``ok`` or why not (``nvidia-smi topo -m``, ``nvidia-smi -q``)."""
     sweeps: dict[str, SweepFacts] = field(default_factory=dict)
@@ -300,6 +300,12 @@ def _decide_one(check: Check, facts: Facts) -> tuple[Result, str]:
             f"{n['hostname']}: topo {n['topo_status']}"
             for n in facts.nodes
             if n["cuda_available"] and not n["topo_ok"]
+        ]
+        problems += [  # CUDA_VISIBLE_DEVICES may hide GPUs from CUDA, never from nvidia-smi
+            f"{n['hostname']}: topo -m shows {n['topo_gpus']} GPU(s), CUDA sees "
+            f"{n['cuda_device_count']}"
+            for n in facts.nodes
+            if n["topo_ok"] and n["topo_gpus"] < n["cuda_device_count"]
         ]
         if not facts.nodes:
             problems.append("no node answered the probe")

@@ -156,14 +156,15 @@ def _write_nodes(out: Path, reports) -> list[dict]:
     (out / "nvml-inventory.json").write_text(json.dumps(inventory, indent=1))
     nodes = []
     for r in reports:
-        topo_ok = r.topo_text is not None and parse_report_topo(r) is not None
+        topo = parse_report_topo(r) if r.topo_text is not None else None
         nodes.append(
             {
                 "hostname": r.hostname,
                 "error": r.error,
                 "cuda_available": r.cuda_available,
                 "cuda_device_count": r.cuda_device_count,
-                "topo_ok": topo_ok,
+                "topo_ok": topo is not None,
+                "topo_gpus": 0 if topo is None else len(topo.gpus),
                 "topo_status": r.topo_status,
                 "nvml_gpus": len(r.inventory),
             }

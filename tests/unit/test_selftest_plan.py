@@ -58,6 +58,7 @@ def _stack(run_id: str, rank: int, trace: bool = False) -> dict:
 def _node(cuda=False, n=0, nvml=None) -> dict:
     return {"hostname": "n1", "error": None, "cuda_available": cuda, "cuda_device_count": n,
             "topo_ok": cuda, "topo_status": "ok" if cuda else "nvidia-smi not found",
+            "topo_gpus": n,
             "nvml_gpus": n if nvml is None else nvml}  # fmt: skip
 
 
@@ -259,6 +260,9 @@ def test_doctor_topo_and_captures_fail_with_their_reason():
     assert (v["doctor"].result, v["doctor"].detail) == ("fail", "[INVALIDATES] pcie")
     broken = (_node() | {"error": "probe timed out"},)
     assert "probe timed out" in by_check(plan.decide(cpu_facts(nodes=broken)))["topo"].detail
+    short = (_node(True, 2) | {"topo_gpus": 1},)
+    d = by_check(plan.decide(gpu_facts(nodes=short, n_gpus=2)))["topo"].detail
+    assert d == "n1: topo -m shows 1 GPU(s), CUDA sees 2"
     f = gpu_facts(nodes=(_node(True, 2, nvml=1),), n_gpus=2)
     f = dataclasses.replace(f, captures={"nvidia-smi topo -m": "ok", "nvidia-smi -q": "exit 9"})
     d = by_check(plan.decide(f))["gpu_captures"].detail
