@@ -22,7 +22,10 @@ no link microbenchmark) is not written, and the HTML says what is missing and wh
 ``DIR`` by an earlier report is removed so the folder never mixes two sweeps. Step times and
 slowdowns count only runs that finished ok and were not throttled (``orchestrator.stats.included``;
 bytes per step take every ok run, since throttling does not change bytes); failed and throttled
-runs are listed, and counted as excluded.
+runs are listed, and counted as excluded. Slowdowns, the link model and the measured vs
+predicted comparison also leave out the one-GPU rehearsal (``ranks_per_gpu: 2``, link class
+``shared-gpu``: ``orchestrator.stats.link_measurement``), which the report labels as a rehearsal
+of the NCCL path, never as a link measurement.
 
 ``linksweep export OUTDIR [--format parquet|csv] [--db PATH]`` writes every
 table and view of the database to ``OUTDIR``, one file each (``orchestrator.store.export_all``).
