@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -92,14 +93,17 @@ def gpu_sweeps(tmp_path_factory):
     env = {**os.environ, "RAY_DISABLE_USAGE_STATS": "1", "RAY_TMPDIR": ray_tmp}
     env.pop("RAY_ADDRESS", None)
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    out = subprocess.run(
-        [sys.executable, "-m", "tests.integration.gpu_cluster", str(plan_path)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=PLAN_TIMEOUT_S,
-    )
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "tests.integration.gpu_cluster", str(plan_path)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=PLAN_TIMEOUT_S,
+        )
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
     codes = json.loads(Path(f"{plan_path}.out").read_text())
     by_name = dict(
