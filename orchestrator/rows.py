@@ -158,12 +158,18 @@ def _telemetry_facts(run_id: str, trained: list[tuple[int, TrainingRecord]]) -> 
 
 
 def link_class_for(
-    placement: str, placements: list, topo_links: Mapping, ranks_per_gpu: int = 1
+    placement: str,
+    placements: list,
+    topo_links: Mapping,
+    ranks_per_gpu: int = 1,
+    gpu_uuids: Mapping[str, Mapping[str, int]] | None = None,
 ) -> str:
     """The link between the run's GPUs (slowest if they differ); NET across nodes;
     ``shared-gpu`` for the one-GPU rehearsal (``ranks_per_gpu`` 2: never a link measurement).
-    Never raises: Ray GPU ids that are not indices (UUIDs ``GPU-...``, MIG ids ``MIG-...``) are
-    not in the topology, which names GPUs by index, so the class is ``unknown``."""
+    Never raises. Ray GPU ids are indices, or UUIDs / MIG ids when the raylet's
+    ``CUDA_VISIBLE_DEVICES`` held those: a UUID is found through the node's NVML inventory
+    (``gpu_uuids``, :func:`gpu_uuids_by_node`); a MIG id, or a UUID not in it, makes the class
+    ``unknown`` (the topology names GPUs by index)."""
     if ranks_per_gpu == 2:
         return SHARED_GPU
     if not placements:
@@ -171,10 +177,27 @@ def link_class_for(
     if placement == "spread":
         return "NET"  # ranks on different nodes talk over the network, GPUs or not
     host = placements[0].hostname
-    gpu_ids = [str(g) for p in placements for g in p.gpu_ids]
-    if not all(g.isdigit() for g in gpu_ids):
+    known = (gpu_uuids or {}).get(host, {})
+    indices = [_gpu_index(str(g), known) for p in placements for g in p.gpu_ids]
+    if any(i is None for i in indices):
         return "unknown"
-    return run_link_class(topo_links.get(host, {}), [int(g) for g in gpu_ids], placement)
+    return run_link_class(topo_links.get(host, {}), indices, placement)
+
+
+def _gpu_index(gpu_id: str, uuids: Mapping[str, int]) -> int | None:
+    """The NVML index of a Ray GPU id: an index itself, a UUID through the node's inventory;
+    None when unknown (a MIG id, a UUID the inventory lacks). Never ``int()`` on a UUID."""
+    return int(gpu_id) if gpu_id.isdigit() else uuids.get(gpu_id)
+
+
+def gpu_uuids_by_node(gpus_rows) -> dict[str, dict[str, int]]:
+    """``gpus`` rows (``discovery.node_rows``) -> ``{node: {uuid: gpu_index}}``, what
+    :func:`link_class_for` maps UUID-form Ray GPU ids with."""
+    out: dict[str, dict[str, int]] = {}
+    for row in gpus_rows:
+        if row.get("uuid"):
+            out.setdefault(row["node"], {})[str(row["uuid"])] = int(row["gpu_index"])
+    return out
 
 
 def _comm_rows(run_id: str, rank: int, t: TrainingRecord, world_size: int) -> list[dict]:
@@ -270,11 +293,13 @@ def build_rows(
     topo_links: Mapping | None = None,
     prices: comm_model.Prices | None = None,
     rank_env: Mapping[str, str] | None = None,
+    gpu_uuids: Mapping[str, Mapping[str, int]] | None = None,
 ) -> RunRows:
     """Turn one run's ``RunResult`` into table rows. Pure.
 
     ``rank_env``: the env the driver started every rank with (``planner.run_env``; per-rank
-    values in their ``{rank}`` form), stored as ``runs.rank_env``."""
+    values in their ``{rank}`` form), stored as ``runs.rank_env``. ``gpu_uuids``: each node's
+    GPU UUIDs -> indices (:func:`gpu_uuids_by_node`), for UUID-form Ray GPU ids."""
     v = planned.variant
     records: list[RankRecord] = result.rank_records
     trained = [(r.rank, r.training) for r in records if r.training is not None]
@@ -344,7 +369,7 @@ def build_rows(
         **_efficiency_facts(spec, planned, trained, figures),
     }
     link_class = link_class_for(
-        v.placement, result.placements, topo_links or {}, spec.ranks_per_gpu
+        v.placement, result.placements, topo_links or {}, spec.ranks_per_gpu, gpu_uuids
     )
     transports, t_facts = _transport_facts(
         run_id, records, _ran_with(run, spec.links[v.link]), link_class, result.nccl_logs
@@ -379,12 +404,15 @@ def build_rows_safely(
     topo_links: Mapping | None = None,
     prices: comm_model.Prices | None = None,
     rank_env: Mapping[str, str] | None = None,
+    gpu_uuids: Mapping[str, Mapping[str, int]] | None = None,
 ) -> RunRows:
     """:func:`build_rows`; when that raises (a record it cannot read, a bug), the run's rows
     are those of a failed run whose error says why, so one run's rows never abort the sweep."""
     args = (spec, sweep_id, planned, run_id)
     try:
-        return build_rows(*args, result, started_at, finished_at, topo_links, prices, rank_env)
+        return build_rows(
+            *args, result, started_at, finished_at, topo_links, prices, rank_env, gpu_uuids
+        )
     except Exception as exc:  # noqa: BLE001 - stored as the run's error, the sweep goes on
         error = f"building the run's rows failed: {type(exc).__name__}: {exc}"
         if result.error:

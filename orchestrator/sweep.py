@@ -66,7 +66,7 @@ def execute_sweep(
     launchers = None
     with sweep_life(store, sweep_id, ui):
         try:
-            topo_links = discover_topology(store, sweep_id)
+            topo_links, gpu_uuids = discover_topology(store, sweep_id)
             record_links(store, spec, sweep_id, address)
             ui.sweep_started(spec, sweep_id, len(slots))
             prices = (
@@ -89,7 +89,7 @@ def execute_sweep(
                 # a row that cannot be built is a failed run, never a stopped sweep
                 run_rows = rows.build_rows_safely(
                     spec, sweep_id, p, run_id, result, started, longsweep.now(), topo_links,
-                    link_prices, env,
+                    link_prices, env, gpu_uuids,
                 )  # fmt: skip
                 diag = longsweep.diagnostic_rows(run_id, result)
                 if longsweep.commit_run(store, slot, run_rows, diag):
@@ -163,8 +163,10 @@ def run_one(
             shutil.rmtree(cfg.nvme_dir, ignore_errors=True)
 
 
-def discover_topology(store, sweep_id: str) -> dict:
-    """One probe per node: nvidia-smi topo -m and NVML inventory -> nodes, gpus, gpu_links."""
+def discover_topology(store, sweep_id: str) -> tuple[dict, dict]:
+    """One probe per node: nvidia-smi topo -m and NVML inventory -> nodes, gpus, gpu_links.
+    Returns each node's links (``discovery.links_by_node``) and GPU UUIDs -> indices
+    (``rows.gpu_uuids_by_node``), what a run's link class is read from."""
     tables = node_rows(sweep_id, discover_nodes())
     with store.transaction():
         for table, table_rows in tables.items():
@@ -172,7 +174,7 @@ def discover_topology(store, sweep_id: str) -> dict:
             store.insert(table, table_rows)
     statuses = sorted({r["nvml"] for r in tables["nodes"]})
     store.update("sweeps", {"sweep_id": sweep_id}, {"topology_status": "; ".join(statuses)})
-    return links_by_node(tables["gpu_links"])
+    return links_by_node(tables["gpu_links"]), rows.gpu_uuids_by_node(tables["gpus"])
 
 
 def record_links(store, spec: SweepSpec, sweep_id: str, address: str) -> None:

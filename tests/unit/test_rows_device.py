@@ -11,7 +11,13 @@ import pytest
 from orchestrator import rows as rows_mod
 from orchestrator.planner import RankPlacement, plan_runs, run_env
 from orchestrator.raycluster.result import RunResult
-from orchestrator.rows import SHARED_GPU, build_rows, build_rows_safely, link_class_for
+from orchestrator.rows import (
+    SHARED_GPU,
+    build_rows,
+    build_rows_safely,
+    gpu_uuids_by_node,
+    link_class_for,
+)
 from orchestrator.spec import parse_spec
 from workloads.contract import DeviceDecision, RankRecord
 
@@ -36,6 +42,20 @@ def test_ids_that_are_not_indices_give_an_unknown_class_and_never_raise(ids):
     # item 6: int("GPU-...") raised in build_rows and stopped the sweep
     assert link_class_for("pack", _placements(*ids), LINKS) == "unknown"
     assert link_class_for("spread", _placements(*ids), LINKS) == "NET"
+
+
+def test_uuid_ids_find_their_link_through_the_nodes_inventory():
+    gpus_rows = [
+        {"node": "h", "gpu_index": 0, "uuid": UUID0},
+        {"node": "h", "gpu_index": 1, "uuid": UUID1},
+        {"node": "other", "gpu_index": 0, "uuid": None},  # an inventory without UUIDs
+    ]
+    uuids = gpu_uuids_by_node(gpus_rows)
+    assert uuids == {"h": {UUID0: 0, UUID1: 1}}
+    assert link_class_for("pack", _placements((UUID0,), (UUID1,)), LINKS, 1, uuids) == "NV2"
+    assert link_class_for("pack", _placements(("0",), (UUID1,)), LINKS, 1, uuids) == "NV2"
+    mig = _placements((MIG,), (UUID1,))  # a MIG id has no index in the topology
+    assert link_class_for("pack", mig, LINKS, 1, uuids) == "unknown"
 
 
 def test_index_ids_still_find_their_link():
@@ -82,7 +102,7 @@ def test_rows_store_the_run_env_ranks_per_gpu_and_each_ranks_device():
 
 
 def test_a_run_whose_rows_cannot_be_built_is_a_failed_row(monkeypatch):
-    def old_link_class(placement, placements, topo_links, ranks_per_gpu=1):
+    def old_link_class(placement, placements, topo_links, *_):
         return [int(g) for p in placements for g in p.gpu_ids]  # what main did with UUIDs
 
     monkeypatch.setattr(rows_mod, "link_class_for", old_link_class)
@@ -97,7 +117,7 @@ def test_a_run_whose_rows_cannot_be_built_is_a_failed_row(monkeypatch):
 def test_a_failed_runs_own_error_is_kept_when_its_rows_fail(monkeypatch):
     calls = []
 
-    def flaky(placement, placements, topo_links, ranks_per_gpu=1):
+    def flaky(placement, placements, topo_links, *_):
         calls.append(placements)
         if placements:
             raise KeyError("boom")
