@@ -118,6 +118,7 @@ def commit_run(store, slot: RunSlot, run_rows: rows.RunRows, diagnostics: list[d
         "comms": run_rows.comms,
         "transports": run_rows.transports,
         "telemetry": run_rows.telemetry,
+        "nccl_logs": run_rows.nccl_logs,
         "run_phases": run_rows.phases,
         "diagnostics": diagnostics,
     }

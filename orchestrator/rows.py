@@ -43,6 +43,7 @@ class RunRows:
     transports: list[dict]
     telemetry: list[dict]
     phases: list[dict] = field(default_factory=list)
+    nccl_logs: list[dict] = field(default_factory=list)
 
 
 def sweep_row(spec: SweepSpec, sweep_id: str, address: str, n_runs: int, context: dict) -> dict:
@@ -376,7 +377,12 @@ def build_rows(
     )
     telemetry, tel_facts = _telemetry_facts(run_id, trained)
     run.update({"link_class": link_class, **t_facts, **tel_facts})
-    return RunRows(run, steps, ranks, comms, transports, telemetry, phase_rows(run_id, result))
+    logs = [(f"rank {r.rank}", r.nccl_log) for r in records if r.nccl_log]
+    logs += sorted(result.nccl_logs.items())  # a failed or hung run's, read from its nodes
+    return RunRows(
+        run, steps, ranks, comms, transports, telemetry, phase_rows(run_id, result),
+        [{"run_id": run_id, "source": s, "text": t} for s, t in logs],
+    )  # fmt: skip
 
 
 def _nodes(placements: list, records: list[RankRecord]) -> list[dict]:

@@ -121,6 +121,9 @@ FROM transports t JOIN runs r USING (run_id) JOIN sweeps s USING (sweep_id)
 ORDER BY s.name, t.run_id, t.rank, t.channel
 """
 
+NCCL_LOGS_SQL = "SELECT run_id, source, text FROM nccl_logs ORDER BY run_id, source"
+"""Every run's raw NCCL log (a rank's, or a failed run's file read from its node)."""
+
 
 def sweep_name(key: str) -> str:
     return f"selftest-{key}"

@@ -12,6 +12,7 @@ the sweep machinery ``linksweep run`` uses, into one folder:
     nvml-inventory.json   each node's NVML inventory
     nvidia-smi-topo-m.txt, nvidia-smi-q.txt   raw captures on this machine (GPU nodes)
     nccl/transports.csv   the NCCL channels each run's log showed (empty on gloo)
+    nccl/<run_id>-<source>.log   each run's raw NCCL_DEBUG=INFO log (none on gloo)
     hang/                 the hung run's stacks and NCCL flight-recorder dumps, per rank
 
 Which checks exist, which need CUDA, and how each is decided is ``orchestrator/selftest_plan.py``
@@ -33,6 +34,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -252,6 +254,9 @@ def _read_back(out: Path, db: str) -> tuple[list[dict], list[dict]]:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(cols)
         w.writerows(values)
+    for log in rows(plan.NCCL_LOGS_SQL):
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{log['run_id']}-{log['source']}")
+        (out / "nccl" / f"{name}.log").write_text(log["text"])
     (out / "hang").mkdir(exist_ok=True)
     for d in diagnostics:
         stem = f"{out / 'hang'}/{d['run_id']}-r{d['rank']}"

@@ -179,6 +179,12 @@ TABLES: dict[str, str] = {
         transport VARCHAR,
         detail VARCHAR
     """,
+    "nccl_logs": """
+        run_id VARCHAR,
+        source VARCHAR,              -- 'rank N' (the rank returned it) or 'host:path' (read
+                                     -- from the node after a failed or hung run)
+        text VARCHAR                 -- NCCL_DEBUG=INFO output, whole (transports parses it)
+    """,
     "telemetry": """
         run_id VARCHAR,
         rank INTEGER,

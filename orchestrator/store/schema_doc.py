@@ -27,6 +27,7 @@ TABLE_ROWS = {
     "gpus": "GPU of a node (NVML inventory)",
     "gpu_links": "GPU pair of a node (`nvidia-smi topo -m` class: NV#, PIX, PHB, SYS, ...)",
     "transports": "NCCL channel of a rank (parsed NCCL_DEBUG=INFO log)",
+    "nccl_logs": "NCCL log of a run (one per rank, or per leftover file of a failed run)",
     "telemetry": "NVML sample of a rank (every 0.25 s)",
     "link_bench": "link microbenchmark iteration",
     "variant_stats": "variant (stored by orchestrator/stats.py; read through variant_summary)",

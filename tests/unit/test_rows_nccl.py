@@ -91,3 +91,17 @@ def test_failed_run_without_logs_says_unknown():
     assert rows.run["effective_transport"] is None
     assert rows.run["link_check"] == "unknown"
     assert rows.run["nvls"] is None
+
+
+def test_every_nccl_log_is_kept_whole_with_its_source():
+    """The raw logs are stored (``nccl_logs``) besides what was parsed from them: a rank's own
+    log under its rank, a failed run's leftover file under host:path; gloo ranks have none."""
+    log = (NCCL / "nccl_tests_213_nvls_comm.log").read_text()
+    ok = build_rows(
+        SPEC, "s", BY_LINK["default"], "r", RunResult(rank_records=[_rank(0, log), _rank(1, "")]),
+        NOW, NOW,
+    )  # fmt: skip
+    assert ok.nccl_logs == [{"run_id": "r", "source": "rank 0", "text": log}]
+    failed = RunResult(error="boom", nccl_logs={"h:/tmp/x.log": log})
+    rows = build_rows(SPEC, "s", BY_LINK["default"], "r", failed, NOW, NOW)
+    assert rows.nccl_logs == [{"run_id": "r", "source": "h:/tmp/x.log", "text": log}]
