@@ -85,6 +85,9 @@ def test_hung_run_keeps_its_nccl_log_and_leaves_no_files(ray_cluster, write_swee
         "SELECT rank, peer, transport FROM transports WHERE run_id = ? ORDER BY rank", [run_id]
     ).fetchall()
     assert rows == [(0, 1, "NET/Socket"), (0, 1, "NET/Socket")]  # both printed by rank 0
+    logs = con.execute("SELECT source, text FROM nccl_logs WHERE run_id = ?", [run_id]).fetchall()
+    assert [src.endswith(planted["log"]) for src, _ in logs] == [True]  # kept whole, host:path
+    assert "NCCL version 2.21.5" in logs[0][1]
     ok_runs = [r[0] for r in con.execute("SELECT run_id FROM runs WHERE status = 'ok'").fetchall()]
     con.close()
     assert len(ok_runs) == 1
