@@ -54,6 +54,7 @@ def describe_links(
             "rate": None,
             "delay": None,
             "rated_gbps": None,
+            "rated_source": None,
             "description": "",
         }
         if shape is not None:
@@ -66,6 +67,7 @@ def describe_links(
                 "rate": rate,
                 "delay": delay,
                 "rated_gbps": shape.get("rated_gbps"),
+                "rated_source": "tc" if shape.get("rated_gbps") is not None else None,
                 "description": f"emulated link {iface} between network namespaces: "
                 + ", ".join(parts),
             }

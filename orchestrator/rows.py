@@ -458,7 +458,8 @@ def linkbench_rows(
     sweep_id: str, link: str, placement: str, world_size: int, result: RunResult
 ) -> list[dict]:
     """One row per (collective, size, timed iteration); a failed benchmark is one failed row."""
-    base = {"sweep_id": sweep_id, "link": link, "placement": placement, "world_size": world_size}
+    base = {"sweep_id": sweep_id, "link": link, "placement": placement, "world_size": world_size,
+            "source": "linksweep"}  # fmt: skip
     empty = dict.fromkeys(
         ("backend", "op", "msg_bytes", "iteration", "time_s", "algbw_gbps", "busbw_gbps")
     )

@@ -142,5 +142,12 @@ MIGRATIONS: dict[int, list[str]] = {
             )
         ),
         "UPDATE runs SET ranks_per_gpu = 1",
+        # issue 23: nccl-tests output imported beside linksweep's own microbenchmark
+        "ALTER TABLE link_bench ADD COLUMN source VARCHAR",
+        "ALTER TABLE link_bench ADD COLUMN in_place BOOLEAN",
+        "ALTER TABLE link_bench ADD COLUMN wrong BIGINT",
+        "UPDATE link_bench SET source = 'linksweep'",
+        "ALTER TABLE link_descriptions ADD COLUMN rated_source VARCHAR",
+        "UPDATE link_descriptions SET rated_source = 'tc' WHERE rated_gbps IS NOT NULL",
     ],
 }

@@ -207,7 +207,10 @@ TABLES: dict[str, str] = {
         algbw_gbps DOUBLE,
         busbw_gbps DOUBLE,
         status VARCHAR,
-        error VARCHAR
+        error VARCHAR,
+        source VARCHAR,              -- linksweep (our microbenchmark) | nccl-tests (imported) (v4)
+        in_place BOOLEAN,            -- nccl-tests: the in-place columns; NULL for linksweep's
+        wrong BIGINT                 -- nccl-tests' #wrong (or error) column; NULL: N/A or ours
     """,
     # Where a run's seconds go (workloads/contract.py PHASES): one row per run x rank x phase
     # for phases timed in the ranks, rank NULL for the driver's (placement, teardown, commit).
@@ -259,6 +262,13 @@ TABLES: dict[str, str] = {
     """,
     # What each link of a sweep physically is, recorded when the sweep starts: for the emulated
     # cluster the tc shape `cluster up` recorded; elsewhere what the link's env asks NCCL for.
+    # A name for a sweep to compare later ones with (``linksweep baseline set``).
+    "baselines": """
+        name VARCHAR PRIMARY KEY,
+        sweep_id VARCHAR,
+        set_at TIMESTAMPTZ,
+        note VARCHAR                 -- what the user said of it, or NULL
+    """,
     "link_descriptions": """
         sweep_id VARCHAR,
         link VARCHAR,
@@ -267,6 +277,7 @@ TABLES: dict[str, str] = {
         rate VARCHAR,                -- tc rate, e.g. 500mbit; NULL: not shaped or not known
         delay VARCHAR,               -- tc netem delay, e.g. 1ms
         rated_gbps DOUBLE,           -- rate in GB/s (1e9 B/s), comparable with busbw_gbps
+        rated_source VARCHAR,        -- where rated_gbps comes from: tc, nvlink, pcie (v4)
         description VARCHAR          -- one line for people
     """,
     # The link model (orchestrator/linkmodel.py), one row per variant group (all but the link):

@@ -32,6 +32,7 @@ TABLE_ROWS = {
     "link_bench": "link microbenchmark iteration",
     "variant_stats": "variant (stored by orchestrator/stats.py; read through variant_summary)",
     "sensitivity_stats": "variant x non-baseline link (read through link_sensitivity)",
+    "baselines": "named baseline: a sweep later ones are compared with",
     "link_descriptions": "link of a sweep (what it physically is, recorded at sweep start)",
 }
 VIEW_ROWS = {
