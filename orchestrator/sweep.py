@@ -179,11 +179,17 @@ def discover_topology(store, sweep_id: str) -> tuple[dict, dict]:
 
 def record_links(store, spec: SweepSpec, sweep_id: str, address: str) -> None:
     """Each link's physical description (``link_descriptions``): for the emulated cluster the tc
-    shape ``cluster up`` recorded, elsewhere what the link's env asks for."""
+    shape ``cluster up`` recorded, elsewhere what the link's env asks for and its rated rate
+    from the inventory and topology ``discover_topology`` stored just before."""
     from orchestrator.emulated.describe import recorded_link_shapes
     from orchestrator.links import describe_links
 
-    rows_ = describe_links(spec.links, recorded_link_shapes(address), sweep_id)
+    gpus = store.rows(Q.REPORT_GPUS, sweep_id=sweep_id)
+    gpu_links = store.rows(Q.REPORT_GPU_LINKS, sweep_id=sweep_id)
+    rows_ = describe_links(
+        spec.links, recorded_link_shapes(address), sweep_id, gpus, gpu_links,
+        list(spec.grid.placement),
+    )  # fmt: skip
     with store.transaction():
         store.delete("link_descriptions", {"sweep_id": sweep_id})  # a resumed sweep: now
         store.insert("link_descriptions", rows_)

@@ -383,11 +383,14 @@ VIEWS: dict[str, str] = {
         GROUP BY ALL
     """,
     # Every link of a sweep described: its recorded shape, its measured all_reduce busbw at the
-    # largest message the microbenchmark sent, and the topology class and transport its runs saw.
+    # largest message the microbenchmark sent, that busbw as a share of the rated rate (both
+    # GB/s one way), and the topology class and transport its runs saw.
     "link_overview": """
         SELECT d.sweep_id, d.link, d.kind, d.interface, d.rate, d.delay, d.rated_gbps,
-               d.description, bw.msg_bytes AS measured_msg_bytes,
-               bw.busbw_gbps AS measured_busbw_gbps, r.link_classes, r.transports
+               d.rated_source, d.description, bw.msg_bytes AS measured_msg_bytes,
+               bw.busbw_gbps AS measured_busbw_gbps,
+               bw.busbw_gbps / nullif(d.rated_gbps, 0) AS busbw_share,
+               r.link_classes, r.transports
         FROM link_descriptions d
         LEFT JOIN (SELECT sweep_id, link, max(msg_bytes) AS msg_bytes,
                           arg_max(busbw_gbps, msg_bytes) AS busbw_gbps

@@ -70,6 +70,7 @@ VIEW_COLUMNS = {
     ("link_bandwidth", "busbw_gbps"): "algbw x 2(n-1)/n (all_reduce) or x (n-1)/n, GB/s",
     ("link_overview", "measured_msg_bytes"): "largest all_reduce message measured",
     ("link_overview", "measured_busbw_gbps"): "all_reduce busbw at that size, GB/s",
+    ("link_overview", "busbw_share"): "measured busbw / rated_gbps (both GB/s, one way)",
     ("link_overview", "link_classes"): "topology classes of the link's runs (NV#, PHB, NET, ...)",
     ("link_overview", "transports"): "transports NCCL (or gloo) used on the link's runs",
     ("run_summary", "n_steps"): "timed steps (0 for a failed run)",
