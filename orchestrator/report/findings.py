@@ -3,12 +3,14 @@
 ``headline_html`` renders ``orchestrator.headline.build_headline`` (sentences per link plus the
 compact strategy x grad_accum table); ``caveats_html`` is the amber box a CPU/gloo or emulated
 sweep gets, saying what its numbers do and do not show; ``links_html`` lists each link with its
-physical description, rated rate and measured busbw (view ``link_overview``); ``throttling``
+physical description, rated rate and measured busbw as a share of it (view ``link_overview``),
+and flags every GPU whose PCIe link trained below its maximum width; ``throttling``
 says "not checked" wherever GPU telemetry is absent, in every place the report mentions it;
 ``rehearsal_html`` is the box a sweep with one-GPU rehearsal runs gets: a rehearsal of the NCCL
 path, never shown as a link measurement. Pure string functions.
 
-May import: data, markup, orchestrator.headline, orchestrator.links, orchestrator.stats.
+May import: data, markup, orchestrator.headline, orchestrator.links, orchestrator.rated,
+orchestrator.stats.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from orchestrator.headline import Headline, build_headline, extra_vs_predicted
-from orchestrator.links import fmt_gbps, link_label
+from orchestrator.links import fmt_gbps, link_label, share_text
+from orchestrator.rated import pcie_training
 from orchestrator.report.markup import esc
 from orchestrator.stats import INTERVAL_BOOTSTRAP, INTERVAL_LABELS, MIN_RUNS_FOR_CI, rehearsal
 
@@ -157,16 +160,14 @@ def links_html(data: ReportData) -> str:
     for name in names:
         o = ov.get(name, {})
         env = " ".join(f"{k}={v}" for k, v in (env_of.get(name) or {}).items()) or "(no env)"
-        rated = (
-            f"{o['rate']} = {fmt_gbps(o['rated_gbps'])} GB/s"
-            if o.get("rate") and o.get("rated_gbps")
-            else ("unshaped" if o.get("kind") == "emulated" else "not known")
-        )
+        rated = rated_words(o)
         measured = (
             f"{fmt_gbps(o['measured_busbw_gbps'])} GB/s"
             if o.get("measured_busbw_gbps") is not None
             else "not measured"
         )
+        if share_text(o):
+            measured += f" = {share_text(o)}"
         seen = ", ".join(x for x in (o.get("link_classes"), o.get("transports")) if x) or "–"
         base = " (baseline)" if name == data.baseline_link else ""
         trs.append(
@@ -180,7 +181,39 @@ def links_html(data: ReportData) -> str:
         "<th>topology class, transport seen</th></tr></thead><tbody>"
         + "".join(trs)
         + "</tbody></table></div>"
+        + pcie_training_html(data.gpus)
     )
+
+
+def rated_words(o: dict) -> str:
+    """The rated-rate cell: ``500mbit = 0.0625 GB/s``, ``NVLink 300 GB/s``, ``PCIe 31.5 GB/s``,
+    ``unshaped`` or ``not known`` (the description says why)."""
+    gbps = o.get("rated_gbps")
+    if o.get("rate") and gbps:
+        return f"{o['rate']} = {fmt_gbps(gbps)} GB/s"
+    if gbps and o.get("rated_source") in ("nvlink", "pcie"):
+        return f"{'NVLink' if o['rated_source'] == 'nvlink' else 'PCIe'} {fmt_gbps(gbps)} GB/s"
+    return "unshaped" if o.get("kind") == "emulated" else "not known (see what it is)"
+
+
+def pcie_training_html(gpus: list[dict]) -> str:
+    """A caveat for GPUs whose PCIe link trained on fewer lanes than it can (a fault: PCIe and
+    SHM results from them are capped), and a note for a generation below maximum at idle."""
+    faults, notes = [], []
+    for g in gpus:
+        fault, note = pcie_training(g)
+        faults += [fault] if fault else []
+        notes += [note] if note else []
+    out = ""
+    if faults:
+        out += (
+            "<div class='caveat'><b>PCIe trained below its maximum width.</b> "
+            + "; ".join(esc(f) for f in faults)
+            + ". PCIe and SHM transfers from these GPUs get at most that share of the link.</div>"
+        )
+    if notes:
+        out += "<p class='note'>" + "; ".join(esc(n) for n in notes) + ".</p>"
+    return out
 
 
 def extra_rows(data: ReportData) -> list[dict]:

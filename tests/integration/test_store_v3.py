@@ -104,8 +104,12 @@ def test_emulated_link_tc_rate_is_stored_and_shown_with_busbw(tmp_path):
     assert (slow["kind"], slow["rate"], slow["rated_gbps"]) == ("emulated", "500mbit", 0.0625)
     assert (slow["measured_msg_bytes"], slow["measured_busbw_gbps"]) == (2**23, 0.0601)
     assert slow["transports"] == "gloo/tcp"
-    assert link_label("slow", slow) == "slow (tc 500mbit = 0.0625 GB/s; measured busbw 0.0601 GB/s)"
+    assert slow["rated_source"] == "tc" and slow["busbw_share"] == pytest.approx(0.0601 / 0.0625)
+    assert link_label("slow", slow) == (
+        "slow (tc 500mbit = 0.0625 GB/s; measured busbw 0.0601 GB/s = 96% of the tc rate 500mbit)"
+    )
     assert ov["fast"]["rate"] is None and ov["fast"]["measured_busbw_gbps"] is None
+    assert ov["fast"]["busbw_share"] is None  # unshaped: no rated rate, no share
 
 
 def test_v2_database_gets_run_phases_and_keeps_its_runs(tmp_path):

@@ -143,3 +143,33 @@ def test_throttling_is_not_checked_without_telemetry():
     assert throttling(mixed) == (
         "1 of 1 checked run(s) throttled; not checked on 7 run(s) without GPU telemetry"
     )
+
+
+def test_links_table_shows_the_share_of_the_rated_rate_and_flags_narrow_pcie():
+    nv = {
+        "sweep_id": "s1",
+        "link": "nv",
+        "kind": "nccl",
+        "rate": None,
+        "rated_gbps": 300.0,
+        "rated_source": "nvlink",
+        "measured_busbw_gbps": 231.0,
+        "busbw_share": 0.77,
+        "description": "no env change; rated: NV12: NVLink3 12 links x 25 GB/s = 300 GB/s",
+    }
+    slow = OVERVIEW[1] | {"rated_source": "tc", "busbw_share": 0.0601 / 0.0625}
+    gpus = [
+        {"node": "n1", "gpu_index": 0, "pcie_gen_current": 1, "pcie_gen_max": 4,
+         "pcie_width_current": 16, "pcie_width_max": 16},
+        {"node": "n1", "gpu_index": 1, "pcie_gen_current": 4, "pcie_gen_max": 4,
+         "pcie_width_current": 8, "pcie_width_max": 16},
+    ]  # fmt: skip
+    links = LINKS | {"nv": {}}
+    html = links_html(_data(link_overview=[OVERVIEW[0], slow, nv], gpus=gpus,
+                            spec={"links": links}))  # fmt: skip
+    assert "0.0601 GB/s = 96% of the tc rate 500mbit" in html
+    assert "NVLink 300 GB/s" in html and "231 GB/s = 77% of NVLink" in html
+    assert "PCIe trained below its maximum width." in html
+    assert "GPU1 on n1 PCIe trained at x8 of x16" in html
+    assert "GPU0 on n1 PCIe at gen1 of gen4 when read: normal at idle" in html
+    assert "GPU0 on n1 PCIe trained" not in html  # an idle generation is no fault
