@@ -15,7 +15,9 @@ import sys
 
 from orchestrator.cli_help import WORKFLOW
 from orchestrator.commands import (
+    baseline,
     cluster,
+    compare,
     doctor,
     export,
     linkbench,
@@ -35,6 +37,8 @@ COMMANDS = (
     query,
     report,
     project,
+    compare,
+    baseline,
     export,
     topo,
     transports,

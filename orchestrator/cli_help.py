@@ -14,7 +14,8 @@ ADDRESS_HELP = (
 VIEWS_HELP = """views (one row per ...):
   variant_summary   variant: n_runs, median_step_time_s, ci_low_s/ci_high_s + interval_kind
   link_sensitivity  variant x non-baseline link: slowdown, ci_low/ci_high + interval_kind
-  link_overview     link: what it is (tc rate, delay), rated_gbps, measured_busbw_gbps
+  link_overview     link: what it is, rated_gbps (tc/NVLink/PCIe), measured_busbw_gbps,
+                    busbw_share (busbw / rated)
   run_summary       run: status, median/p10/p90 step time, throughput, bytes per step
   link_bandwidth    link x collective x message size: busbw_gbps, algbw_gbps
   step_times        timed step of a run: step_time_s (slowest rank)
@@ -39,3 +40,23 @@ WORKFLOW = f"""workflow:
 {VIEWS_HELP}
 
 {EXIT_CODES}"""
+COMPARE_EPILOG = """examples:
+  linksweep compare 20261122-112240-60a55f 20261123-090000-abcdef      # two sweeps in --db
+  linksweep compare old.duckdb new.duckdb --threshold 10%             # newest sweep of each file
+  linksweep compare old.duckdb:SWEEP_ID new.duckdb --link-map slow=ib  # a link renamed
+  linksweep compare --baseline nightly results.duckdb --format markdown
+verdicts: slower / faster only when the ratio is beyond --threshold AND the runs differ beyond
+their noise (Mann-Whitney U, alpha 0.05, with 5+ runs a side; else the ranges of the runs must
+not overlap); else no change; not comparable when a side has no figure. docs/compare.md
+exit codes:
+  0    no regression beyond the threshold
+  1    a regression: a variant slower, or a slowdown (link / baseline link) grown
+  2    bad input: unknown sweep or baseline, bad --threshold or --link-map, unreadable file,
+       or the workloads differ (model, precision, seq_len, micro_batch_size, world_size)
+       without --force"""
+BASELINE_EPILOG = """examples:
+  linksweep baseline set nightly                   # the newest sweep with runs in --db
+  linksweep baseline set a100-ref --sweep 20261122-112240-60a55f --note "before NCCL 2.21"
+  linksweep baseline list
+  linksweep compare --baseline nightly results.duckdb
+exit codes: 0 done; 2 bad input (no such sweep, unreadable database)"""

@@ -211,6 +211,25 @@ class Store(_Handle):
             )
         return [s["sweep_id"] for s in gone]
 
+    def set_baseline(self, name: str, sweep_id: str, note: str | None) -> str | None:
+        """Name ``sweep_id`` a baseline (``linksweep baseline set``), in one transaction,
+        replacing a baseline of that name; returns the sweep it named before, or None."""
+        with self.transaction():
+            before = self.rows(Q.BASELINE, name=name)
+            self.delete("baselines", {"name": name})
+            self.insert(
+                "baselines",
+                [
+                    {
+                        "name": name,
+                        "sweep_id": sweep_id,
+                        "set_at": dt.datetime.now(dt.timezone.utc),
+                        "note": note,
+                    }
+                ],
+            )
+        return before[0]["sweep_id"] if before else None
+
     @contextmanager
     def transaction(self):
         self.con.execute("BEGIN")

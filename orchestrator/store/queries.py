@@ -277,3 +277,43 @@ BENCH_RUN_STEP_PHASES = _q(
              GROUP BY run_id, phase) p ON p.run_id = r.run_id
        GROUP BY r.seq, r.started_at, r.finished_at ORDER BY r.seq""",
 )
+
+# --- compare and baselines (issue 23: orchestrator/store/snapshot.py, Store.set_baseline) ----
+# The newest sweep that stored a run: what a database file named alone on `compare` stands for.
+COMPARE_NEWEST_SWEEP = _q(
+    "compare_newest_sweep",
+    """SELECT * FROM sweeps s WHERE EXISTS (SELECT 1 FROM runs r WHERE r.sweep_id = s.sweep_id)
+       ORDER BY started_at DESC NULLS LAST LIMIT 1""",
+)
+# Every current run of a sweep (retried failures left out): the variant key, the run figures and
+# what the fingerprint reads. Large per-rank JSON columns are left out.
+COMPARE_RUNS = _q(
+    "compare_runs",
+    """SELECT * EXCLUDE (nodes, link_env, ds_config, variant, rank_env, error)
+              REPLACE (coalesce(throttled, false) AS throttled,
+                       coalesce(ranks_per_gpu, 1) AS ranks_per_gpu)
+       FROM runs WHERE sweep_id = $sweep_id AND superseded_by IS NULL ORDER BY seq""",
+)
+# The microbenchmark's busbw per link x placement x collective x size x source x in-place, every
+# timed iteration in a list: compare takes their median (the value link_bandwidth shows) and
+# needs their spread, which the view does not keep.
+COMPARE_LINKBENCH = _q(
+    "compare_linkbench",
+    """SELECT link, placement, op AS collective, msg_bytes,
+              coalesce(source, 'linksweep') AS source, in_place,
+              list(busbw_gbps ORDER BY iteration) AS busbw_gbps
+       FROM link_bench
+       WHERE sweep_id = $sweep_id AND status = 'ok' AND busbw_gbps > 0
+       GROUP BY ALL ORDER BY ALL""",
+)
+COMPARE_LINK_DESCRIPTIONS = _q(
+    "compare_link_descriptions",
+    "SELECT * FROM link_descriptions WHERE sweep_id = $sweep_id ORDER BY link",
+)
+BASELINES = _q(
+    "baselines",
+    """SELECT b.name, b.sweep_id, b.set_at, b.note, s.name AS sweep_name, s.started_at,
+              (SELECT count(*) FROM runs r WHERE r.sweep_id = b.sweep_id) AS n_runs
+       FROM baselines b LEFT JOIN sweeps s USING (sweep_id) ORDER BY b.name""",
+)
+BASELINE = _q("baseline", "SELECT * FROM baselines WHERE name = $name")

@@ -1,0 +1,94 @@
+"""One sweep's comparable facts, read from a database file read-only (``linksweep compare``,
+``baseline``, ``report --baseline``).
+
+``load_sweep(path, sweep_id)`` opens ``path`` with a :class:`~orchestrator.store.db.Reader` (never
+writes), picks the sweep (``None``: the newest that stored a run) and returns plain rows: the
+sweep (``versions`` and ``spec`` decoded from JSON), its current runs, its microbenchmark busbw per
+iteration, nodes, GPUs, topology links and link descriptions. Two files are read one after the
+other, each closed before the next opens, so two databases (or one, twice) never hold two
+connections at once. Named baselines: ``baselines`` and ``baseline``.
+
+May import: db, queries.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orchestrator.store import queries as Q
+from orchestrator.store.db import Reader, StoreError
+
+
+class NoSuchSweep(StoreError):
+    """The database has no such sweep (or no sweep with runs)."""
+
+
+def _decoded(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _pick(reader: Reader, sweep_id: str | None) -> dict[str, Any]:
+    if sweep_id is None:
+        rows = reader.rows(Q.COMPARE_NEWEST_SWEEP)
+        if not rows:
+            raise NoSuchSweep(f"{reader.path} holds no sweep with runs")
+        return rows[0]
+    rows = reader.rows(Q.SWEEP, sweep_id=sweep_id)
+    if not rows:
+        known = ", ".join(r["sweep_id"] for r in reader.rows(Q.LATEST_SWEEPS, limit=10))
+        raise NoSuchSweep(
+            f"no sweep {sweep_id!r} in {reader.path}; latest sweeps: {known or 'none'}"
+        )
+    return rows[0]
+
+
+def load_sweep(path: str, sweep_id: str | None) -> dict[str, Any]:
+    """``{"db", "sweep", "spec", "runs", "linkbench", "nodes", "gpus", "gpu_links",
+    "link_descriptions"}`` of one sweep. StoreError: unreadable file; NoSuchSweep: no such
+    sweep."""
+    with Reader(path) as reader:
+        sweep = dict(_pick(reader, sweep_id))
+        sid = sweep["sweep_id"]
+        sweep["versions"] = _decoded(sweep.get("versions"))
+        spec = _decoded(sweep.get("spec"))
+        return {
+            "db": path,
+            "sweep": sweep,
+            "spec": spec if isinstance(spec, dict) else {},
+            "runs": reader.rows(Q.COMPARE_RUNS, sweep_id=sid),
+            "linkbench": reader.rows(Q.COMPARE_LINKBENCH, sweep_id=sid),
+            "nodes": reader.rows(Q.REPORT_NODES, sweep_id=sid),
+            "gpus": reader.rows(Q.REPORT_GPUS, sweep_id=sid),
+            "gpu_links": reader.rows(Q.REPORT_GPU_LINKS, sweep_id=sid),
+            "link_descriptions": reader.rows(Q.COMPARE_LINK_DESCRIPTIONS, sweep_id=sid),
+        }
+
+
+def has_sweep(path: str, sweep_id: str) -> bool:
+    with Reader(path) as reader:
+        return bool(reader.rows(Q.SWEEP, sweep_id=sweep_id))
+
+
+def newest_sweep_id(path: str) -> str:
+    """The newest sweep of ``path`` that stored a run. NoSuchSweep when there is none."""
+    with Reader(path) as reader:
+        return str(_pick(reader, None)["sweep_id"])
+
+
+def baselines(path: str) -> list[dict[str, Any]]:
+    """Every named baseline of ``path`` with its sweep's name, start and run count."""
+    with Reader(path) as reader:
+        return reader.rows(Q.BASELINES)
+
+
+def baseline(path: str, name: str) -> dict[str, Any] | None:
+    """The baseline named ``name`` in ``path``, or None."""
+    with Reader(path) as reader:
+        rows = reader.rows(Q.BASELINE, name=name)
+    return rows[0] if rows else None
