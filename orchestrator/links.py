@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from orchestrator.rated import Rated, rated_link
+from orchestrator.rated import Rated, idle_gen_text, rated_link
 
 IFACE_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
@@ -103,8 +103,8 @@ def describe_links(
             text += f"; rated: {rated.text}"
             if rated.faults:
                 text += "; PCIE TRAINED BELOW MAXIMUM: " + "; ".join(rated.faults)
-            if rated.notes:
-                text += "; " + "; ".join(rated.notes)
+            extra = [*rated.notes, idle_gen_text(rated.idle_gen)]
+            text += "".join(f"; {x}" for x in extra if x)
             row |= {"rated_gbps": rated.gbps, "rated_source": rated.source, "description": text}
         out.append(row)
     return out
@@ -139,16 +139,17 @@ def rate_off_emulated(
         return Rated(None, None, "no two GPUs on one node in the topology: no GPU pair to rate")
     faults = tuple(dict.fromkeys(f for x in pairs.values() for f in x.faults))
     notes = tuple(dict.fromkeys(n for x in pairs.values() for n in x.notes))
+    idle = tuple(dict.fromkeys(n for x in pairs.values() for n in x.idle_gen))
     spread = "; spread runs cross nodes (NET): not rated" if "spread" in placements else ""
     distinct = {(x.gbps, x.source, x.text) for x in pairs.values()}
     if len(distinct) == 1:
         one = next(iter(pairs.values()))
         every = "every GPU pair, " if len(pairs) > 1 else ""
-        return Rated(one.gbps, one.source, every + one.text + spread, faults, notes)
+        return Rated(one.gbps, one.source, every + one.text + spread, faults, notes, idle)
     words = sorted({x.text for x in pairs.values()})
     return Rated(
         None, None, "depends on the GPUs a run gets (see link_classes): " + " | ".join(words)
-        + spread, faults, notes,
+        + spread, faults, notes, idle,
     )  # fmt: skip
 
 

@@ -98,7 +98,21 @@ class Rated:
     faults: tuple[str, ...] = ()
     """PCIe links trained below their maximum width, one sentence each (flagged)."""
     notes: tuple[str, ...] = ()
-    """Readings worth saying that are not faults (a generation below maximum at idle)."""
+    """Readings worth saying that are not faults (fewer active NVLinks than the class says)."""
+    idle_gen: tuple[str, ...] = ()
+    """GPUs read below their maximum PCIe generation (``GPU0 on n1 gen1 of gen4``): normal at
+    idle, said once with ``idle_gen_text``."""
+
+
+def idle_gen_text(idle_gen: Sequence[str]) -> str:
+    """One sentence for GPUs read below their maximum PCIe generation; '' for none."""
+    if not idle_gen:
+        return ""
+    return (
+        f"PCIe below its maximum generation when read ({', '.join(idle_gen)}): normal at idle "
+        "(NVML's current generation drops while the GPU idles), a fault only if it stays low "
+        "under load"
+    )
 
 
 def pcie_gbps(gen: int | None, width: int | None) -> float | None:
@@ -126,8 +140,9 @@ def _gpu(g: Mapping[str, Any]) -> str:
 
 
 def pcie_training(g: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """(fault, note) of one GPU's PCIe link: a width below its maximum is a fault; a generation
-    below its maximum only a note (NVML's current generation drops at idle)."""
+    """(fault, idle) of one GPU's PCIe link: a width below its maximum is a fault (a sentence);
+    a generation below its maximum only noted (``GPU0 on n1 gen1 of gen4``; ``idle_gen_text``
+    says why that is normal at idle)."""
     fault = note = None
     wc, wm = g.get("pcie_width_current"), g.get("pcie_width_max")
     gc, gm = g.get("pcie_gen_current"), g.get("pcie_gen_max")
@@ -137,17 +152,14 @@ def pcie_training(g: Mapping[str, Any]) -> tuple[str | None, str | None]:
             "(reseat the card, check the riser); the width does not drop at idle"
         )
     if gc and gm and gc < gm:
-        note = (
-            f"{_gpu(g)} PCIe at gen{gc} of gen{gm} when read: normal at idle (NVML's current "
-            "generation drops while the GPU idles); a fault only if it stays low under load"
-        )
+        note = f"{_gpu(g)} gen{gc} of gen{gm}"
     return fault, note
 
 
 def _pcie(gpus: Sequence[Mapping[str, Any]], why: str) -> Rated:
     """The slower of the GPUs' PCIe links, with their training faults and notes."""
     faults = tuple(f for f, _ in map(pcie_training, gpus) if f)
-    notes = tuple(n for _, n in map(pcie_training, gpus) if n)
+    idle = tuple(n for _, n in map(pcie_training, gpus) if n)
     if not gpus:
         return Rated(None, None, f"{why}; no GPU inventory to read PCIe from")
     rates = [(pcie_gbps(g.get("pcie_gen_max"), g.get("pcie_width_max")), g) for g in gpus]
@@ -155,14 +167,14 @@ def _pcie(gpus: Sequence[Mapping[str, Any]], why: str) -> Rated:
     if missing:
         return Rated(
             None, None, f"{why}; PCIe generation/width not reported for {', '.join(missing)}",
-            faults, notes,
+            faults, idle_gen=idle,
         )  # fmt: skip
     gbps, g = min(rates, key=lambda x: x[0])
     text = (
         f"{why}: PCIe gen{g['pcie_gen_max']} x{g['pcie_width_max']} = {gbps:.1f} GB/s per "
         "direction (line rate)"
     )
-    return Rated(gbps, "pcie", text, faults, notes)
+    return Rated(gbps, "pcie", text, faults, idle_gen=idle)
 
 
 def rated_link(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.headline import Headline, build_headline, extra_vs_predicted
 from orchestrator.links import fmt_gbps, link_label, share_text
-from orchestrator.rated import pcie_training
+from orchestrator.rated import idle_gen_text, pcie_training
 from orchestrator.report.markup import esc
 from orchestrator.stats import INTERVAL_BOOTSTRAP, INTERVAL_LABELS, MIN_RUNS_FOR_CI, rehearsal
 
@@ -212,7 +212,7 @@ def pcie_training_html(gpus: list[dict]) -> str:
             + ". PCIe and SHM transfers from these GPUs get at most that share of the link.</div>"
         )
     if notes:
-        out += "<p class='note'>" + "; ".join(esc(n) for n in notes) + ".</p>"
+        out += f"<p class='note'>{esc(idle_gen_text(notes))}.</p>"
     return out
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from orchestrator.discovery import node_rows
 from orchestrator.links import describe_links, link_label
-from orchestrator.rated import nvlink_per_link, pcie_gbps, pcie_training, rated_link
+from orchestrator.rated import idle_gen_text, nvlink_per_link, pcie_gbps, pcie_training, rated_link
 
 TOPO = Path(__file__).parents[1] / "data" / "topo"
 
@@ -93,9 +93,10 @@ def test_a_gen4_x8_trained_link_is_flagged_and_rated_at_its_maximum():
 def test_an_idle_gen1_reading_is_a_note_not_a_fault():
     g = gpu(0, RTX4090, gen_now=1)
     fault, note = pcie_training(g)
-    assert fault is None and "gen1 of gen4" in note and "normal at idle" in note
+    assert fault is None and note == "GPU0 on n1 gen1 of gen4"
     r = rated_link("PIX", [g, gpu(1, RTX4090)])
-    assert r.gbps == pytest.approx(31.5, abs=0.05) and not r.faults and r.notes == (note,)
+    assert r.gbps == pytest.approx(31.5, abs=0.05) and not r.faults and r.idle_gen == (note,)
+    assert "normal at idle" in idle_gen_text(r.idle_gen) and idle_gen_text(()) == ""
 
 
 def test_sys_is_a_pcie_upper_bound_and_says_so():
@@ -163,6 +164,14 @@ def test_rtx4090x8_all_sys_with_a_narrow_link_flagged_in_the_description():
     row = _describe({"pcie": {}}, "go_gpuallocator_17_rtx4090x8.txt", gpus)["pcie"]
     assert row["rated_source"] == "pcie" and row["rated_gbps"] == pytest.approx(31.5, abs=0.05)
     assert "PCIE TRAINED BELOW MAXIMUM: GPU3 on n1 PCIe trained at x8 of x16" in row["description"]
+
+
+def test_idle_generations_are_said_once_per_link():
+    gpus = [gpu(i, RTX4090, gen_now=1) for i in range(8)]
+    row = _describe({"pcie": {}}, "go_gpuallocator_17_rtx4090x8.txt", gpus)["pcie"]
+    assert "TRAINED BELOW" not in row["description"]
+    assert row["description"].count("normal at idle") == 1
+    assert "(GPU0 on n1 gen1 of gen4, GPU1 on n1 gen1 of gen4," in row["description"]
 
 
 def test_mixed_classes_leave_the_rate_null_with_each_class_in_words():

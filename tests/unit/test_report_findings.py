@@ -171,5 +171,5 @@ def test_links_table_shows_the_share_of_the_rated_rate_and_flags_narrow_pcie():
     assert "NVLink 300 GB/s" in html and "231 GB/s = 77% of NVLink" in html
     assert "PCIe trained below its maximum width." in html
     assert "GPU1 on n1 PCIe trained at x8 of x16" in html
-    assert "GPU0 on n1 PCIe at gen1 of gen4 when read: normal at idle" in html
+    assert "when read (GPU0 on n1 gen1 of gen4): normal at idle" in html
     assert "GPU0 on n1 PCIe trained" not in html  # an idle generation is no fault
