@@ -1,7 +1,7 @@
 """``linksweep report``: one sweep's report.html (headline first) and its PNG figures.
 
-May import: shared, orchestrator.cli_help, orchestrator.errors, orchestrator.report,
-orchestrator.store.
+May import: shared, orchestrator.cli_help, orchestrator.compare, orchestrator.errors,
+orchestrator.report, orchestrator.store.
 """
 
 from __future__ import annotations
@@ -30,7 +30,35 @@ def add_parser(sub) -> None:
     rp.add_argument(
         "--out", default="report", help="output folder, created if missing (default: ./report)"
     )
+    rp.add_argument(
+        "--baseline",
+        default=None,
+        metavar="NAME",
+        help="add a 'Compared with baseline' section: this sweep against the sweep named NAME "
+        "by `linksweep baseline set` in --db (threshold 5%%; see `linksweep compare`)",
+    )
     rp.set_defaults(func=main)
+
+
+def baseline_comparison(db: str, name: str, sweep_id: str) -> dict | None:
+    """``compare``'s JSON of sweep ``sweep_id`` against the baseline ``name`` of ``db``; None
+    after saying why not (no such baseline, unreadable sweep)."""
+    from orchestrator.compare import CompareError, SweepFacts, compare_sweeps, comparison_json
+    from orchestrator.store import StoreError
+    from orchestrator.store.snapshot import baseline, baselines, load_sweep
+
+    try:
+        row = baseline(db, name)
+        if row is None:
+            names = ", ".join(b["name"] for b in baselines(db)) or "none"
+            err(f"--baseline {name}: no such baseline in {db}; baselines: {names}")
+            return None
+        base = SweepFacts(**load_sweep(db, str(row["sweep_id"])))
+        cand = SweepFacts(**load_sweep(db, sweep_id))
+        return comparison_json(compare_sweeps(base, cand))
+    except (StoreError, CompareError) as exc:
+        err(f"--baseline {name}: {exc}")
+        return None
 
 
 def main(args: argparse.Namespace) -> int:
@@ -50,6 +78,15 @@ def main(args: argparse.Namespace) -> int:
     except (StoreError, ReportError) as exc:
         err(str(exc))
         return EXIT_BAD_INPUT
+    extra, baseline_png = [], None
+    if args.baseline:
+        doc = baseline_comparison(db, args.baseline, data.sweep["sweep_id"])
+        if doc is None:
+            return EXIT_BAD_INPUT
+        from orchestrator.report.baseline_view import baseline_section
+
+        html, baseline_png = baseline_section(args.baseline, doc)
+        extra.append(("baseline", f"Compared with baseline {args.baseline}", html))
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as exc:
@@ -61,6 +98,12 @@ def main(args: argparse.Namespace) -> int:
 
     figures = build_figures(data)
     written = []
+    if baseline_png is not None:
+        from orchestrator.report.baseline_view import FIGURE
+
+        with open(os.path.join(out_dir, FIGURE), "wb") as fh:
+            fh.write(baseline_png)
+        written.append(os.path.join(out_dir, FIGURE))
     for f in figures:
         path = os.path.join(out_dir, f.name)
         if f.png is not None:
@@ -71,7 +114,7 @@ def main(args: argparse.Namespace) -> int:
             os.remove(path)  # a stale figure from an earlier report would mix two sweeps
     report = os.path.join(out_dir, "report.html")
     with open(report, "w", encoding="utf-8") as fh:
-        fh.write(render_html(data, figures))
+        fh.write(render_html(data, figures, extra))
     print(f"report of sweep {data.sweep['sweep_id']} ({data.sweep.get('name')}):")
     for path in [report, *written]:
         print(f"  {path}")

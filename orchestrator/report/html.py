@@ -114,8 +114,13 @@ RUN_COLS = (
 )  # fmt: skip
 
 
-def render_html(data: ReportData, figures: Sequence[FigureResult]) -> str:
-    """The whole report as one self-contained HTML string."""
+def render_html(
+    data: ReportData,
+    figures: Sequence[FigureResult],
+    extra_sections: Sequence[tuple[str, str, str]] = (),
+) -> str:
+    """The whole report as one self-contained HTML string. ``extra_sections``: (id, title,
+    HTML) placed after the links, e.g. "Compared with baseline" (``report --baseline``)."""
     s = data.sweep
     runs = data.runs
     spec = data.spec
@@ -145,6 +150,7 @@ def render_html(data: ReportData, figures: Sequence[FigureResult]) -> str:
     sections = [
         ("links", "Links: what each one is, rated and measured", links_html(data)
          or missing("The sweep file names no links.")),
+        *extra_sections,
         ("classic", "Time per step by link (the classic table)", classic_tables(data)),
         ("predicted", "Measured extra step time vs predicted communication time",
          "<p class='note'>Per variant: how much longer a step takes on the link than on the "

@@ -201,3 +201,18 @@ def test_bad_input_exits_2(dbs, capsys, argv, message):
     capsys.readouterr()
     assert main(["compare", *argv, "--db", dbs["both"]]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_report_with_a_baseline(dbs, tmp_path, capsys):
+    db, out = dbs["both"], tmp_path / "rep"
+    assert main(["baseline", "set", "before", "--db", db, "--sweep", "base"]) == 0
+    assert main(["report", "--db", db, "--sweep", "cand", "--baseline", "before",
+                 "--out", str(out)]) == 0  # fmt: skip
+    html = (out / "report.html").read_text()
+    assert "Compared with baseline before" in html
+    assert "4 regression(s) beyond 5% and the noise against baseline before" in html
+    assert (out / "compared_with_baseline.png").read_bytes()[:4] == b"\x89PNG"
+    capsys.readouterr()
+    assert main(["report", "--db", db, "--baseline", "nope", "--out", str(tmp_path / "x")]) == 2
+    assert "no such baseline" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
