@@ -30,7 +30,9 @@ def add_parser(sub) -> None:
         epilog=BASELINE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    bsub = bp.add_subparsers(dest="action", required=True, metavar="ACTION")
+    bsub = bp.add_subparsers(
+        dest="action", required=True, metavar="ACTION", help="set or list (required)"
+    )
     bs = bsub.add_parser("set", help="name a sweep (default: the newest with runs)")
     bs.add_argument("name", metavar="NAME")
     bs.add_argument("--sweep", default=None, help="sweep id (default: the newest with runs)")

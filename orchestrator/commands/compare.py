@@ -29,6 +29,8 @@ FORMATS = ("table", "markdown", "json")
 def add_parser(sub) -> None:
     cp = sub.add_parser(
         "compare",
+        usage="linksweep compare BASELINE CANDIDATE [options]\n"
+        "       linksweep compare --baseline NAME CANDIDATE [options]",
         help="compare two sweeps (or a named baseline and a sweep); exit 1 on a regression",
         description="Compare a candidate sweep with a baseline: variants matched on the variant "
         "key, median step time, slowdowns, tokens/s, MFU and link busbw, each with a ratio, its "
@@ -40,16 +42,17 @@ def add_parser(sub) -> None:
     cp.add_argument(
         "sides",
         nargs="+",
-        metavar="BASELINE CANDIDATE",
-        help="each a sweep id (in --db), a database file (its newest sweep with runs) or "
-        "PATH:SWEEP_ID; with --baseline NAME give only the CANDIDATE",
+        metavar="SIDE",
+        help="BASELINE CANDIDATE: each a sweep id (in --db), a database file (its newest sweep "
+        "with runs) or PATH:SWEEP_ID; with --baseline NAME only the CANDIDATE",
     )
     cp.add_argument(
         "--baseline",
         dest="baseline_name",
         metavar="NAME",
         default=None,
-        help="the baseline is the sweep named NAME by `linksweep baseline set` in --db",
+        help="the baseline is the sweep named NAME by `linksweep baseline set` in --db "
+        "(default: none: the first side is the baseline)",
     )
     cp.add_argument("--db", default="results.duckdb", help=DB_HELP)
     cp.add_argument(
@@ -63,14 +66,15 @@ def add_parser(sub) -> None:
         action="extend",
         default=[],
         metavar="OLD=NEW",
-        help="the baseline's link OLD is the candidate's link NEW (links match by name otherwise)",
+        help="the baseline's link OLD is the candidate's link NEW (default: none; links match "
+        "by name)",
     )
     cp.add_argument("--format", choices=FORMATS, default="table", help="(default: table)")
     cp.add_argument(
         "--force",
         action="store_true",
         help="compare even when the workload differs (model, precision, seq_len, "
-        "micro_batch_size, world_size)",
+        "micro_batch_size, world_size) (default: off: exit 2 naming the fields)",
     )
     cp.set_defaults(func=main)
 

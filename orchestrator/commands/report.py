@@ -35,7 +35,8 @@ def add_parser(sub) -> None:
         default=None,
         metavar="NAME",
         help="add a 'Compared with baseline' section: this sweep against the sweep named NAME "
-        "by `linksweep baseline set` in --db (threshold 5%%; see `linksweep compare`)",
+        "by `linksweep baseline set` in --db (threshold 5%%; see `linksweep compare`; "
+        "default: none)",
     )
     rp.set_defaults(func=main)
 
