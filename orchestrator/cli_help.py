@@ -17,7 +17,7 @@ VIEWS_HELP = """views (one row per ...):
   link_overview     link: what it is, rated_gbps (tc/NVLink/PCIe), measured_busbw_gbps,
                     busbw_share (busbw / rated)
   run_summary       run: status, median/p10/p90 step time, throughput, bytes per step
-  link_bandwidth    link x collective x message size: busbw_gbps, algbw_gbps
+  link_bandwidth    link x collective x message size x source: busbw_gbps, algbw_gbps
   step_times        timed step of a run: step_time_s (slowest rank)
 interval_kind: range = min-max of the runs (fewer than 5 runs per variant), bootstrap95 =
 95% percentile-bootstrap interval of the median (5 runs or more). Full schema: docs/schema.md"""
@@ -60,3 +60,15 @@ BASELINE_EPILOG = """examples:
   linksweep baseline list
   linksweep compare --baseline nightly results.duckdb
 exit codes: 0 done; 2 bad input (no such sweep, unreadable database)"""
+IMPORT_EPILOG = """what the file must contain: an nccl-tests table (its '#  size  count  type ...'
+header line and rows; launcher prefixes such as '[1,0]<stdout>:' or '0: ' are fine) or -J JSON;
+which collective it measured ('# Collective test starting: all_reduce_perf', a command line
+naming all_reduce_perf, the JSON's args), else --op; the world size from its '#  Rank N ...'
+banners, else --world-size, else busbw/algbw where that decides it.
+examples:
+  linksweep import nccl-tests all_reduce.txt --link nvlink --sweep 20261122-112240-60a55f
+  linksweep import nccl-tests slurm-1790.out --link ib --op all_gather --world-size 16
+  linksweep query "SELECT link, collective, msg_bytes, source, in_place, busbw_gbps
+                   FROM link_bandwidth ORDER BY ALL"
+exit codes: 0 imported; 2 bad input (unreadable file, unknown --sweep, already imported),
+nothing written"""

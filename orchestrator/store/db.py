@@ -7,10 +7,11 @@ of ``orchestrator/store/queries.py``; ``read_query`` runs a user's own SQL (``li
 
 Where data changes, by name: ``Store.insert``/``update``/``delete`` in a transaction (the driver),
 ``Store.commit_spooled`` (spooled runs, ``spool.py``), ``Store.mark_interrupted`` (sweeps whose
-driver is gone), and ``bring_up_to_date``, the one write a reading command makes before it
-reads. Opening for writing (``Store``) creates or upgrades the schema in a transaction
-(``migrations.MIGRATIONS``) and nothing else; opening read-only never writes. A newer or foreign
-database is refused with a clear message and left unchanged.
+driver is gone), ``Store.import_link_bench`` (``linksweep import``), and ``bring_up_to_date``,
+the one write a reading command makes before it reads. Opening for writing (``Store``) creates
+or upgrades the schema in a transaction (``migrations.MIGRATIONS``) and nothing else; opening
+read-only never writes. A newer or foreign database is refused with a clear message and left
+unchanged.
 
 May import: columnar, liveness, migrations, queries, schema, spool, duckdb.
 """
@@ -18,6 +19,7 @@ May import: columnar, liveness, migrations, queries, schema, spool, duckdb.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -210,6 +212,24 @@ class Store(_Handle):
                 {"status": "interrupted", "finished_at": sweep.get("heartbeat_at") or now},
             )
         return [s["sweep_id"] for s in gone]
+
+    def import_link_bench(
+        self, rows: Sequence[dict[str, Any]], new_sweep: dict[str, Any] | None, record: dict
+    ) -> None:
+        """Rows read from another tool's output (``linksweep import nccl-tests``) into
+        ``link_bench``, in one transaction: with ``new_sweep`` its sweeps row is inserted first;
+        otherwise the rows join ``rows[0]['sweep_id']``, whose spec JSON gains ``record`` (what
+        was imported: file, avg busbw, ...) in its ``imports`` list."""
+        with self.transaction():
+            if new_sweep is not None:
+                self.insert("sweeps", [new_sweep])
+            else:
+                sweep_id = rows[0]["sweep_id"]
+                spec = json.loads(self.rows(Q.SWEEP, sweep_id=sweep_id)[0]["spec"] or "{}")
+                spec = spec if isinstance(spec, dict) else {"spec": spec}
+                spec["imports"] = [*spec.get("imports", []), record]
+                self.update("sweeps", {"sweep_id": sweep_id}, {"spec": json.dumps(spec)})
+            self.insert("link_bench", rows)
 
     def set_baseline(self, name: str, sweep_id: str, note: str | None) -> str | None:
         """Name ``sweep_id`` a baseline (``linksweep baseline set``), in one transaction,

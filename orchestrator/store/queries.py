@@ -97,7 +97,7 @@ LINK_ALGBW = _q(
     "link_algbw",
     """SELECT collective AS op, msg_bytes, algbw_gbps FROM link_bandwidth
        WHERE sweep_id = $sweep_id AND link = $link AND placement = $placement
-         AND algbw_gbps > 0""",
+         AND source = 'linksweep' AND algbw_gbps > 0""",
 )
 
 # --- the link model (orchestrator/linkmodel.py) --------------------------------------------
@@ -117,7 +117,7 @@ LINK_BUSBW = _q(
               coalesce(max(busbw_gbps) FILTER (WHERE collective = 'all_reduce'),
                        max(busbw_gbps)) AS busbw_gbps
        FROM (SELECT link, placement, collective, busbw_gbps FROM link_bandwidth
-             WHERE sweep_id = $sweep_id AND busbw_gbps > 0
+             WHERE sweep_id = $sweep_id AND source = 'linksweep' AND busbw_gbps > 0
              QUALIFY row_number() OVER (PARTITION BY link, placement, collective
                                         ORDER BY msg_bytes DESC) = 1)
        GROUP BY link, placement""",
@@ -170,7 +170,7 @@ BANDWIDTH_TABLE = _q(
     "bandwidth_table",
     """SELECT link, placement, collective, msg_bytes, iterations, time_s, algbw_gbps,
               busbw_gbps
-       FROM link_bandwidth WHERE sweep_id = $sweep_id
+       FROM link_bandwidth WHERE sweep_id = $sweep_id AND source = 'linksweep'
        ORDER BY link, placement, collective, msg_bytes""",
 )
 
@@ -191,7 +191,18 @@ REPORT_STEP_TIMES = _q(
         FROM step_times st JOIN runs r ON r.run_id = st.run_id
         WHERE r.sweep_id = $sweep_id AND {included_run_sql("r")}""",
 )
-REPORT_BANDWIDTH = _q("report_bandwidth", "SELECT * FROM link_bandwidth WHERE sweep_id = $sweep_id")
+REPORT_BANDWIDTH = _q(
+    "report_bandwidth",
+    "SELECT * FROM link_bandwidth WHERE sweep_id = $sweep_id AND source = 'linksweep'",
+)
+# nccl-tests' figures imported into the sweep (linksweep import nccl-tests --sweep), shown beside
+# linksweep's own per link x collective x size (report/nccltests_view.py).
+REPORT_BANDWIDTH_NCCL_TESTS = _q(
+    "report_bandwidth_nccl_tests",
+    """SELECT link, collective, msg_bytes, in_place, world_size, iterations, busbw_gbps
+       FROM link_bandwidth WHERE sweep_id = $sweep_id AND source = 'nccl-tests'
+       ORDER BY link, collective, msg_bytes, in_place""",
+)
 REPORT_BENCH_FAILURES = _q(
     "report_bench_failures",
     """SELECT link, placement, op, status, count(*) AS n_rows, min(error) AS error
@@ -299,12 +310,14 @@ COMPARE_RUNS = _q(
 # needs their spread, which the view does not keep.
 COMPARE_LINKBENCH = _q(
     "compare_linkbench",
-    """SELECT link, placement, op AS collective, msg_bytes,
-              coalesce(source, 'linksweep') AS source, in_place,
+    """SELECT link, placement, collective, msg_bytes, source, in_place,
               list(busbw_gbps ORDER BY iteration) AS busbw_gbps
-       FROM link_bench
-       WHERE sweep_id = $sweep_id AND status = 'ok' AND busbw_gbps > 0
-       GROUP BY ALL ORDER BY ALL""",
+       FROM (SELECT link, placement, op AS collective, msg_bytes,
+                    coalesce(source, 'linksweep') AS source, in_place, iteration, busbw_gbps
+             FROM link_bench
+             WHERE sweep_id = $sweep_id AND status = 'ok' AND busbw_gbps > 0)
+       GROUP BY link, placement, collective, msg_bytes, source, in_place
+       ORDER BY link, placement, collective, msg_bytes, source, in_place""",
 )
 COMPARE_LINK_DESCRIPTIONS = _q(
     "compare_link_descriptions",
@@ -317,3 +330,11 @@ BASELINES = _q(
        FROM baselines b LEFT JOIN sweeps s USING (sweep_id) ORDER BY b.name""",
 )
 BASELINE = _q("baseline", "SELECT * FROM baselines WHERE name = $name")
+
+# --- linksweep import nccl-tests (issue 23) -------------------------------------------------
+# What an import must not repeat: the ops of a link already imported into a sweep.
+IMPORTED_OPS = _q(
+    "imported_ops",
+    """SELECT DISTINCT op FROM link_bench
+       WHERE sweep_id = $sweep_id AND link = $link AND source = 'nccl-tests' ORDER BY op""",
+)

@@ -371,10 +371,15 @@ VIEWS: dict[str, str] = {
                baseline_link, slowdown, ci_low, ci_high, interval_kind
         FROM sensitivity_stats
     """,
-    # The link microbenchmark's figure per (link, placement, collective, size): medians over
-    # iterations. Computed here only; the driver prices communication from this view.
+    # The link microbenchmark's figure per (link, placement, collective, size, source,
+    # in-place): medians over iterations. Computed here only; the driver prices communication
+    # from this view (linksweep's own rows only). source: linksweep (our microbenchmark) or
+    # nccl-tests (imported: its own printed figures, one row per size, or per repeat of a size);
+    # in_place: nccl-tests' in-place columns (NULL for linksweep's rows). The two sources and the
+    # two nccl-tests placements never pool: each is its own group.
     "link_bandwidth": """
         SELECT sweep_id, link, placement, backend, world_size, op AS collective, msg_bytes,
+               coalesce(source, 'linksweep') AS source, in_place,
                count(*) AS iterations,
                median(time_s) AS time_s,
                median(algbw_gbps) AS algbw_gbps,
@@ -394,7 +399,8 @@ VIEWS: dict[str, str] = {
         FROM link_descriptions d
         LEFT JOIN (SELECT sweep_id, link, max(msg_bytes) AS msg_bytes,
                           arg_max(busbw_gbps, msg_bytes) AS busbw_gbps
-                   FROM link_bandwidth WHERE collective = 'all_reduce'
+                   FROM link_bandwidth
+                   WHERE collective = 'all_reduce' AND source = 'linksweep'
                    GROUP BY sweep_id, link) bw USING (sweep_id, link)
         LEFT JOIN (SELECT sweep_id, link,
                           string_agg(DISTINCT link_class, ', ') AS link_classes,

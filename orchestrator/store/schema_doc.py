@@ -63,8 +63,14 @@ VIEW_COLUMNS = {
     ("link_sensitivity", "ci_low"): "low end of the slowdown's interval; kind: interval_kind",
     ("link_sensitivity", "ci_high"): "high end of the slowdown's interval",
     ("link_sensitivity", "interval_kind"): INTERVAL.replace("the runs", "run-pair ratios"),
-    ("link_bandwidth", "collective"): "all_reduce | all_gather | reduce_scatter",
-    ("link_bandwidth", "iterations"): "timed iterations",
+    ("link_bandwidth", "collective"): "all_reduce | all_gather | reduce_scatter (nccl-tests "
+    "imports also all_to_all | broadcast | reduce)",
+    ("link_bandwidth", "source"): "linksweep (our microbenchmark) | nccl-tests (imported: "
+    "its printed figures); never pooled",
+    ("link_bandwidth", "in_place"): "nccl-tests' in-place columns (true) or out-of-place "
+    "(false); NULL for linksweep's",
+    ("link_bandwidth", "iterations"): "timed iterations (nccl-tests: repeats of the size in "
+    "the file, usually 1)",
     ("link_bandwidth", "time_s"): "median over iterations of the slowest rank's time",
     ("link_bandwidth", "algbw_gbps"): "msg_bytes / time_s, GB/s (1e9 B/s)",
     ("link_bandwidth", "busbw_gbps"): "algbw x 2(n-1)/n (all_reduce) or x (n-1)/n, GB/s",

@@ -1,0 +1,481 @@
+"""nccl-tests output -> rows: the parser behind ``linksweep import nccl-tests`` (pure; no I/O).
+
+Reads what ``all_reduce_perf`` and its siblings print (text) or write with ``-J`` (JSON), so
+their figures can sit beside linksweep's own busbw in ``link_bench`` (``source='nccl-tests'``).
+Every figure is nccl-tests' own: busbw, algbw and time are the printed cells (or the JSON's
+numbers), never recomputed. Units as nccl-tests prints them: time in microseconds, bandwidths in
+GB/s (1e9 B/s, src/*.cu ``/ 1.0E9 / sec``), size in bytes ("size" column = the whole buffer:
+all_reduce's buffer, all_gather's output, reduce_scatter's input; src/common.cu
+``max(sendBytes, expectedBytes)``), the same convention as linksweep's microbenchmark.
+
+Text layouts, read from the column header so every version parses the same way
+(NVIDIA/nccl-tests src/common.cu and src/util.cu, read at each layout's commit):
+
+- 2.13 and later: ``size count type redop root`` then ``time algbw busbw #wrong`` out-of-place
+  and again in-place; ``redop`` is ``none`` and ``root`` is ``-1`` where they do not apply.
+- before 2.13 (commit 51af557): no ``root`` column except on rooted ops (broadcast has ``root``
+  and no ``redop``; all_gather neither), and ``error`` instead of ``#wrong``: the largest
+  deviation from the expected values (``0e+00``), not a count; kept as ``max_error``.
+- ``N/A`` in ``#wrong``/``error`` when validation is off (``-c 0``); a blank ``redop`` cell
+  (old alltoall) is read as no redop. ``-C 1`` names the time column ``cputime``; ``-S 1`` adds
+  a timestamp and ``-I 1`` per-iteration columns, both ignored.
+- Lines may carry a launcher's prefix (``[1,0]<stdout>:`` from mpirun --tag-output, ``0: `` from
+  srun -l, ``rank 0:``) and indentation; NCCL INFO lines may interleave with the table.
+- Around the table: ``#  Rank  0 Group  0 Pid ... on HOST device 0 [...] GPU`` banners (the
+  world size and hosts), ``# Avg bus bandwidth : X`` and ``# Out of bounds values : N``.
+
+Which collective a table measured: ``# Collective test starting: all_reduce_perf`` (nccl-tests
+2.17.4+), else the binary named in the file before the table (a command line such as
+``mpirun ... ./build/all_reduce_perf -b 8``), else the caller's ``op`` (``--op``). A file that
+names one op while ``--op`` says another is refused.
+
+JSON (``-J FILE.json``, nccl-tests 2.17.4+; src/util.cu ``JSON_FILE_VERSION`` 1 to 3): ``args``
+(argv: the binary, hence the op), ``config`` (nthreads, ngpus, devices: one entry per process),
+``results`` (size, count, type, redop, root as a padded string, ``out_of_place``/``in_place``
+objects with ``time`` or ``cpu_time``, ``alg_bw``, ``bus_bw``, ``nwrong``: null without
+validation), ``average_bus_bandwidth.bandwidth`` (spelt ``average_bus_bandwidith``/
+``bandwidith`` before commit 85ca91d), ``out_of_bounds.count``. Booleans are written as the
+strings "true"/"false" and NaN as "nan".
+
+Errors: :class:`NcclTestsError`, whose message names the line (text) or the result (JSON).
+
+May import: comm_model, nccltests_json, workloads.contract.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from orchestrator.comm_model import busbw_factor
+from workloads.contract import canonical_op
+
+BINARIES = (
+    "all_reduce", "all_gather", "reduce_scatter", "alltoall", "alltoallv", "broadcast", "reduce",
+    "sendrecv", "gather", "scatter", "hypercube",
+)  # fmt: skip
+"""nccl-tests' binaries (``<name>_perf``); those outside ``workloads.contract.CANONICAL_OPS``
+(sendrecv, gather, scatter, hypercube, alltoallv) are refused: linksweep measures none of them."""
+
+_PREFIX = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:(?=\s|$)|rank\s*\d+\s*:)", re.I)
+BINARY_RE = re.compile(
+    r"(?<![A-Za-z0-9_])(" + "|".join(sorted(BINARIES, key=len, reverse=True)) + r")_perf"
+)
+_STARTING = re.compile(r"#\s*Collective test (?:starting|concluded):\s*(\S+)")
+_BANNER = re.compile(
+    r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)"
+)
+_AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(\S+)")
+_OOB = re.compile(r"#\s*Out of bounds values\s*:\s*(\d+)")
+_VERSION = re.compile(r"#\s*(?:nccl|rccl)-tests version\s+(\S+)")
+_NCCL_VERSION = re.compile(r"NCCL version\s+(\S+)|nccl-library=(\d+)")
+_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d$|^\d\d:\d\d:\d\d$")
+_TIME_COLS = ("time", "cputime")
+_NA = "N/A"
+
+
+class NcclTestsError(ValueError):
+    """The text is not nccl-tests output as this parser knows it; the message names the line."""
+
+
+@dataclass(frozen=True)
+class NcclTestsRow:
+    """One table cell group: an (op, size) measured out-of-place or in-place."""
+
+    op: str  # canonical collective name (workloads.contract.CANONICAL_OPS)
+    msg_bytes: int
+    count: int
+    dtype: str
+    redop: str | None
+    root: int | None
+    in_place: bool
+    time_us: float | None  # nccl-tests' time column (us); cputime with -C 1
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    wrong: int | None  # '#wrong' count; None when N/A or in the old layout
+    max_error: float | None  # the old layout's 'error' column (largest deviation)
+    line: int  # 1-based line of the text (JSON: the result's index)
+    repeat: int = 0  # how many earlier rows had the same op, size and placement
+
+
+@dataclass(frozen=True)
+class NcclTestsRun:
+    """What one file says: its rows and the facts printed around them."""
+
+    rows: tuple[NcclTestsRow, ...]
+    layout: str  # '#wrong' (2.13+) | 'error' (before 2.13) | 'json'
+    op_source: str  # 'Collective test starting' | 'binary name' | '--op' | 'json args'
+    world_size: int | None
+    world_size_source: (
+        str | None
+    )  # 'rank banners' | 'json devices' | '--world-size' | 'busbw/algbw'
+    hosts: tuple[str, ...] = ()
+    gpus: tuple[str, ...] = ()
+    avg_busbw_gbps: float | None = None
+    out_of_bounds: int | None = None
+    nccl_tests_version: str | None = None
+    nccl_version: str | None = None
+    time_kind: str = "time"  # 'time' | 'cputime' (-C 1)
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r.op for r in self.rows))
+
+
+def op_from_binary(name: str) -> str:
+    """``all_reduce_perf`` / ``all_reduce_perf_mpi`` / ``all_reduce`` -> ``all_reduce``;
+    NcclTestsError for a binary linksweep does not measure."""
+    m = BINARY_RE.search(name + ("" if "_perf" in name else "_perf"))
+    base = m.group(1) if m else name
+    try:
+        return canonical_op(base)
+    except ValueError:
+        raise NcclTestsError(
+            f"{name}: linksweep stores all_reduce, all_gather, reduce_scatter, alltoall, "
+            "broadcast and reduce; not this one"
+        ) from None
+
+
+def _number(cell: str, what: str, where: str) -> float | None:
+    if cell == _NA:
+        return None
+    try:
+        value = float(cell)
+    except ValueError:
+        raise NcclTestsError(f"{where}: {what} {cell!r} is not a number") from None
+    return None if math.isnan(value) else value
+
+
+@dataclass
+class _Header:
+    line: int
+    keys: list[str]  # columns before the first time column (size, count, type, ...)
+    group: list[str]  # one placement's columns: time algbw busbw #wrong [i_min ...]
+    timestamp: bool
+    op: str | None
+    op_source: str | None
+
+
+def _header(tokens: list[str], line: int) -> _Header | None:
+    """The column-name header line (``#  size  count  type  redop  root  time ...``), or None."""
+    if "size" not in tokens or "busbw" not in tokens:
+        return None
+    starts = [i for i, t in enumerate(tokens) if t in _TIME_COLS]
+    if len(starts) != 2:
+        raise NcclTestsError(
+            f"line {line}: the column header has {len(starts)} time columns; expected two "
+            "(out-of-place, then in-place)"
+        )
+    keys, group = tokens[: starts[0]], tokens[starts[0] : starts[1]]
+    rest = tokens[starts[1] :]
+    if keys[:3] != ["size", "count", "type"] or rest[: len(group)] != group:
+        raise NcclTestsError(f"line {line}: unknown column header {' '.join(tokens)!r}")
+    if "busbw" not in group or not ({"#wrong", "error"} & set(group)):
+        raise NcclTestsError(f"line {line}: the column header names no busbw or #wrong/error")
+    return _Header(line, keys, group, "timestamp" in rest[len(group) :], None, None)
+
+
+def _row_cells(h: _Header, tokens: list[str], where: str) -> tuple[dict, list[str], list[str]]:
+    """Key cells by column name, then the out-of-place and in-place cells."""
+    if h.timestamp and len(tokens) >= 2 and all(_TIMESTAMP.match(t) for t in tokens[-2:]):
+        tokens = tokens[:-2]
+    width = len(h.group)
+    middle = tokens[3 : len(tokens) - 2 * width]
+    extra = h.keys[3:]
+    if len(tokens) < 3 + 2 * width or len(middle) > len(extra):
+        raise NcclTestsError(
+            f"{where}: {len(tokens)} cells; the header at line {h.line} has "
+            f"{len(h.keys) + 2 * width} columns ({' '.join(h.keys)} + 2 x {' '.join(h.group)})"
+        )
+    keys = dict(zip(("size", "count", "type"), tokens[:3], strict=True))
+    if len(middle) == len(extra):
+        keys.update(zip(extra, middle, strict=True))
+    else:  # a blank cell (old alltoall prints an empty redop): place what is there by its kind
+        for cell in middle:
+            name = "root" if re.fullmatch(r"-?\d+", cell) and "root" in extra else "redop"
+            keys[name] = cell
+    cells = tokens[len(tokens) - 2 * width :]
+    return keys, cells[:width], cells[width:]
+
+
+def _placement(h: _Header, cells: list[str], where: str) -> dict:
+    named = dict(zip(h.group, cells, strict=True))
+    time_col = next(c for c in h.group if c in _TIME_COLS)
+    out = {
+        "time_us": _number(named[time_col], "time", where),
+        "algbw_gbps": _number(named["algbw"], "algbw", where),
+        "busbw_gbps": _number(named["busbw"], "busbw", where),
+        "wrong": None,
+        "max_error": None,
+    }
+    if "#wrong" in named:
+        wrong = _number(named["#wrong"], "#wrong", where)
+        out["wrong"] = None if wrong is None else int(wrong)
+    else:
+        out["max_error"] = _number(named["error"], "error", where)
+    return out
+
+
+def _op_hint(line: str) -> tuple[str, str] | None:
+    m = _STARTING.search(line)
+    if m:
+        return m.group(1), "Collective test starting"
+    names = {m.group(1) for m in BINARY_RE.finditer(line)}
+    if len(names) == 1:
+        return names.pop() + "_perf", "binary name"
+    return None
+
+
+def parse_text(text: str, op: str | None = None, world_size: int | None = None) -> NcclTestsRun:
+    """nccl-tests' printed output -> rows; ``op``/``world_size``: what the caller knows (``--op``,
+    ``--world-size``) where the text does not say. NcclTestsError names the offending line."""
+    headers: list[_Header] = []
+    raw: list[tuple[_Header, int, dict, list[str], list[str]]] = []
+    ranks: dict[int, tuple[str, str]] = {}
+    avg = oob = version = nccl = None
+    hint: tuple[str, str] | None = None
+    for n, full in enumerate(text.splitlines(), start=1):
+        line = _PREFIX.sub("", full, count=1).strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            tokens = line.lstrip("#").split()
+            h = _header(tokens, n)
+            if h is not None:
+                h.op, h.op_source = hint if hint else (None, None)
+                headers.append(h)
+                continue
+            if (m := _BANNER.match(line)) is not None:
+                ranks[int(m.group(1))] = (m.group(2), m.group(3).strip())
+            elif (m := _AVG.match(line)) is not None:
+                avg = _number(m.group(1), "Avg bus bandwidth", f"line {n}")
+            elif (m := _OOB.match(line)) is not None:
+                oob = int(m.group(1))
+            elif (m := _VERSION.match(line)) is not None:
+                version = m.group(1)
+            elif (found := _op_hint(line)) is not None and found[1] == "Collective test starting":
+                hint = found
+            continue
+        tokens = line.split()
+        if headers and len(tokens) > 3 and tokens[0].isdigit() and tokens[1].isdigit():
+            where = f"line {n}"
+            keys, oop, inp = _row_cells(headers[-1], tokens, where)
+            raw.append((headers[-1], n, keys, oop, inp))
+            continue
+        if (m := _NCCL_VERSION.search(line)) is not None and nccl is None:
+            nccl = m.group(1) or m.group(2)
+        if (found := _op_hint(line)) is not None and "NCCL INFO" not in line:
+            hint = found
+    if not headers:
+        raise NcclTestsError(
+            "no nccl-tests table: expected a header line such as '#  size  count  type  redop  "
+            "root  time  algbw  busbw  #wrong ...' (an nccl-tests *_perf output)"
+        )
+    if not raw:
+        raise NcclTestsError(f"line {headers[-1].line}: a table header but no rows under it")
+
+    ops: dict[int, tuple[str, str]] = {}
+    for h in headers:
+        if h.op is not None:
+            found = op_from_binary(h.op)
+            if op is not None and canonical_op_or_error(op) != found:
+                raise NcclTestsError(
+                    f"line {h.line}: the file names {h.op} ({h.op_source}); --op says {op}"
+                )
+            ops[h.line] = (found, h.op_source or "")
+        elif op is not None:
+            ops[h.line] = (canonical_op_or_error(op), "--op")
+        else:
+            raise NcclTestsError(
+                f"line {h.line}: the file does not say which collective this table measured "
+                "(no '# Collective test starting: X_perf' line, no X_perf command line before "
+                "it); pass --op (all_reduce, all_gather, reduce_scatter, alltoall, broadcast, "
+                "reduce)"
+            )
+
+    rows: list[NcclTestsRow] = []
+    seen: dict[tuple, int] = {}
+    for h, n, keys, oop, inp in raw:
+        where = f"line {n}"
+        the_op = ops[h.line][0]
+        size = int(keys["size"])
+        count = int(keys["count"])
+        redop = keys.get("redop")
+        root = keys.get("root")
+        for in_place, cells in ((False, oop), (True, inp)):
+            values = _placement(h, cells, where)
+            k = (the_op, size, in_place)
+            rows.append(
+                NcclTestsRow(
+                    op=the_op,
+                    msg_bytes=size,
+                    count=count,
+                    dtype=keys["type"],
+                    redop=None if redop in (None, "none") else redop,
+                    root=None if root in (None, "-1") else int(root),
+                    in_place=in_place,
+                    line=n,
+                    repeat=seen.get(k, 0),
+                    **values,
+                )
+            )
+            seen[k] = seen.get(k, 0) + 1
+
+    layout = "#wrong" if "#wrong" in headers[0].group else "error"
+    sources = {s for _, s in ops.values()}
+    world, world_src = world_size, "--world-size" if world_size else None
+    if ranks:
+        world, world_src = agree_world_size(world_size, len(ranks), "rank banners")
+    run = NcclTestsRun(
+        rows=tuple(rows),
+        layout=layout,
+        op_source=", ".join(sorted(sources)),
+        world_size=world,
+        world_size_source=world_src,
+        hosts=tuple(dict.fromkeys(h for h, _ in ranks.values())),
+        gpus=tuple(dict.fromkeys(g for _, g in ranks.values())),
+        avg_busbw_gbps=avg,
+        out_of_bounds=oob,
+        nccl_tests_version=version,
+        nccl_version=nccl,
+        time_kind="cputime" if "cputime" in headers[0].group else "time",
+    )
+    return checked_world_size(run)
+
+
+def canonical_op_or_error(op: str) -> str:
+    """``--op`` as given (all_reduce, alltoall, all_reduce_perf, ...) -> canonical name."""
+    return op_from_binary(op)
+
+
+def agree_world_size(given: int | None, found: int, source: str) -> tuple[int, str]:
+    if given is not None and given != found:
+        raise NcclTestsError(f"--world-size {given}, but the file's {source} count {found} ranks")
+    return found, source
+
+
+def implied_world_size(op: str, algbw_gbps: float, busbw_gbps: float) -> int | None:
+    """The rank count nccl-tests' busbw factor implies (busbw = algbw x factor(n), doc/
+    PERFORMANCE.md), when the printed figures pin it down: algbw of at least 10 GB/s (two printed
+    decimals then leave the ratio within 0.1%) and an n within 0.05 of a whole number. None for
+    broadcast and reduce (factor 1 at every n) and where the ratio does not decide."""
+    if algbw_gbps < 10 or busbw_gbps <= 0:
+        return None
+    ratio = busbw_gbps / algbw_gbps
+    scale = (
+        2.0
+        if op == "all_reduce"
+        else 1.0
+        if op in ("all_gather", "reduce_scatter", "all_to_all")
+        else None
+    )
+    if scale is None or ratio >= scale - 1e-9:
+        return None
+    n = scale / (scale - ratio)  # ratio = scale (n-1)/n
+    whole = round(n)
+    if whole < 2 or abs(n - whole) > 0.05:
+        return None
+    return whole
+
+
+def checked_world_size(run: NcclTestsRun) -> NcclTestsRun:
+    """Check every table's busbw/algbw against the bus factor for the world size (a wrong
+    ``--world-size`` is refused), or infer the world size from it when nothing else says."""
+    implied = {
+        r.op: n
+        for r in sorted(run.rows, key=lambda r: r.algbw_gbps or 0)
+        if r.algbw_gbps
+        and r.busbw_gbps
+        and (n := implied_world_size(r.op, r.algbw_gbps, r.busbw_gbps)) is not None
+    }
+    if run.world_size is None:
+        found = set(implied.values())
+        if len(found) == 1:
+            return _replace(run, world_size=found.pop(), world_size_source="busbw/algbw")
+        return run
+    for op_name, n in implied.items():
+        if n != run.world_size:
+            expected = busbw_factor(op_name, run.world_size)
+            raise NcclTestsError(
+                f"{op_name}: busbw/algbw in the file implies {n} ranks, not the "
+                f"{run.world_size} of {run.world_size_source} (factor {expected:.4g}, nccl-tests "
+                "doc/PERFORMANCE.md)"
+            )
+    return run
+
+
+def _replace(run: NcclTestsRun, **changes) -> NcclTestsRun:
+    from dataclasses import replace
+
+    return replace(run, **changes)
+
+
+def parse(text: str, op: str | None = None, world_size: int | None = None) -> NcclTestsRun:
+    """Text or JSON, told apart by the first non-blank character."""
+    if text.lstrip().startswith("{"):
+        from orchestrator.nccltests_json import parse_json
+
+        return parse_json(text, op=op, world_size=world_size)
+    return parse_text(text, op=op, world_size=world_size)
+
+
+# --- into link_bench ------------------------------------------------------------------------
+def link_bench_rows(run: NcclTestsRun, sweep_id: str, link: str) -> list[dict]:
+    """``link_bench`` rows of a parsed file: ``source='nccl-tests'``, ``in_place`` per column
+    set, ``wrong``, the printed time (us -> s), algbw and busbw as printed; ``iteration`` counts
+    repeats of a size (0 unless the file holds a size twice), so ``link_bandwidth`` takes their
+    median like linksweep's own iterations. Size-0 rows (``-b`` below one element) measure
+    nothing and are left out; rows with N/A figures stay with NULLs. ``placement`` is NULL: an
+    imported run was placed by its own launcher."""
+    backend = "rccl" if (run.nccl_tests_version or "").startswith("rccl") else "nccl"
+    return [
+        {
+            "sweep_id": sweep_id,
+            "link": link,
+            "placement": None,
+            "backend": backend,
+            "world_size": run.world_size,
+            "op": r.op,
+            "msg_bytes": r.msg_bytes,
+            "iteration": r.repeat,
+            "time_s": None if r.time_us is None else r.time_us / 1e6,
+            "algbw_gbps": r.algbw_gbps,
+            "busbw_gbps": r.busbw_gbps,
+            "status": "ok",
+            "error": None,
+            "source": "nccl-tests",
+            "in_place": r.in_place,
+            "wrong": r.wrong,
+        }
+        for r in run.rows
+        if r.msg_bytes > 0
+    ]
+
+
+def import_record(run: NcclTestsRun, file_name: str, sha256: str, link: str) -> dict:
+    """What was imported, kept in the sweep's spec JSON (``imports``): the file and the facts
+    printed around its table (``# Avg bus bandwidth``, out-of-bounds count, hosts, versions)."""
+    errors = [r.max_error for r in run.rows if r.max_error is not None]
+    return {
+        "tool": "nccl-tests",
+        "file": file_name,
+        "sha256": sha256,
+        "link": link,
+        "ops": list(run.ops),
+        "layout": run.layout,
+        "op_source": run.op_source,
+        "world_size": run.world_size,
+        "world_size_source": run.world_size_source,
+        "hosts": list(run.hosts),
+        "gpus": list(run.gpus),
+        "avg_busbw_gbps": run.avg_busbw_gbps,
+        "out_of_bounds": run.out_of_bounds,
+        "max_error": max(errors) if errors else None,
+        "nccl_tests_version": run.nccl_tests_version,
+        "nccl_version": run.nccl_version,
+        "time_kind": run.time_kind,
+        "rows": sum(1 for r in run.rows if r.msg_bytes > 0),
+        "zero_size_rows_left_out": sum(1 for r in run.rows if r.msg_bytes == 0),
+    }

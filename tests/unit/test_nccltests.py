@@ -1,0 +1,218 @@
+"""orchestrator/nccltests.py on real nccl-tests output (tests/data/nccl_tests, sources in its
+SOURCES.md): every imported busbw is the one nccl-tests printed, in every layout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.comm_model import busbw_factor
+from orchestrator.nccltests import (
+    NcclTestsError,
+    implied_world_size,
+    import_record,
+    link_bench_rows,
+    parse,
+)
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "nccl_tests"
+
+
+def _read(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def _cell(run, msg_bytes: int, in_place: bool, repeat: int = 0):
+    (row,) = [
+        r
+        for r in run.rows
+        if r.msg_bytes == msg_bytes and r.in_place == in_place and r.repeat == repeat
+    ]
+    return row
+
+
+def test_new_layout_mpirun_prefix_banners_and_nccl_info_inside_the_table():
+    run = parse(_read("eks_efa_t4_2node_mpirun_prefix.log"), op="all_reduce")
+    assert run.layout == "#wrong" and run.op_source == "--op" and run.ops == ("all_reduce",)
+    assert run.world_size == 2 and run.world_size_source == "rank banners"
+    assert run.hosts == ("test-nccl-efa-worker-0", "test-nccl-efa-worker-1")
+    assert run.gpus == ("Tesla T4",)
+    assert run.avg_busbw_gbps == 1.15327 and run.out_of_bounds == 0
+    assert run.nccl_version == "2.12.7+cuda11.4"
+    # "[1,0]<stdout>:   268435456  67108864  float  sum  -1  85119  3.15  3.15  0  85743  3.13  3.13  0"
+    oop, inp = _cell(run, 268435456, False), _cell(run, 268435456, True)
+    assert (oop.time_us, oop.algbw_gbps, oop.busbw_gbps, oop.wrong) == (85119, 3.15, 3.15, 0)
+    assert (inp.time_us, inp.algbw_gbps, inp.busbw_gbps, inp.wrong) == (85743, 3.13, 3.13, 0)
+    assert oop.redop == "sum" and oop.root is None and oop.dtype == "float"
+    # size 0 is printed twice: two repeats, both left out of link_bench
+    assert _cell(run, 0, False, repeat=1).time_us == 6.43
+    rows = link_bench_rows(run, "s1", "efa")
+    assert all(r["msg_bytes"] > 0 for r in rows) and len(rows) == len(run.rows) - 4
+    assert len(run.rows) == 2 * 31
+
+
+def test_op_from_the_command_line_and_sixteen_ranks_on_two_hosts():
+    run = parse(_read("a3mega_h100_2node_binary_on_command_line.log"))
+    assert run.ops == ("all_reduce",) and run.op_source == "binary name"
+    assert run.world_size == 16 and run.hosts == ("ztan-mig-235z", "ztan-mig-gq73")
+    last = _cell(run, 8589934592, False)
+    assert (last.algbw_gbps, last.busbw_gbps) == (180.71, 338.82)
+    assert _cell(run, 8589934592, True).busbw_gbps == 337.35
+    assert run.avg_busbw_gbps == 70.742
+
+
+def test_collective_test_starting_line_names_the_op():
+    run = parse(_read("oci_a100_2node_collective_test_starting.log"))
+    assert run.op_source == "Collective test starting" and run.ops == ("all_reduce",)
+    assert [r.busbw_gbps for r in run.rows] == [191.76, 191.75]
+    assert run.world_size == 16 and run.avg_busbw_gbps == 191.752
+    with pytest.raises(NcclTestsError, match="line 24: the file names all_reduce_perf"):
+        parse(_read("oci_a100_2node_collective_test_starting.log"), op="all_gather")
+
+
+def test_srun_label_prefix_world_size_from_busbw_over_algbw():
+    run = parse(_read("awsome_p5_srun_label_prefix.log"), op="all_reduce")
+    assert run.world_size == 16 and run.world_size_source == "busbw/algbw"  # 2x p5.48xlarge
+    assert run.avg_busbw_gbps is None
+    top = _cell(run, 17179869184, False)
+    assert (top.time_us, top.busbw_gbps) == (66132, 487.09)
+    assert _cell(run, 17179869184, True).busbw_gbps == 487.26
+    # a --world-size that contradicts the printed factor is refused, naming both
+    with pytest.raises(NcclTestsError, match="implies 16 ranks, not the 8 of --world-size"):
+        parse(_read("awsome_p5_srun_label_prefix.log"), op="all_reduce", world_size=8)
+
+
+def test_all_gather_with_na_and_indentation():
+    run = parse(_read("gke_a3high_all_gather_na_indented.log"), op="all_gather")
+    assert run.ops == ("all_gather",) and run.world_size == 16
+    row = _cell(run, 536870912, False)
+    assert (row.time_us, row.algbw_gbps, row.busbw_gbps) == (7098.6, 75.63, 70.90)
+    assert row.wrong is None and row.redop is None and row.root is None  # redop 'none'
+    assert _cell(run, 536870912, True).busbw_gbps == 71.35
+    assert run.avg_busbw_gbps == 30.9622
+
+
+def test_old_layout_alltoall_blank_redop_and_error_column():
+    run = parse(_read("superbench_alltoall_old_layout_na.log"), op="alltoall")
+    assert run.layout == "error" and run.ops == ("all_to_all",) and run.world_size == 8
+    row = _cell(run, 8589934592, False)
+    assert (row.algbw_gbps, row.busbw_gbps, row.wrong, row.max_error) == (
+        256.36,
+        224.31,
+        None,
+        None,
+    )
+    assert row.redop is None
+    assert run.avg_busbw_gbps == 58.6481
+
+
+def test_old_layout_broadcast_root_without_redop():
+    run = parse(_read("superbench_broadcast_old_layout_root.log"), op="broadcast")
+    row = _cell(run, 8589934592, False)
+    assert (row.root, row.redop, row.busbw_gbps) == (0, None, 232.81)
+    assert row.algbw_gbps == row.busbw_gbps  # broadcast's factor is 1
+    assert run.avg_busbw_gbps == 64.8653
+
+
+@pytest.mark.parametrize(
+    "name, op, n",
+    [
+        ("a3mega_h100_2node_binary_on_command_line.log", None, 16),
+        ("awsome_p5_srun_label_prefix.log", "all_reduce", 16),
+        ("gke_a3high_all_gather_na_indented.log", "all_gather", 16),
+        ("superbench_alltoall_old_layout_na.log", "alltoall", 8),
+        ("oci_a100_2node_collective_test_starting.log", None, 16),
+    ],
+)
+def test_printed_busbw_follows_the_field_notes_factors(name, op, n):
+    """busbw = algbw x 2(n-1)/n (all_reduce) or (n-1)/n (all_gather, alltoall), the factors
+    comm_model.busbw_factor uses (FIELD_NOTES 'Bandwidth accounting'), within print rounding
+    (two decimals on algbw and busbw: 0.005 x 1.875 + 0.005)."""
+    run = parse(_read(name), op=op)
+    for r in run.rows:
+        if r.algbw_gbps and r.algbw_gbps >= 10:
+            assert r.busbw_gbps == pytest.approx(r.algbw_gbps * busbw_factor(r.op, n), abs=0.015)
+
+
+def test_implied_world_size_only_where_the_figures_decide():
+    assert implied_world_size("all_reduce", 255.62, 479.28) == 16
+    assert implied_world_size("all_gather", 75.63, 70.90) == 16
+    assert implied_world_size("broadcast", 232.81, 232.81) is None
+    assert implied_world_size("all_reduce", 0.57, 0.57) is None  # too few digits
+
+
+def test_json_as_util_cu_writes_it():
+    text = _read("constructed_json_v3_from_util_cu.json")
+    run = parse(text)
+    assert run.layout == "json" and run.op_source == "json args" and run.ops == ("all_reduce",)
+    assert run.world_size == 16 and run.world_size_source == "json devices"
+    assert [(r.in_place, r.busbw_gbps, r.wrong) for r in run.rows] == [
+        (False, 191.76, 0),
+        (True, 191.75, 0),
+    ]
+    assert run.avg_busbw_gbps == 191.752 and run.nccl_version == "22605"
+    assert run.hosts == ("inst-li3ob-ao-ub24", "inst-wyzi7-ao-ub24")
+
+
+def test_json_version_1_spelling_null_nwrong_and_cpu_time():
+    doc = json.loads(_read("constructed_json_v3_from_util_cu.json"))
+    doc["average_bus_bandwidith"] = {"bandwidith": 12.5, "okay": "unchecked"}
+    del doc["average_bus_bandwidth"]
+    doc["results"][0]["in_place"] = {
+        "cpu_time": 7.0,
+        "alg_bw": 1.0,
+        "bus_bw": 1.875,
+        "nwrong": None,
+    }
+    run = parse(json.dumps(doc))
+    assert run.avg_busbw_gbps == 12.5 and run.time_kind == "cputime"
+    assert _cell(run, 10737418240, True).wrong is None
+
+
+def test_link_bench_rows_keep_printed_figures():
+    run = parse(_read("gke_a3high_all_gather_na_indented.log"), op="all_gather")
+    rows = link_bench_rows(run, "s1", "tcpx")
+    r = next(x for x in rows if x["msg_bytes"] == 536870912 and x["in_place"])
+    assert r["source"] == "nccl-tests" and r["status"] == "ok" and r["iteration"] == 0
+    assert (r["busbw_gbps"], r["algbw_gbps"], r["wrong"]) == (71.35, 76.11, None)
+    assert r["time_s"] == pytest.approx(7054.3e-6) and r["world_size"] == 16
+    rec = import_record(run, "x.log", "abc", "tcpx")
+    assert rec["avg_busbw_gbps"] == 30.9622 and rec["rows"] == 20 and rec["ops"] == ["all_gather"]
+
+
+@pytest.mark.parametrize(
+    "text, op, message",
+    [
+        ("hello\n", None, "no nccl-tests table"),
+        (
+            "#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
+            "   8   2  float  sum  -1  1.0  0.00  x.xx  0  1.0  0.00  0.00  0\n",
+            "all_reduce",
+            "line 2: busbw 'x.xx' is not a number",
+        ),
+        (
+            "#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
+            "   8   2  float  sum  -1  1.0\n",
+            "all_reduce",
+            "line 2: 6 cells; the header at line 1 has 13 columns",
+        ),
+        (
+            "#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
+            "   8   2  float  none  -1  1.0  0.00  0.00  0  1.0  0.00  0.00  0\n",
+            None,
+            "line 1: the file does not say which collective",
+        ),
+        (
+            "./build/sendrecv_perf -b 8\n"
+            "#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
+            "   8   2  float  sum  -1  1.0  0.00  0.00  0  1.0  0.00  0.00  0\n",
+            None,
+            "sendrecv_perf: linksweep stores all_reduce",
+        ),
+    ],
+)
+def test_bad_input_names_the_line(text, op, message):
+    with pytest.raises(NcclTestsError, match=message):
+        parse(text, op=op)
