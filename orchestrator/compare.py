@@ -275,7 +275,11 @@ def _matched(base: dict, cand: dict, figure: str, threshold: float, higher=False
 
 
 def _sort_key(key: tuple) -> tuple:
-    return tuple((v is None, str(v)) for v in key)
+    """Numbers in numeric order (message sizes, grad_accum), None last."""
+    number = (int, float)
+    return tuple(
+        (v is None, 0, v, "") if isinstance(v, number) else (v is None, 1, 0, str(v)) for v in key
+    )
 
 
 def check_link_map(link_map: Mapping[str, str], base: SweepFacts, cand: SweepFacts) -> None:

@@ -88,6 +88,22 @@ def _num(v: Any) -> str:
     return "" if v is None else fmt_cell(float(v), 4)
 
 
+def shown_linkbench(c: Comparison) -> list[dict]:
+    """The busbw rows a person reads: per link x placement x collective x source x in-place the
+    largest message size (where a link's rate shows; small messages measure latency), and every
+    size whose verdict is a change. ``--format json`` has every size."""
+    group = ("link", "placement", "collective", "source", "in_place")
+    largest: dict[tuple, int] = {}
+    for r in c.linkbench:
+        g = tuple(r[k] for k in group)
+        largest[g] = max(largest.get(g, r["msg_bytes"]), r["msg_bytes"])
+    return [
+        r
+        for r in c.linkbench
+        if r["msg_bytes"] == largest[tuple(r[k] for k in group)] or r["verdict"] in (SLOWER, FASTER)
+    ]
+
+
 def linkbench_rows(c: Comparison) -> tuple[list[str], list]:
     cols = ["link", "placement", "collective", "msg_bytes", "source", "in_place",
             "baseline GB/s", "candidate GB/s", "ratio", "verdict"]  # fmt: skip
@@ -95,7 +111,7 @@ def linkbench_rows(c: Comparison) -> tuple[list[str], list]:
         (r["link"], r["placement"], r["collective"], r["msg_bytes"], r["source"],
          r["in_place"], _num(r["baseline_busbw_gbps"]), _num(r["candidate_busbw_gbps"]),
          "" if r["ratio"] is None else f"{r['ratio']:.3f}", r["verdict"])
-        for r in c.linkbench
+        for r in shown_linkbench(c)
     ]  # fmt: skip
     return cols, rows
 
@@ -127,7 +143,13 @@ def _sections(c: Comparison) -> list[tuple[str, list[str], list]]:
                 )
             )
     if c.linkbench:
-        parts.append(("Link microbenchmark: busbw, candidate / baseline", *linkbench_rows(c)))
+        parts.append(
+            (
+                "Link microbenchmark: busbw, candidate / baseline (largest message, and every size "
+                "that changed; all sizes in --format json)",
+                *linkbench_rows(c),
+            )
+        )
     for side, title in (("baseline_only", "baseline"), ("candidate_only", "candidate")):
         only = c.unmatched[side]
         if only:
