@@ -92,9 +92,14 @@ def test_emulated_link_tc_rate_is_stored_and_shown_with_busbw(tmp_path):
                 {"sweep_id": "s", "link": "slow", "placement": "spread", "backend": "gloo",
                  "world_size": 2, "op": "all_reduce", "msg_bytes": size, "iteration": it,
                  "time_s": 1.0, "algbw_gbps": bw, "busbw_gbps": bw, "status": "ok",
-                 "error": None}
+                 "error": None, "source": "linksweep", "in_place": None}
                 for size, bw in ((2**20, 0.04), (2**23, 0.0601)) for it in (0, 1)
-            ],
+            ]
+            # an imported nccl-tests figure at a larger size: beside ours, never our share
+            + [{"sweep_id": "s", "link": "slow", "placement": "spread", "backend": "nccl",
+                "world_size": 2, "op": "all_reduce", "msg_bytes": 2**30, "iteration": 0,
+                "time_s": 1.0, "algbw_gbps": 9.0, "busbw_gbps": 9.0, "status": "ok",
+                "error": None, "source": "nccl-tests", "in_place": False}],
         )  # fmt: skip
         s.insert("runs", [{"run_id": "r", "sweep_id": "s", "link": "slow", "status": "ok",
                            "link_class": "unknown", "effective_transport": "gloo/tcp"}])  # fmt: skip
