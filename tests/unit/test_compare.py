@@ -215,3 +215,47 @@ def test_every_format_says_the_verdict():
     md = render_markdown(c)
     assert md.startswith("❌ **REGRESSION: 4 beyond 30%")
     assert "| slowdown | ddp | slow |" in md
+
+
+def _bench(link, source, in_place, values, size=1 << 22):
+    return {"link": link, "placement": "spread", "collective": "all_reduce", "msg_bytes": size,
+            "source": source, "in_place": in_place, "busbw_gbps": values}  # fmt: skip
+
+
+def test_linkbench_per_source_and_in_place_by_ranges():
+    base = _facts("a", TIMES)
+    cand = _facts("b", TIMES)
+    base = SweepFacts(**{**base.__dict__, "linkbench": [
+        _bench("slow", "linksweep", None, [0.060, 0.061, 0.059]),
+        _bench("slow", "nccl-tests", False, [0.058]),
+        _bench("slow", "nccl-tests", True, [0.057]),
+        _bench("fast", "linksweep", None, [0.80, 0.90, 0.70], size=1024),
+    ]})  # fmt: skip
+    cand = SweepFacts(**{**cand.__dict__, "linkbench": [
+        _bench("slow", "linksweep", None, [0.024, 0.025, 0.023]),
+        _bench("slow", "nccl-tests", False, [0.0241]),
+        _bench("slow", "nccl-tests", True, [0.057]),
+        _bench("fast", "linksweep", None, [0.75, 0.95, 0.72], size=1024),
+    ]})  # fmt: skip
+    rows = {
+        (r["link"], r["source"], r["in_place"]): r for r in compare_sweeps(base, cand).linkbench
+    }
+    assert rows[("slow", "linksweep", None)]["verdict"] == SLOWER
+    assert rows[("slow", "linksweep", None)]["ratio"] == pytest.approx(0.024 / 0.060)
+    assert rows[("slow", "nccl-tests", False)]["verdict"] == SLOWER
+    assert rows[("slow", "nccl-tests", True)]["verdict"] == NO_CHANGE
+    assert rows[("fast", "linksweep", None)]["verdict"] == NO_CHANGE  # ranges overlap
+
+
+def test_slowdowns_against_different_baseline_links_are_not_comparable():
+    times = TIMES | {("ddp", 2): 0.3}
+    links = ("fast", "slow", "mid")
+    base = _facts("a", times, links=links)
+    cand = _facts("b", times, links=links)
+    spec = {"links": {name: {} for name in links}, "baseline_link": "slow"}
+    c = compare_sweeps(base, SweepFacts(**{**cand.__dict__, "spec": spec}), 0.05)
+    assert [(r["key"]["link"], r["verdict"]) for r in c.slowdowns] == [("mid", NOT_COMPARABLE)]
+    assert {r["verdict"] for r in c.variants} == {NO_CHANGE}
+    assert [r["key"]["link"] for r in compare_sweeps(base, cand, 0.05).slowdowns] == [
+        "mid", "slow", "slow",
+    ]  # fmt: skip
