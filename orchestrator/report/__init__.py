@@ -46,6 +46,9 @@ The package, one job per module, each importing only the ones before it:
   ``matplotlib.figure.Figure`` with the Agg canvas, never pyplot: no global state, no display.
 - ``markup``: HTML tables and escaping; ``sections``: the report's sections; ``html``:
   ``render_html``, rows and PNG bytes -> the page.
+- ``baseline_view``: the "Compared with baseline" section and ``compared_with_baseline.png``
+  (``linksweep report --baseline NAME``), from ``orchestrator.compare``'s JSON, which
+  ``commands/report.py`` computes (``docs/compare.md``).
 
 Units follow the schema's names: ``_s`` seconds, ``_bytes`` bytes, ``_gbps`` GB/s with
 1 GB = 1e9 B. Message sizes in the microbenchmark are powers of two and are labelled in KiB/MiB.
