@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from orchestrator.comm_model import busbw_factor
 from workloads.contract import canonical_op
@@ -393,7 +393,14 @@ def checked_world_size(run: NcclTestsRun) -> NcclTestsRun:
     if run.world_size is None:
         found = set(implied.values())
         if len(found) == 1:
-            return _replace(run, world_size=found.pop(), world_size_source="busbw/algbw")
+            return replace(run, world_size=found.pop(), world_size_source="busbw/algbw")
+        decisive = [r for r in run.rows if (r.algbw_gbps or 0) >= 10 and r.busbw_gbps]
+        if decisive and not implied and not {r.op for r in decisive} & {"broadcast", "reduce"}:
+            r = decisive[-1]
+            raise NcclTestsError(
+                f"line {r.line}: busbw {r.busbw_gbps:g} / algbw {r.algbw_gbps:g} fits {r.op}'s "
+                "bus factor at no rank count (nccl-tests doc/PERFORMANCE.md): is --op right?"
+            )
         return run
     for op_name, n in implied.items():
         if n != run.world_size:
@@ -403,13 +410,19 @@ def checked_world_size(run: NcclTestsRun) -> NcclTestsRun:
                 f"{run.world_size} of {run.world_size_source} (factor {expected:.4g}, nccl-tests "
                 "doc/PERFORMANCE.md)"
             )
+    for r in run.rows:  # a wrong --op shows as a factor that is not the op's at any size
+        if r.algbw_gbps is None or r.busbw_gbps is None or r.algbw_gbps < 1:
+            continue
+        factor = busbw_factor(r.op, run.world_size)
+        # two printed decimals on each (three significant digits above 999.99)
+        if abs(r.busbw_gbps - r.algbw_gbps * factor) > 0.015 + 2e-4 * r.busbw_gbps:
+            where = f"line {r.line}" if run.layout != "json" else f"results[{r.line}]"
+            raise NcclTestsError(
+                f"{where}: busbw {r.busbw_gbps:g} / algbw {r.algbw_gbps:g} is not {r.op}'s bus "
+                f"factor {factor:.4g} at {run.world_size} ranks ({run.world_size_source}; "
+                "nccl-tests doc/PERFORMANCE.md): is --op right?"
+            )
     return run
-
-
-def _replace(run: NcclTestsRun, **changes) -> NcclTestsRun:
-    from dataclasses import replace
-
-    return replace(run, **changes)
 
 
 def parse(text: str, op: str | None = None, world_size: int | None = None) -> NcclTestsRun:

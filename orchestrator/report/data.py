@@ -45,6 +45,9 @@ class ReportData:
     link_model_check: list[dict] = field(default_factory=list)
     phases: list[dict] = field(default_factory=list)
     """Per phase of a run (``run_phases``): n_runs, median_s, total_s over the sweep."""
+    bandwidth_nccl_tests: list[dict] = field(default_factory=list)
+    """nccl-tests' figures imported into the sweep (``link_bandwidth``, source nccl-tests);
+    ``bandwidth`` holds linksweep's own only."""
 
 
 def _json(value: Any) -> Any:
@@ -94,6 +97,7 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
         link_model = rows(Q.REPORT_LINK_MODEL)
         link_model_check = rows(Q.REPORT_LINK_MODEL_CHECK)
         phases = rows(Q.REPORT_PHASES)
+        bandwidth_nccl_tests = rows(Q.REPORT_BANDWIDTH_NCCL_TESTS)
 
     spec = _json(sweep.get("spec")) or {}
     spec = spec if isinstance(spec, dict) else {}
@@ -130,4 +134,5 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
         link_model=link_model,
         link_model_check=link_model_check,
         phases=phases,
+        bandwidth_nccl_tests=bandwidth_nccl_tests,
     )

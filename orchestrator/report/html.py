@@ -3,8 +3,8 @@
 Inline CSS, figures as base64 PNG data URIs, no scripts, no fonts, no links outside the file.
 Pure string functions.
 
-May import: compare, data, figures, findings, fmt, labels, linkmodel_view, markup, phases,
-sections.
+May import: compare, data, figures, findings, fmt, labels, linkmodel_view, markup,
+nccltests_view, phases, sections.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from orchestrator.report.fmt import fmt_value
 from orchestrator.report.labels import VARIANT_KEY
 from orchestrator.report.linkmodel_view import link_model_html
 from orchestrator.report.markup import esc, html_table, missing, sorted_variants
+from orchestrator.report.nccltests_view import beside_html
 from orchestrator.report.phases import phases_html
 from orchestrator.report.sections import (
     attention,
@@ -136,6 +137,7 @@ def render_html(
         f" · git {(s.get('git_sha') or '–')[:12]}{' (dirty)' if s.get('git_dirty') else ''}"
     )
     doubts = attention(data)
+    beside = beside_html(data)  # empty unless nccl-tests output was imported into the sweep
     if doubts:
         box = (
             "<div class='warn'><b>Read with care</b><ul>"
@@ -158,6 +160,7 @@ def render_html(
          "link's measured bandwidth. Also drawn in <code>extra_vs_predicted.png</code>.</p>"
          + extra_vs_predicted_html(extra_rows(data))),
         ("figures", "Figures", "".join(_figure_html(f) for f in figures)),
+        *([("nccltests", "nccl-tests beside linksweep's busbw", beside)] if beside else []),
         ("variants", "Variant summary",
          "<p class='note'>view <code>variant_summary</code>: one row per variant. ci_low_s, "
          f"ci_high_s: {esc(interval_words(data.variants))}. {esc(interval_note())}</p>"

@@ -136,6 +136,13 @@ def test_printed_busbw_follows_the_field_notes_factors(name, op, n):
             assert r.busbw_gbps == pytest.approx(r.algbw_gbps * busbw_factor(r.op, n), abs=0.015)
 
 
+def test_a_wrong_op_shows_in_the_bus_factor():
+    with pytest.raises(NcclTestsError, match="line 15: busbw 71.35 / algbw 76.11 fits all_reduce"):
+        parse(_read("gke_a3high_all_gather_na_indented.log"), op="all_reduce")
+    with pytest.raises(NcclTestsError, match="is not all_gather's bus factor 0.5 at 2 ranks"):
+        parse(_read("eks_efa_t4_2node_mpirun_prefix.log"), op="all_gather")
+
+
 def test_implied_world_size_only_where_the_figures_decide():
     assert implied_world_size("all_reduce", 255.62, 479.28) == 16
     assert implied_world_size("all_gather", 75.63, 70.90) == 16
@@ -216,3 +223,35 @@ def test_link_bench_rows_keep_printed_figures():
 def test_bad_input_names_the_line(text, op, message):
     with pytest.raises(NcclTestsError, match=message):
         parse(text, op=op)
+
+
+def test_report_table_puts_both_sources_side_by_side_never_pooled():
+    from orchestrator.report.data import ReportData
+    from orchestrator.report.nccltests_view import beside_html, beside_rows
+
+    ours = [
+        {"link": "nv", "placement": "same-node", "collective": "all_reduce",
+         "msg_bytes": 1048576, "busbw_gbps": 12.3456, "world_size": 2},
+        {"link": "nv", "placement": "same-node", "collective": "all_gather",
+         "msg_bytes": 1048576, "busbw_gbps": 5.0, "world_size": 2},
+    ]  # fmt: skip
+    run = parse(_read("a3mega_h100_2node_binary_on_command_line.log"))
+    theirs = [
+        {"link": "nv", "collective": r["op"], "msg_bytes": r["msg_bytes"],
+         "in_place": r["in_place"], "busbw_gbps": r["busbw_gbps"], "world_size": 16}
+        for r in link_bench_rows(run, "s", "nv")
+    ]  # fmt: skip
+    rows = beside_rows(ours, theirs)
+    assert {r["collective"] for r in rows} == {"all_reduce"}  # nccl-tests measured no all_gather
+    mib = next(r for r in rows if r["msg_bytes"] == 1048576)
+    assert (mib["linksweep"], mib["oop"], mib["ip"]) == ({"same-node": 12.3456}, 9.68, 9.49)
+    data = ReportData(
+        sweep={}, spec={}, versions={}, baseline_link=None, link_order=["nv"], runs=[],
+        variants=[], sensitivity=[], step_times=[], bandwidth=ours, bench_failures=[],
+        nodes=[], gpus=[], gpu_links=[], bandwidth_nccl_tests=theirs,
+    )  # fmt: skip
+    html = beside_html(data)
+    assert "<td class='num'>1 MiB</td><td class='num'>12.3</td><td class='num'>9.68</td>" in html
+    assert "338.82" in html and "(16 ranks)" in html
+    empty = ReportData(**{**data.__dict__, "bandwidth_nccl_tests": []})
+    assert beside_html(empty) == ""
