@@ -36,6 +36,8 @@ WORKFLOW = f"""workflow:
   linksweep run sweeps/quickstart.yaml          # measure; prints the headline at the end
   linksweep report                              # ./report/report.html, headline first
   linksweep query "SELECT * FROM link_sensitivity"
+  linksweep baseline set nightly                # name this sweep; later sweeps compare with it
+  linksweep compare --baseline nightly results.duckdb   # exit 1 on a regression (compare -h)
 
 {VIEWS_HELP}
 
