@@ -129,7 +129,7 @@ def _sections(c: Comparison) -> list[tuple[str, list[str], list]]:
             )
         )
     for title, rows in (
-        ("Variants: median step time, candidate / baseline", c.variants),
+        ("Variants: median step time (s), candidate / baseline", c.variants),
         ("Slowdowns (each link / the sweep's baseline link): candidate / baseline", c.slowdowns),
     ):
         parts.append((title, *figure_rows(c, rows, keys)))
