@@ -108,6 +108,16 @@ def test_old_layout_alltoall_blank_redop_and_error_column():
     assert run.avg_busbw_gbps == 58.6481
 
 
+def test_old_layout_error_column_is_a_deviation_not_a_count():
+    run = parse(_read("azureml_nd96amsr_a100_old_layout_error_values.log"), op="all_reduce")
+    assert run.layout == "error" and run.world_size == 16  # 2 nodes x 8 A100, from the factor
+    row = _cell(run, 8589934592, True)
+    assert (row.time_us, row.algbw_gbps, row.busbw_gbps) == (85070, 100.98, 189.33)
+    assert (row.wrong, row.max_error) == (None, 5e-07)
+    assert _cell(run, 33554432, False).busbw_gbps == 105.97
+    assert import_record(run, "a.log", "x", "ib")["max_error"] == 5e-07
+
+
 def test_old_layout_broadcast_root_without_redop():
     run = parse(_read("superbench_broadcast_old_layout_root.log"), op="broadcast")
     row = _cell(run, 8589934592, False)
@@ -124,6 +134,7 @@ def test_old_layout_broadcast_root_without_redop():
         ("gke_a3high_all_gather_na_indented.log", "all_gather", 16),
         ("superbench_alltoall_old_layout_na.log", "alltoall", 8),
         ("oci_a100_2node_collective_test_starting.log", None, 16),
+        ("azureml_nd96amsr_a100_old_layout_error_values.log", "all_reduce", 16),
     ],
 )
 def test_printed_busbw_follows_the_field_notes_factors(name, op, n):
