@@ -266,3 +266,37 @@ def test_report_table_puts_both_sources_side_by_side_never_pooled():
     assert "338.82" in html and "(16 ranks)" in html
     empty = ReportData(**{**data.__dict__, "bandwidth_nccl_tests": []})
     assert beside_html(empty) == ""
+
+
+def test_two_tables_of_two_ops_in_one_log():
+    text = (
+        "$ ./build/all_gather_perf -b 1M -e 512M -f 2 -g 8\n"
+        + _read("gke_a3high_all_gather_na_indented.log")
+        + _read("oci_a100_2node_collective_test_starting.log")
+    )
+    run = parse(text)
+    assert run.ops == ("all_gather", "all_reduce") and run.world_size == 16
+    assert run.op_source == "Collective test starting, binary name"
+    assert _cell(run, 536870912, False).busbw_gbps == 70.90
+    assert _cell(run, 10737418240, False).busbw_gbps == 191.76
+
+
+def test_per_iteration_and_timestamp_columns_are_skipped():
+    """Header and row in the form src/util.cu writeResultHeader / writeBenchmarkLineBody print
+    with -I 1 -S 1 (nccl-tests 2.19; no public capture found): extra columns ignored."""
+    text = (
+        "# Collective test starting: reduce_scatter_perf\n"
+        "#       size         count      type   redop    root     time   algbw   busbw  #wrong"
+        "    i_min    i_max    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max"
+        "    i_p99    i_cv%           timestamp\n"
+        "    16777216        524288     float     sum      -1   200.00   83.89   78.64       0"
+        "   190.00   210.00   209.00     2.50   201.00   83.47   78.25       0   191.00   211.00"
+        "   210.00     2.40  2026-01-01 12:00:00\n"
+    )
+    (oop, inp) = parse(text, world_size=16).rows
+    assert (oop.op, oop.busbw_gbps, oop.time_us, inp.busbw_gbps) == (
+        "reduce_scatter",
+        78.64,
+        200.0,
+        78.25,
+    )
