@@ -2,10 +2,12 @@
 ``schema.SCHEMA_VERSION``, one list of statements per version step. Pure data;
 ``orchestrator/store/db.py`` applies it.
 
-May import: nothing (the standard library only).
+May import: schema.
 """
 
 from __future__ import annotations
+
+from orchestrator.store.schema import TABLES
 
 # v3's migration recomputes v2's intervals from the stored run figures (included runs only).
 _V2_FIGURES = """SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, link, placement,
@@ -147,7 +149,10 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE link_bench ADD COLUMN in_place BOOLEAN",
         "ALTER TABLE link_bench ADD COLUMN wrong BIGINT",
         "UPDATE link_bench SET source = 'linksweep'",
-        "ALTER TABLE link_descriptions ADD COLUMN rated_source VARCHAR",
+        # a v2 database has no link_descriptions yet (v3 created it from TABLES, after the
+        # migrations): create it as v4 has it, so the statements below hold for both
+        f"CREATE TABLE IF NOT EXISTS link_descriptions ({TABLES['link_descriptions']})",
+        "ALTER TABLE link_descriptions ADD COLUMN IF NOT EXISTS rated_source VARCHAR",
         "UPDATE link_descriptions SET rated_source = 'tc' WHERE rated_gbps IS NOT NULL",
     ],
 }

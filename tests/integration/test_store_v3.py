@@ -63,7 +63,7 @@ def test_v2_database_upgrades_intervals_truthfully(tmp_path):
             (v["grad_accum"], v["link"]): v for v in r.rows(Q.REPORT_VARIANTS, sweep_id="s")
         }
         sens = {v["grad_accum"]: v for v in r.rows(Q.REPORT_SENSITIVITY, sweep_id="s")}
-    assert read_query(db, "SELECT value FROM meta")[1] == [("3",)]
+    assert read_query(db, "SELECT value FROM meta")[1] == [(str(SCHEMA_VERSION),)]
     # 2 runs: the interval becomes the range of the runs, labelled so
     v = variants[(1, "fast")]
     assert (v["ci_low_s"], v["ci_high_s"], v["interval_kind"]) == (0.17, 0.30, "range")
