@@ -62,12 +62,11 @@ def add_parser(sub) -> None:
     )
     cp.add_argument(
         "--link-map",
-        nargs="+",
-        action="extend",
+        action="append",
         default=[],
         metavar="OLD=NEW",
-        help="the baseline's link OLD is the candidate's link NEW (default: none; links match "
-        "by name)",
+        help="the baseline's link OLD is the candidate's link NEW; repeat for several (default: "
+        "none; links match by name)",
     )
     cp.add_argument("--format", choices=FORMATS, default="table", help="(default: table)")
     cp.add_argument(

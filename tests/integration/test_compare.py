@@ -140,6 +140,9 @@ def test_link_map_matches_renamed_links(dbs, capsys):
     rc, doc = _json(capsys, [dbs["a"], dbs["a"], "--link-map", "slow=nope"])
     assert rc == 2 and doc == {}
     assert "no link 'nope'" in capsys.readouterr().err
+    # given before the sides, --link-map takes one value and leaves the sides to the command
+    rc, doc = _json(capsys, ["--link-map", "slow=slow", dbs["a"], dbs["a"]])
+    assert rc == 0 and doc["regressions"] == 0
 
 
 def test_baseline_set_list_and_compare(dbs, capsys):
