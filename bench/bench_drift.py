@@ -5,8 +5,9 @@
 
 ``linksweep compare`` judges a candidate sweep against a baseline; on a shared machine the same
 sweep file does not give the same step times twice, and a gate must know by how much. This bench
-measures it on the emulated 2-node cluster, with the sweeps of the compare acceptance test
-(``tests/integration/test_compare_emulated.py``):
+measures it on the emulated 2-node cluster, with the sweeps of the issue's measurement (the
+compare acceptance test, ``tests/integration/test_compare_emulated.py``, runs the same grid with
+less compute per step: seq_len 32, micro-batch 1):
 
 1. sweep A (baseline): gpt2-tiny, DDP and ZeRO-3, links ``fast`` (unshaped) and ``slow``
    (tc 500mbit), spread placement (one rank per node: every collective crosses the link);
