@@ -26,8 +26,9 @@ interface ``ls-s500`` or ``ls-s200``), three ``linksweep run`` against it, then 
 (also on Ctrl-C or a failure). The cluster's state goes in linksweep's default state folder, so
 each sweep stores the tc rate of its links (``link_overview``); with a cluster already recorded
 there the bench exits 77. The full run (3 repeats, 4 timed steps, the link microbenchmark up to
-2 MiB) takes ~6-8 min on 2 cores; ``--smoke`` (DDP only, 1 repeat, 2 timed steps, no
-microbenchmark) ~1.5 min: it checks that the bench runs, its figures mean nothing.
+2 MiB) took 18 min on 2 cores under load 2-8 from other jobs (each sweep 5.3-7 min);
+``--smoke`` (DDP only, 1 repeat, 2 timed steps, no microbenchmark) 3.7 min under load 7-9: it
+checks that the bench runs, its figures mean nothing.
 
 Needs root, ``ip`` and ``tc`` (network namespaces), and the subnet 198.18.0.0/24 free (no other
 emulated cluster up): otherwise it says why and exits 77 (skipped). Exit 0 when every run
