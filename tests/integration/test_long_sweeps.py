@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.store import Q, Store, bring_up_to_date, read_query, spool
+from orchestrator.store import SCHEMA_VERSION, Q, Store, bring_up_to_date, read_query, spool
 from orchestrator.watchdog import descendants
 from tests.integration.schema_v2 import as_v2
 
@@ -138,7 +138,7 @@ def pairs(db) -> list[tuple]:
 # --- without Ray ----------------------------------------------------------------------------
 
 
-def test_v2_database_upgrades_to_v3_keeping_rows(tmp_path):
+def test_v2_database_upgrades_to_the_current_version_keeping_rows(tmp_path):
     db = str(tmp_path / "v2.duckdb")
     with Store(db) as s:  # make a v3 file, then take it back to what v2 wrote
         s.insert("sweeps", [{"sweep_id": "s1", "status": "running", "name": "x"}])
@@ -147,7 +147,7 @@ def test_v2_database_upgrades_to_v3_keeping_rows(tmp_path):
     # a reading command upgrades it (one transaction, rows kept)
     cols = q(db, "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'")
     assert {("attempt",), ("superseded_by",)} <= set(cols)
-    assert q(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("3",)]
+    assert q(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
     assert q(db, "SELECT run_id, status, superseded_by FROM runs") == [("r1", "ok", None)]
     assert q(db, "SELECT count(*) FROM diagnostics") == [(0,)]
 
