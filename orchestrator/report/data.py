@@ -10,11 +10,9 @@ May import: orchestrator.store.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Any
 
-from orchestrator.store import Q, Reader
+from orchestrator.store import Q, Reader, json_value
 
 
 class ReportError(RuntimeError):
@@ -48,15 +46,6 @@ class ReportData:
     bandwidth_nccl_tests: list[dict] = field(default_factory=list)
     """nccl-tests' figures imported into the sweep (``link_bandwidth``, source nccl-tests);
     ``bandwidth`` holds linksweep's own only."""
-
-
-def _json(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
 
 
 def pick_sweep(reader: Reader, sweep_id: str | None) -> dict:
@@ -99,9 +88,9 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
         phases = rows(Q.REPORT_PHASES)
         bandwidth_nccl_tests = rows(Q.REPORT_BANDWIDTH_NCCL_TESTS)
 
-    spec = _json(sweep.get("spec")) or {}
+    spec = json_value(sweep.get("spec")) or {}
     spec = spec if isinstance(spec, dict) else {}
-    versions = _json(sweep.get("versions")) or {}
+    versions = json_value(sweep.get("versions")) or {}
     versions = versions if isinstance(versions, dict) else {"versions": versions}
 
     links_in_spec = list((spec.get("links") or {}).keys())

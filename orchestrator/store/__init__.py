@@ -13,6 +13,7 @@ from orchestrator.store.db import (
     bring_up_to_date,
     check_writable,
     export_all,
+    json_value,
     read_query,
 )
 from orchestrator.store.schema import SCHEMA_VERSION, TABLES, VIEWS
@@ -28,5 +29,6 @@ __all__ = [
     "bring_up_to_date",
     "check_writable",
     "export_all",
+    "json_value",
     "read_query",
 ]

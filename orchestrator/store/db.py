@@ -400,6 +400,16 @@ def _open_read(path: str) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def json_value(value: Any) -> Any:
+    """A JSON column as read back: its decoded value, or the text as it is when it is not JSON."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
 class Reader(_Handle):
     """Read-only handle for the report, the CLI and benchmarks. Use as a context manager.
     Opening never writes (commands call :func:`bring_up_to_date` first, by name).

@@ -13,24 +13,14 @@ May import: db, queries.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from orchestrator.store import queries as Q
-from orchestrator.store.db import Reader, StoreError
+from orchestrator.store.db import Reader, StoreError, json_value
 
 
 class NoSuchSweep(StoreError):
     """The database has no such sweep (or no sweep with runs)."""
-
-
-def _decoded(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
 
 
 def _pick(reader: Reader, sweep_id: str | None) -> dict[str, Any]:
@@ -55,8 +45,8 @@ def load_sweep(path: str, sweep_id: str | None) -> dict[str, Any]:
     with Reader(path) as reader:
         sweep = dict(_pick(reader, sweep_id))
         sid = sweep["sweep_id"]
-        sweep["versions"] = _decoded(sweep.get("versions"))
-        spec = _decoded(sweep.get("spec"))
+        sweep["versions"] = json_value(sweep.get("versions"))
+        spec = json_value(sweep.get("spec"))
         return {
             "db": path,
             "sweep": sweep,
