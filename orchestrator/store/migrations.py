@@ -155,4 +155,7 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE link_descriptions ADD COLUMN IF NOT EXISTS rated_source VARCHAR",
         "UPDATE link_descriptions SET rated_source = 'tc' WHERE rated_gbps IS NOT NULL",
     ],
+    # v5 (issue 24, fleet check): a sweep records the nodes placement kept off. The fleet
+    # tables are new: created from TABLES.
+    5: ["ALTER TABLE sweeps ADD COLUMN excluded_nodes JSON"],
 }

@@ -338,3 +338,27 @@ IMPORTED_OPS = _q(
     """SELECT DISTINCT op FROM link_bench
        WHERE sweep_id = $sweep_id AND link = $link AND source = 'nccl-tests' ORDER BY op""",
 )
+
+# --- linksweep fleet (issue 24) -------------------------------------------------------------
+FLEET_CHECK = _q("fleet_check", "SELECT * FROM fleet_checks WHERE fleet_id = $fleet_id")
+LATEST_FLEET = _q(
+    "latest_fleet",
+    "SELECT fleet_id FROM fleet_checks ORDER BY started_at DESC, fleet_id DESC LIMIT 1",
+)
+FLEET_NODES = _q(
+    "fleet_nodes",
+    "SELECT * FROM fleet_nodes WHERE fleet_id = $fleet_id ORDER BY ip, hostname, node_id",
+)
+FLEET_PAIRS = _q(
+    "fleet_pairs",
+    """SELECT * FROM fleet_pairs WHERE fleet_id = $fleet_id
+       ORDER BY link, kind, round, node_a, node_b""",
+)
+FLEET_ROUNDS = _q(
+    "fleet_rounds",
+    "SELECT * FROM fleet_rounds WHERE fleet_id = $fleet_id ORDER BY link, kind, round",
+)
+FLEET_SUSPECTS = _q(
+    "fleet_suspects",
+    "SELECT * FROM fleet_suspects WHERE fleet_id = $fleet_id ORDER BY kind DESC, ip, node_id",
+)

@@ -11,7 +11,7 @@ May import: nothing (the standard library only).
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 TABLES: dict[str, str] = {
     "meta": """
@@ -33,7 +33,9 @@ TABLES: dict[str, str] = {
         driver_host VARCHAR,
         topology_status VARCHAR,
         driver_pid INTEGER,          -- with driver_host: whose sweep this is, while running
-        heartbeat_at TIMESTAMPTZ     -- the driver's last sign of life (store/liveness.py)
+        heartbeat_at TIMESTAMPTZ,    -- the driver's last sign of life (store/liveness.py)
+        excluded_nodes JSON          -- nodes placement kept off: [{entry, source, node_id, ip,
+                                     -- hostname}], node_id NULL when no alive node matched
     """,
     "runs": """
         run_id VARCHAR PRIMARY KEY,
@@ -336,6 +338,78 @@ TABLES: dict[str, str] = {
         nccl_trace VARCHAR,          -- base64 of the NCCL flight recorder's dump, if written
         error VARCHAR                -- why a part could not be captured
     """,
+    # issue 24: the fleet check (linksweep fleet): one row per check, per node, per measured
+    # pair (intra-node rows have node_b = node_a), per timed stage; suspects are decided once,
+    # in Python (orchestrator/suspects.py), and stored in the suspect/why columns.
+    "fleet_checks": """
+        fleet_id VARCHAR PRIMARY KEY,
+        started_at TIMESTAMPTZ,
+        finished_at TIMESTAMPTZ,
+        status VARCHAR,              -- running | ok | failed | interrupted
+        ray_address VARCHAR,
+        driver_host VARCHAR,
+        git_sha VARCHAR,
+        git_dirty BOOLEAN,
+        versions JSON,
+        sweep_file VARCHAR,          -- --sweep: its links were checked; NULL: the default network
+        links JSON,                  -- [{name, env}] in the order checked
+        pairs_mode VARCHAR,          -- all | ring | sample:K
+        max_mb DOUBLE,               -- the message size every busbw is measured at
+        rule JSON,                   -- the suspect rule's parameters (docs/fleet.md)
+        n_nodes INTEGER,
+        n_rounds INTEGER,            -- inter-node rounds per link
+        skipped_nodes JSON,          -- alive nodes with nothing to run on (a CPU-less head)
+        wall_s DOUBLE,
+        n_suspects INTEGER,
+        notes JSON,                  -- what the rule could not judge, and why
+        error VARCHAR
+    """,
+    "fleet_nodes": """
+        fleet_id VARCHAR,
+        node_id VARCHAR,
+        ip VARCHAR,
+        hostname VARCHAR,
+        cpus DOUBLE,
+        gpus DOUBLE,
+        gpu_names VARCHAR,
+        compute_tokens_per_s DOUBLE, -- the compute probe: gpt2 on one rank, median timed step
+        compute_device VARCHAR,
+        compute_model VARCHAR,
+        compute_status VARCHAR,      -- ok | failed
+        compute_error VARCHAR,
+        health JSON,                 -- per GPU: clock reasons, PCIe now/max, ECC, clocks, temp;
+                                     -- on a CPU node the CPU facts
+        health_note VARCHAR,         -- what applies here ("no GPU: NVML checks do not apply")
+        suspect BOOLEAN,
+        why VARCHAR                  -- every reason, '; '-joined
+    """,
+    "fleet_pairs": """
+        fleet_id VARCHAR,
+        link VARCHAR,                -- the sweep file's link name, or 'default'
+        kind VARCHAR,                -- intra (node_b = node_a) | inter
+        round INTEGER,               -- inter: the tournament round (0-based); intra: NULL
+        node_a VARCHAR,
+        node_b VARCHAR,
+        world_size INTEGER,
+        backend VARCHAR,
+        ifname VARCHAR,              -- the interface gloo was bound to (CPU ranks)
+        msg_bytes BIGINT,
+        time_s DOUBLE,               -- median over timed iterations of the max over ranks
+        busbw_gbps DOUBLE,
+        status VARCHAR,              -- ok | failed
+        error VARCHAR,
+        slow BOOLEAN,                -- below the rule's bound
+        suspect BOOLEAN,             -- slow and not explained by a suspect node
+        why VARCHAR
+    """,
+    "fleet_rounds": """
+        fleet_id VARCHAR,
+        link VARCHAR,
+        kind VARCHAR,                -- intra | inter | compute | health
+        round INTEGER,
+        n_pairs INTEGER,
+        wall_s DOUBLE
+    """,
 }
 
 VIEWS: dict[str, str] = {
@@ -406,5 +480,20 @@ VIEWS: dict[str, str] = {
                           string_agg(DISTINCT link_class, ', ') AS link_classes,
                           string_agg(DISTINCT effective_transport, ', ') AS transports
                    FROM runs GROUP BY sweep_id, link) r USING (sweep_id, link)
+    """,
+    # issue 24: every suspect of a fleet check, nodes and single pairs, with addresses to
+    # exclude them by (sweep key exclude_nodes, or linksweep run --exclude-suspects FLEET_ID).
+    "fleet_suspects": """
+        SELECT n.fleet_id, 'node' AS kind, n.node_id, n.ip, n.hostname,
+               NULL::VARCHAR AS partner_id, NULL::VARCHAR AS partner_ip,
+               NULL::VARCHAR AS link, n.why
+        FROM fleet_nodes n WHERE n.suspect
+        UNION ALL
+        SELECT p.fleet_id, 'pair' AS kind, p.node_a, a.ip, a.hostname, p.node_b, b.ip, p.link,
+               p.why
+        FROM fleet_pairs p
+        LEFT JOIN fleet_nodes a ON a.fleet_id = p.fleet_id AND a.node_id = p.node_a
+        LEFT JOIN fleet_nodes b ON b.fleet_id = p.fleet_id AND b.node_id = p.node_b
+        WHERE p.suspect
     """,
 }

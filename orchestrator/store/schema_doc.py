@@ -34,6 +34,10 @@ TABLE_ROWS = {
     "sensitivity_stats": "variant x non-baseline link (read through link_sensitivity)",
     "baselines": "named baseline: a sweep later ones are compared with",
     "link_descriptions": "link of a sweep (what it physically is, recorded at sweep start)",
+    "fleet_checks": "fleet check (one `linksweep fleet`)",
+    "fleet_nodes": "node of a fleet check: compute probe, health, verdict",
+    "fleet_pairs": "measured pair of a fleet check x link (intra-node: node_b = node_a)",
+    "fleet_rounds": "timed stage of a fleet check x link (a round of pairs, or a node stage)",
 }
 VIEW_ROWS = {
     "step_times": "timed step of a run (max over ranks, warmup excluded)",
@@ -43,6 +47,7 @@ VIEW_ROWS = {
     "link_sensitivity": "variant x non-baseline link",
     "link_bandwidth": "sweep x link x placement x collective x message size",
     "link_overview": "link of a sweep: described, rated and measured",
+    "fleet_suspects": "suspect of a fleet check: a node, or a single slow pair",
 }
 INTERVAL = (
     "range: min-max of the runs (fewer than 5 included runs); bootstrap95: 95% percentile "
