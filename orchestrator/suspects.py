@@ -1,0 +1,391 @@
+"""The fleet check's verdict: which nodes and which pairs are suspects, and why. Pure.
+
+The rule, for users and with its reasons, is ``docs/fleet.md`` ("How suspects are decided"); in
+short, per check:
+
+- **Robust reference**: the fleet's median and median absolute deviation (MAD) of per-node
+  figures. A value is *low* when it is below both ``median * (1 - rel)`` and
+  ``median - mad_k * 1.4826 * MAD`` (``Rule``; 1.4826 scales a MAD to a standard deviation for
+  normal data). The relative bound keeps a tight fleet's small dips quiet; the MAD bound keeps a
+  noisy fleet's ordinary spread quiet.
+- **Inter-node pairs, per link**: a node's score is the median busbw of its pairs (a failed pair
+  counts as 0); the reference is taken over node scores, never over pairs, because a bad node
+  touches N-1 of the N(N-1)/2 pairs (half of them at N = 4) and would drag a median over pairs.
+  A node is a suspect when its score is low and it is slow with most of its partners (and at
+  least ``min(min_partners, its partners)`` of them). A slow pair with neither node a suspect is
+  a *single slow pair*: a suspect itself. Two nodes make one pair: nothing to compare it with.
+- **Intra-node busbw per link, and the compute probe**: each node against the fleet's median and
+  MAD of that check. Nodes that share a machine with another node are left out (their checks
+  measure the same hardware). A failed measurement is a reason by itself.
+- **Health** (``health_reasons``): NVML facts that are faults, each a reason by itself.
+
+Measured values are ``float`` (busbw in GB/s, tokens/s), ``Failed(error)`` (the measurement
+failed, with why) or ``None`` (failed, no error text); a pair or node left out of a mapping was
+not measured and is not judged.
+
+May import: rated, workloads.throttle.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from orchestrator.rated import pcie_training
+from workloads.throttle import SLOWDOWN_MASK, reason_names
+
+MAD_TO_SIGMA = 1.4826
+"""MAD x 1.4826 estimates the standard deviation of normal data (the MAD's consistency factor)."""
+MIN_TO_COMPARE = 3
+"""Fewer values than this and a median/MAD comparison can flag nothing: with two values the
+lower one always lies within 3 scaled MADs of their mean, so the check says so in a note."""
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A measurement that failed, and why (the probe's or the collective's error text)."""
+
+    error: str
+
+
+Value = float | Failed | None
+"""A measured figure: a float, Failed(error), or None (failed, no error text)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """When a node's or a pair's figure is low against the fleet (docs/fleet.md)."""
+
+    rel: float = 0.15
+    """Low only when below median * (1 - rel): 15% below the fleet, more than run-to-run noise
+    of a healthy link or GPU and well under the 2x-4x of a half-width PCIe link or a bad cable."""
+    mad_k: float = 3.0
+    """...and below median - mad_k * 1.4826 * MAD: 3 robust standard deviations, the usual
+    outlier bound (about 1 in 700 of normal noise falls below it)."""
+    min_partners: int = 2
+    """A node is named from pairs only when slow with at least min(this, its partners) partners
+    (and most of them): one slow partner could be that partner's fault."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.rel < 1:
+            raise ValueError(f"Rule.rel: {self.rel!r} must be between 0 and 1 (exclusive)")
+        if not self.mad_k >= 0:
+            raise ValueError(f"Rule.mad_k: {self.mad_k!r} must be >= 0")
+        if isinstance(self.min_partners, bool) or not isinstance(self.min_partners, int):
+            raise ValueError(f"Rule.min_partners: {self.min_partners!r} must be an int >= 1")
+        if self.min_partners < 1:
+            raise ValueError(f"Rule.min_partners: {self.min_partners!r} must be an int >= 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The parameters as ``fleet_checks.rule`` stores them."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A fleet reference: the median and MAD of per-node figures, and the bound below which a
+    figure is low."""
+
+    median: float
+    mad: float
+    value: float
+    """min(median * (1 - rel), median - mad_k * 1.4826 * MAD)."""
+    n: int
+    """How many node figures the median and MAD were taken over."""
+
+    def low(self, x: float) -> bool:
+        return x < self.value
+
+    def below_text(self, what: str, x: float, unit: str, where: str = "") -> str:
+        """``busbw 0.012 GB/s on link net is 76% below the fleet median 0.050 GB/s (bound
+        0.043)``: ``what`` names the figure, ``where`` (`` on link net``) where it was measured."""
+        f = _fmt(self.median)
+        pct = (1 - x / self.median) * 100 if self.median > 0 else 0.0
+        return (
+            f"{what} {f(x)} {unit}{where} is {pct:.0f}% below the fleet median {f(self.median)} "
+            f"{unit} (bound {f(self.value)})"
+        )
+
+
+def _fmt(ref: float):
+    """A number formatter with the precision the reference's size calls for, so the value, the
+    median and the bound of one sentence are written alike (0.012 / 0.050; 37.2 / 50.1)."""
+    a = abs(ref)
+    digits = 0 if a >= 100 else 1 if a >= 10 else 2 if a >= 1 else 3
+    return lambda x: f"{x:.{digits}f}"
+
+
+def low(x: float, ref: float, mad: float, rule: Rule) -> bool:
+    """Whether ``x`` is low against a fleet median ``ref`` with spread ``mad`` (both bounds)."""
+    return x < bound_of(ref, mad, rule)
+
+
+def bound_of(ref: float, mad: float, rule: Rule) -> float:
+    """The figure below which a value is low: the lower of the relative and the MAD bound."""
+    return min(ref * (1 - rule.rel), ref - rule.mad_k * MAD_TO_SIGMA * mad)
+
+
+def fleet_bound(values: Sequence[float], rule: Rule) -> Bound:
+    """The median, MAD and bound of per-node figures (at least one)."""
+    med = statistics.median(values)
+    mad = statistics.median([abs(v - med) for v in values])
+    return Bound(med, mad, bound_of(med, mad, rule), len(values))
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    suspect: bool
+    reasons: tuple[str, ...]
+    """Every reason the node is a suspect; empty when it is not."""
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    """A measured pair (or a node's intra-node check, in ``Verdict.intra``)."""
+
+    slow: bool
+    """Failed, or below the fleet's bound."""
+    suspect: bool
+    """Slow and not explained by a suspect node: a single slow pair (always False for intra,
+    whose node carries the reason)."""
+    why: str | None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    nodes: dict[str, NodeVerdict]
+    pairs: dict[tuple[str, str, str], PairVerdict]
+    """(link, node_a, node_b) -> verdict, for every measured inter-node pair."""
+    intra: dict[tuple[str, str], PairVerdict]
+    """(link, node) -> verdict, for every measured intra-node check."""
+    notes: tuple[str, ...]
+    """What the rule could not judge, and why."""
+    bounds: dict[tuple[str, str | None], Bound]
+    """(check, link) -> the fleet reference: ("inter", link), ("intra", link), ("compute", None)."""
+
+    def suspect_nodes(self) -> list[str]:
+        return [n for n, v in self.nodes.items() if v.suspect]
+
+    def suspect_pairs(self) -> list[tuple[str, str, str]]:
+        return [k for k, v in self.pairs.items() if v.suspect]
+
+
+def _error(v: Value) -> str | None:
+    """None for a float; the error text (or a stand-in) for a failed measurement."""
+    if isinstance(v, Failed):
+        return v.error
+    return "no error text" if v is None else None
+
+
+def _names(xs: Collection[str]) -> str:
+    return ", ".join(sorted(xs))
+
+
+def _inter_link(
+    link: str,
+    nodes: Sequence[str],
+    measured: Mapping[tuple[str, str], Value],
+    rule: Rule,
+    reasons: dict[str, list[str]],
+    notes: list[str],
+    bounds: dict[tuple[str, str | None], Bound],
+) -> dict[tuple[str, str], tuple[bool, str | None]]:
+    """Node reasons from one link's pairs (into ``reasons``); per pair (slow, its why)."""
+    known = set(nodes)
+    by_node: dict[str, list[tuple[str, float, bool]]] = {}  # node -> (partner, busbw, failed)
+    seen: set[frozenset[str]] = set()
+    for (a, b), v in measured.items():
+        for x in (a, b):
+            if x not in known:
+                raise ValueError(f"pairs[{link!r}]: node {x!r} of pair ({a}, {b}) is not a node")
+        if a == b or frozenset((a, b)) in seen:
+            raise ValueError(f"pairs[{link!r}]: pair ({a}, {b}) is a self-pair or given twice")
+        seen.add(frozenset((a, b)))
+        x = 0.0 if _error(v) is not None else float(v)  # type: ignore[arg-type]
+        by_node.setdefault(a, []).append((b, x, _error(v) is not None))
+        by_node.setdefault(b, []).append((a, x, _error(v) is not None))
+    out: dict[tuple[str, str], tuple[bool, str | None]] = {}
+    if len(by_node) < MIN_TO_COMPARE:
+        notes.append(
+            f"link {link}: only {len(by_node)} nodes in pairs: a slow pair has nothing to be "
+            "compared with and cannot be attributed to either node (compute probe and health "
+            "still judge each node)"
+        )
+        for a, b in measured:
+            err = _error(measured[(a, b)])
+            out[(a, b)] = (err is not None, None if err is None else f"all_reduce failed: {err}")
+        return out
+    scores = {n: statistics.median(x for _, x, _ in ps) for n, ps in by_node.items()}
+    bound = fleet_bound(list(scores.values()), rule)
+    bounds[("inter", link)] = bound
+    for (a, b), v in measured.items():
+        err = _error(v)
+        if err is not None:
+            out[(a, b)] = (True, f"all_reduce failed: {err}")
+        elif bound.low(float(v)):  # type: ignore[arg-type]
+            out[(a, b)] = (True, bound.below_text("busbw", float(v), "GB/s", f" on link {link}"))  # type: ignore[arg-type]
+        else:
+            out[(a, b)] = (False, None)
+    lonely = []
+    for n, ps in by_node.items():
+        slow = [p for p, x, failed in ps if failed or bound.low(x)]
+        need = min(rule.min_partners, len(ps))
+        if len(ps) == 1:
+            lonely.append(n)
+        if bound.low(scores[n]) and len(slow) >= need and len(slow) * 2 > len(ps):
+            failed = sum(f for _, _, f in ps)
+            what = f"link {link}: slow with {len(slow)} of {len(ps)} partners" + (
+                f" ({failed} failed)" if failed else ""
+            )
+            reasons[n].append(what + "; " + bound.below_text("its median busbw", scores[n], "GB/s"))
+    if lonely:
+        notes.append(
+            f"link {link}: {_names(lonely)} measured with one partner only: a slow pair there "
+            "names both of its nodes (--pairs all, or a larger sample:K, tells them apart)"
+        )
+    return out
+
+
+def _node_check(
+    check: str,
+    values: Mapping[str, Value],
+    skip: Collection[str],
+    rule: Rule,
+    what: str,
+    unit: str,
+    reasons: dict[str, list[str]],
+    notes: list[str],
+) -> tuple[Bound | None, dict[str, tuple[bool, str | None]]]:
+    """A per-node check (intra busbw of one link, or the compute probe): each node against the
+    fleet's median and MAD of that check. Failed measurements are reasons, also on a shared host
+    (a failure is not a difference between machines)."""
+    out: dict[str, tuple[bool, str | None]] = {}
+    for n, v in values.items():
+        if n not in reasons:
+            raise ValueError(f"{check}: node {n!r} is not a node")
+        err = _error(v)
+        if err is not None:
+            out[n] = (True, f"{what} failed: {err}")
+            reasons[n].append(out[n][1])  # type: ignore[arg-type]
+    judged = {n: float(v) for n, v in values.items() if n not in out and n not in skip}  # type: ignore[arg-type]
+    if len(judged) < MIN_TO_COMPARE:
+        if values:
+            notes.append(
+                f"{what}: only {len(judged)} node(s) to compare (nodes sharing a machine are "
+                "not judged): no suspect from it"
+            )
+        for n in values:
+            out.setdefault(n, (False, None))
+        return None, out
+    bound = fleet_bound(list(judged.values()), rule)
+    for n in values:
+        if n in out:
+            continue
+        x = judged.get(n)
+        if x is not None and bound.low(x):
+            out[n] = (True, bound.below_text(what, x, unit))
+            reasons[n].append(out[n][1])  # type: ignore[arg-type]
+        else:
+            out[n] = (False, None)
+    return bound, out
+
+
+def judge(
+    nodes: Sequence[str],
+    pairs: Mapping[str, Mapping[tuple[str, str], Value]],
+    intra: Mapping[str, Mapping[str, Value]],
+    compute: Mapping[str, Value],
+    health: Mapping[str, Sequence[str]],
+    shared_host: Collection[str] = (),
+    rule: Rule = Rule(),
+) -> Verdict:
+    """The verdict of one fleet check (see the module docstring and docs/fleet.md).
+
+    ``pairs``: per link, inter-node busbw (GB/s) per pair (node_a, node_b); ``intra``: per link,
+    intra-node busbw per node; ``compute``: tokens/s of the compute probe per node; ``health``:
+    per node, reasons already found (``health_reasons``); ``shared_host``: nodes sharing a
+    machine with another node, whose intra and compute figures are not compared."""
+    if len(set(nodes)) != len(nodes):
+        raise ValueError(f"nodes: duplicate node ids in {list(nodes)}")
+    reasons: dict[str, list[str]] = {n: [] for n in nodes}
+    notes: list[str] = []
+    bounds: dict[tuple[str, str | None], Bound] = {}
+    for n, why in health.items():
+        if n not in reasons:
+            raise ValueError(f"health: node {n!r} is not a node")
+        reasons[n].extend(why)
+    skip = set(shared_host) & set(nodes)
+    if skip:
+        notes.append(
+            f"{_names(skip)} share a machine with another node: their intra-node and compute "
+            "checks measure the same hardware, so differences there are not judged"
+        )
+    slow_pairs = {
+        link: _inter_link(link, nodes, measured, rule, reasons, notes, bounds)
+        for link, measured in pairs.items()
+    }
+    intra_v: dict[tuple[str, str], PairVerdict] = {}
+    for link, values in intra.items():
+        what = f"intra-node busbw on link {link}"
+        b, out = _node_check("intra", values, skip, rule, what, "GB/s", reasons, notes)
+        if b is not None:
+            bounds[("intra", link)] = b
+        intra_v.update({(link, n): PairVerdict(s, False, w) for n, (s, w) in out.items()})
+    b, _ = _node_check("compute", compute, skip, rule, "compute probe", "tokens/s", reasons, notes)
+    if b is not None:
+        bounds[("compute", None)] = b
+    suspects = {n for n, r in reasons.items() if r}
+    pairs_v: dict[tuple[str, str, str], PairVerdict] = {}
+    for link, out in slow_pairs.items():
+        for (a, c), (slow, why) in out.items():
+            by = [x for x in (a, c) if x in suspects]
+            if slow and by:
+                why = f"{why}; explained by suspect node {' and '.join(by)}"
+            elif slow and why is not None and not why.startswith("all_reduce failed"):
+                why = f"{why}; a single slow pair: {a} and {c} are fine with their other partners"
+            pairs_v[(link, a, c)] = PairVerdict(slow, slow and not by, why)
+    return Verdict(
+        {n: NodeVerdict(bool(r), tuple(r)) for n, r in reasons.items()},
+        pairs_v,
+        intra_v,
+        tuple(notes),
+        bounds,
+    )
+
+
+def _gpu(g: Mapping[str, Any]) -> str:
+    return f"GPU{g.get('index', '?')}" + (f" on {g['node']}" if g.get("node") else "")
+
+
+def health_reasons(gpus: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The faults NVML shows in a node's GPUs (``HealthRecord.gpus``), one sentence each.
+
+    A fault: a PCIe link trained narrower than its maximum (``rated.pcie_training``); a PCIe
+    generation below the maximum *under load* (at idle NVML's current generation drops to save
+    power, so an idle reading is normal); a slowdown clock reason (``throttle.SLOWDOWN_MASK``:
+    thermal or hardware protection cut the clock); uncorrected ECC errors; a GPU that could not
+    be read. Not a fault: SwPowerCap, BoardLimit, Reliability and the benign bits: the board's
+    own limits under load, set on healthy GPUs (``workloads/throttle.py`` says why)."""
+    out = []
+    for g in gpus:
+        if g.get("error"):
+            out.append(f"{_gpu(g)} could not be read: {g['error']}")
+            continue
+        fault, _ = pcie_training(g)
+        if fault:
+            out.append(fault)
+        gc, gm = g.get("pcie_gen_current"), g.get("pcie_gen_max")
+        if g.get("under_load") and gc and gm and gc < gm:
+            out.append(
+                f"{_gpu(g)} PCIe at gen{gc} of gen{gm} under load: the link trained at a lower "
+                "generation (at idle a lower generation is normal power saving, not under load)"
+            )
+        bits = g.get("clock_reasons") or 0
+        if bits & SLOWDOWN_MASK:
+            out.append(f"{_gpu(g)} {','.join(reason_names(bits & SLOWDOWN_MASK))}")
+        ecc = g.get("ecc_uncorrected")
+        if ecc:
+            out.append(f"{_gpu(g)} {ecc} uncorrected ECC errors since the driver loaded")
+    return out

@@ -1,0 +1,289 @@
+"""The suspect rule (orchestrator/suspects.py) on synthetic fleets: one bad node is named and no
+other, one bad pair is a single slow pair, noise alone names nobody, failures are reasons with
+their error, two nodes cannot attribute a pair, both bounds matter, and the NVML health faults
+(PCIe x8 of x16, thermal slowdown, gen under load, ECC) are reasons while SwPowerCap is not."""
+
+from __future__ import annotations
+
+import random
+import re
+from itertools import combinations
+
+import pytest
+
+from orchestrator.suspects import Failed, Rule, fleet_bound, health_reasons, judge, low
+
+LINK = "net"
+GOOD_GBPS = 0.050
+
+
+def _nodes(n: int) -> list[str]:
+    return [f"n{i}" for i in range(n)]
+
+
+def _fleet(n, *, bad_node=None, bad_pair=None, seed=0, noise=0.05, factor=4.0):
+    """Inter-node busbw of every pair: GOOD_GBPS with +-noise seeded jitter; the pairs touching
+    ``bad_node`` (or the one ``bad_pair``) ``factor`` times lower."""
+    rng = random.Random(seed)
+    out = {}
+    for a, b in combinations(_nodes(n), 2):
+        x = GOOD_GBPS * (1 + rng.uniform(-noise, noise))
+        if bad_node in (a, b) or {a, b} == set(bad_pair or ()):
+            x /= factor
+        out[(a, b)] = x
+    return {LINK: out}
+
+
+def _judge(nodes, pairs, intra=None, compute=None, health=None, **kw):
+    return judge(nodes, pairs, intra or {}, compute or {}, health or {}, **kw)
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 8, 16])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_one_bad_node_is_named_and_no_other(n, seed):
+    nodes = _nodes(n)
+    bad = nodes[random.Random(seed).randrange(n)]
+    v = _judge(nodes, _fleet(n, bad_node=bad, seed=seed))
+    assert v.suspect_nodes() == [bad]
+    assert v.suspect_pairs() == []  # its pairs are explained by it, none is a single slow pair
+    (reason,) = v.nodes[bad].reasons
+    assert reason.startswith(f"link {LINK}: slow with {n - 1} of {n - 1} partners; ")
+    # at N = 3 each good node has one good and one bad pair, so the fleet median (of node
+    # medians) sits halfway; from N = 4 on, a majority of each good node's pairs is good
+    fleet = r"0\.03\d" if n == 3 else r"0\.0[45]\d"
+    assert re.search(
+        rf"its median busbw 0\.01\d GB/s is \d\d% below the fleet median {fleet} GB/s", reason
+    )
+    for (_link, a, b), pv in v.pairs.items():
+        touches = bad in (a, b)
+        assert pv.slow is touches and not pv.suspect
+        if touches:
+            assert pv.why.endswith(f"explained by suspect node {bad}")
+
+
+def test_a_bad_node_at_n4_does_not_drag_the_reference():
+    """At N = 4 the bad node touches half of the 6 pairs: a median over pairs would sit between
+    good and bad; the median over node scores stays at the good level."""
+    v = _judge(_nodes(4), _fleet(4, bad_node="n3", noise=0.0))
+    ref = v.bounds[("inter", LINK)]
+    assert ref.median == pytest.approx(GOOD_GBPS)
+    assert "75% below the fleet median 0.050 GB/s (bound 0.043)" in v.nodes["n3"].reasons[0]
+
+
+@pytest.mark.parametrize("n", [4, 6, 8])
+def test_one_bad_pair_is_a_single_slow_pair(n):
+    nodes = _nodes(n)
+    pair = (nodes[1], nodes[2])
+    v = _judge(nodes, _fleet(n, bad_pair=pair, seed=n))
+    assert v.suspect_nodes() == []
+    assert v.suspect_pairs() == [(LINK, *pair)]
+    why = v.pairs[(LINK, *pair)].why
+    assert "GB/s on link net is" in why and "a single slow pair: n1 and n2 are fine" in why
+    assert sum(pv.slow for pv in v.pairs.values()) == 1
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 16])
+def test_noise_alone_names_nobody(n):
+    for seed in range(5):
+        v = _judge(
+            _nodes(n),
+            _fleet(n, seed=seed),
+            intra={LINK: {x: 5.0 * (1 + 0.04 * (i % 3 - 1)) for i, x in enumerate(_nodes(n))}},
+            compute={x: 1000.0 + 30 * (i % 4) for i, x in enumerate(_nodes(n))},
+        )
+        assert v.suspect_nodes() == [] and v.suspect_pairs() == []
+        assert not any(pv.slow for pv in v.pairs.values())
+
+
+def test_a_failed_pair_is_a_suspect_with_its_error():
+    pairs = _fleet(5, seed=3)
+    pairs[LINK][("n1", "n3")] = Failed("Connection reset by peer")
+    pairs[LINK][("n0", "n4")] = None
+    v = _judge(_nodes(5), pairs)
+    assert v.suspect_nodes() == []
+    assert set(v.suspect_pairs()) == {(LINK, "n1", "n3"), (LINK, "n0", "n4")}
+    assert v.pairs[(LINK, "n1", "n3")] == v.pairs[(LINK, "n1", "n3")].__class__(
+        True, True, "all_reduce failed: Connection reset by peer"
+    )
+    assert v.pairs[(LINK, "n0", "n4")].why == "all_reduce failed: no error text"
+
+
+def test_failed_pairs_of_a_dead_node_name_the_node():
+    pairs = _fleet(4, seed=1)
+    for key in [k for k in pairs[LINK] if "n2" in k]:
+        pairs[LINK][key] = Failed("timed out after 60 s")
+    v = _judge(_nodes(4), pairs)
+    assert v.suspect_nodes() == ["n2"]
+    assert "slow with 3 of 3 partners (3 failed)" in v.nodes["n2"].reasons[0]
+    assert v.suspect_pairs() == []
+    assert v.pairs[(LINK, "n0", "n2")].why.endswith("explained by suspect node n2")
+
+
+def test_two_nodes_cannot_attribute_a_slow_pair():
+    pairs = {LINK: {("a", "b"): 0.001}}
+    v = _judge(["a", "b"], pairs, compute={"a": 900.0, "b": 1000.0})
+    assert v.suspect_nodes() == [] and v.suspect_pairs() == []
+    assert v.pairs[(LINK, "a", "b")].slow is False
+    assert any("cannot be attributed to either node" in note for note in v.notes)
+    # a failure is still a failure: named, with its error, on neither node
+    failed = _judge(["a", "b"], {LINK: {("a", "b"): Failed("NCCL timeout")}})
+    assert failed.suspect_pairs() == [(LINK, "a", "b")]
+    assert failed.suspect_nodes() == []
+    # health still judges each node of a two-node fleet
+    hot = _judge(["a", "b"], pairs, health={"b": ["GPU0 HwThermalSlowdown"]})
+    assert hot.suspect_nodes() == ["b"]
+    assert hot.pairs[(LINK, "a", "b")].suspect is False
+
+
+def test_one_slow_compute_node_is_named():
+    nodes = _nodes(6)
+    values = [129_000.0, 131_000.0, 133_000.0, 131_000.0, 54_000.0, 131_000.0]
+    compute = dict(zip(nodes, values, strict=True))
+    v = _judge(nodes, _fleet(6, seed=5), compute=compute)
+    assert v.suspect_nodes() == ["n4"]
+    (reason,) = v.nodes["n4"].reasons
+    assert reason.startswith("compute probe 54000 tokens/s is 59% below the fleet median 131000")
+
+
+def test_a_failed_compute_probe_is_a_reason():
+    nodes = _nodes(4)
+    compute = {"n0": 100.0, "n1": 101.0, "n2": Failed("CUDA error: out of memory"), "n3": 99.0}
+    v = _judge(nodes, _fleet(4), compute=compute)
+    assert v.suspect_nodes() == ["n2"]
+    assert v.nodes["n2"].reasons == ("compute probe failed: CUDA error: out of memory",)
+
+
+def test_a_slow_intra_node_link_is_named_with_the_link():
+    nodes = _nodes(5)
+    intra = {"nvl": {x: 370.0 for x in nodes}}
+    intra["nvl"]["n1"] = 180.0
+    v = _judge(nodes, {}, intra=intra)
+    assert v.suspect_nodes() == ["n1"]
+    assert v.nodes["n1"].reasons[0].startswith("intra-node busbw on link nvl 180 GB/s is 51% below")
+    assert v.intra[("nvl", "n1")].slow and not v.intra[("nvl", "n1")].suspect
+    assert not v.intra[("nvl", "n0")].slow
+
+
+def test_shared_host_nodes_are_not_judged_on_node_checks():
+    nodes = _nodes(4)
+    compute = {"n0": 1000.0, "n1": 1010.0, "n2": 990.0, "n3": 300.0}
+    intra = {LINK: {"n0": 2.0, "n1": 2.1, "n2": 1.9, "n3": 0.5}}
+    judged = _judge(nodes, _fleet(4), intra=intra, compute=compute)
+    assert judged.suspect_nodes() == ["n3"]
+    v = _judge(nodes, _fleet(4), intra=intra, compute=compute, shared_host=nodes)
+    assert v.suspect_nodes() == []
+    assert any("share a machine" in note and "not judged" in note for note in v.notes)
+    # but a failed node check is still a reason on a shared host
+    compute["n2"] = Failed("killed")
+    v = _judge(nodes, _fleet(4), compute=compute, shared_host=nodes)
+    assert v.suspect_nodes() == ["n2"]
+
+
+def test_the_mad_bound_keeps_a_noisy_fleet_quiet():
+    nodes = _nodes(8)
+    values = [100.0, 120.0, 80.0, 110.0, 90.0, 115.0, 85.0, 78.0]  # n7: 22% below the median
+    v = _judge(nodes, {}, compute=dict(zip(nodes, values, strict=True)))
+    b = v.bounds[("compute", None)]
+    assert values[-1] < b.median * (1 - Rule().rel)  # the relative bound alone would flag it
+    assert v.suspect_nodes() == []
+    assert _judge(
+        nodes, {}, compute=dict(zip(nodes, values, strict=True)), rule=Rule(mad_k=0.5)
+    ).suspect_nodes()
+
+
+def test_the_relative_bound_keeps_a_tight_fleet_quiet():
+    nodes = _nodes(8)
+    values = [100.0, 100.2, 99.8, 100.1, 99.9, 100.3, 99.7, 95.0]  # n7: 5% below, many MADs
+    v = _judge(nodes, {}, compute=dict(zip(nodes, values, strict=True)))
+    b = v.bounds[("compute", None)]
+    assert values[-1] < b.median - 3 * 1.4826 * b.mad  # the MAD bound alone would flag it
+    assert v.suspect_nodes() == []
+    assert _judge(
+        nodes, {}, compute=dict(zip(nodes, values, strict=True)), rule=Rule(rel=0.03)
+    ).suspect_nodes()
+
+
+def test_low_and_fleet_bound():
+    rule = Rule()
+    assert low(0.8, 1.0, 0.0, rule) and not low(0.9, 1.0, 0.0, rule)
+    assert not low(0.5, 1.0, 0.2, rule)  # 1 - 3 * 1.4826 * 0.2 = 0.11
+    b = fleet_bound([1.0, 1.0, 1.0, 0.25], rule)
+    assert (b.median, b.mad, b.value, b.n) == (1.0, 0.0, 0.85, 4)
+    text = fleet_bound([0.05, 0.05, 0.05], rule).below_text("busbw", 0.012, "GB/s", " on link net")
+    assert (
+        text
+        == "busbw 0.012 GB/s on link net is 76% below the fleet median 0.050 GB/s (bound 0.043)"
+    )
+
+
+@pytest.mark.parametrize(
+    "kw, field",
+    [({"rel": 0.0}, "rel"), ({"rel": 1.0}, "rel"), ({"mad_k": -1}, "mad_k"),
+     ({"min_partners": 0}, "min_partners"), ({"min_partners": 1.5}, "min_partners")],
+)  # fmt: skip
+def test_rule_validation_names_the_field(kw, field):
+    with pytest.raises(ValueError, match=rf"^Rule\.{field}: "):
+        Rule(**kw)
+
+
+def test_rule_to_dict():
+    assert Rule().to_dict() == {"rel": 0.15, "mad_k": 3.0, "min_partners": 2}
+
+
+def test_bad_input_names_what_is_wrong():
+    with pytest.raises(ValueError, match="nodes: duplicate"):
+        judge(["a", "a"], {}, {}, {}, {})
+    with pytest.raises(ValueError, match=r"pairs\['net'\]: node 'z'"):
+        judge(["a", "b", "c"], {"net": {("a", "z"): 1.0}}, {}, {}, {})
+    with pytest.raises(ValueError, match="given twice"):
+        judge(["a", "b", "c"], {"net": {("a", "b"): 1.0, ("b", "a"): 1.0}}, {}, {}, {})
+    with pytest.raises(ValueError, match="compute: node 'z'"):
+        judge(["a", "b"], {}, {}, {"z": 1.0}, {})
+
+
+# --- health (fake NVML records, the keys of workloads/fleet_contract.HealthRecord.gpus) --------
+
+
+def _gpu(index=0, **kw):
+    g = {
+        "index": index, "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{index}",
+        "pcie_gen_current": 5, "pcie_gen_max": 5, "pcie_width_current": 16,
+        "pcie_width_max": 16, "clock_reasons": 0x0, "sm_clock_mhz": 1980,
+        "sm_clock_max_mhz": 1980, "temp_c": 45.0, "ecc_uncorrected": 0, "ecc_corrected": 0,
+        "under_load": False, "node": None, "error": None,
+    }  # fmt: skip
+    return {**g, **kw}
+
+
+def test_healthy_gpus_have_no_reasons():
+    assert health_reasons([_gpu(0), _gpu(1, clock_reasons=None, ecc_uncorrected=None)]) == []
+
+
+def test_pcie_x8_of_x16_and_thermal_throttling_make_suspects():
+    reasons = health_reasons([_gpu(0, pcie_width_current=8), _gpu(1, clock_reasons=0x40)])
+    assert reasons[0].startswith("GPU0 PCIe trained at x8 of x16")
+    assert reasons[1] == "GPU1 HwThermalSlowdown"
+    v = _judge(_nodes(4), _fleet(4), health={"n2": reasons})
+    assert v.suspect_nodes() == ["n2"] and v.nodes["n2"].reasons == tuple(reasons)
+
+
+def test_power_cap_and_benign_bits_are_not_reasons():
+    assert health_reasons([_gpu(0, clock_reasons=0x4)]) == []  # SwPowerCap
+    assert health_reasons([_gpu(0, clock_reasons=0x1 | 0x4 | 0x200 | 0x400)]) == []
+    assert health_reasons([_gpu(0, clock_reasons=0x4 | 0x20)]) == ["GPU0 SwThermalSlowdown"]
+
+
+def test_a_low_pcie_generation_counts_only_under_load():
+    assert health_reasons([_gpu(0, pcie_gen_current=1, pcie_gen_max=4)]) == []
+    (reason,) = health_reasons([_gpu(0, pcie_gen_current=1, pcie_gen_max=4, under_load=True)])
+    assert reason.startswith("GPU0 PCIe at gen1 of gen4 under load")
+
+
+def test_ecc_and_unreadable_gpus_are_reasons_naming_the_node():
+    reasons = health_reasons(
+        [_gpu(0, ecc_uncorrected=3, node="gpu-07"), _gpu(2, error="NVML_ERROR_GPU_IS_LOST")]
+    )
+    assert reasons == [
+        "GPU0 on gpu-07 3 uncorrected ECC errors since the driver loaded",
+        "GPU2 could not be read: NVML_ERROR_GPU_IS_LOST",
+    ]
