@@ -38,16 +38,22 @@ def driver_identity() -> dict:
     return {"driver_host": liveness.this_host(), "driver_pid": os.getpid(), "heartbeat_at": now()}
 
 
-def start_sweep(store, spec: SweepSpec, sweep_id: str, address: str, n_runs: int) -> None:
+def start_sweep(
+    store, spec: SweepSpec, sweep_id: str, address: str, n_runs: int, excluded=()
+) -> None:
+    """The sweep's row, with the nodes placement keeps off (``exclusions.resolve_exclusions``)."""
     sweep = rows.sweep_row(spec, sweep_id, address, n_runs, provenance.context())
     sweep.update(driver_identity())
+    sweep["excluded_nodes"] = list(excluded)
     with store.transaction():
         store.insert("sweeps", [sweep])
 
 
-def restart_sweep(store, sweep_id: str, address: str) -> None:
-    """A resumed sweep is ``running`` again, owned by this driver."""
+def restart_sweep(store, sweep_id: str, address: str, excluded=()) -> None:
+    """A resumed sweep is ``running`` again, owned by this driver, with its exclusions as
+    re-resolved against the nodes alive now (replacing those it started with)."""
     values = {"status": "running", "finished_at": None, "ray_address": address}
+    values["excluded_nodes"] = list(excluded)
     store.update("sweeps", {"sweep_id": sweep_id}, {**values, **driver_identity()})
 
 

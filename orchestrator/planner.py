@@ -5,7 +5,7 @@ Pure: works on the spec and on plain descriptions of the cluster's nodes (:class
 so it is tested without Ray. Builds the ``workloads.contract`` configs the ranks receive. May
 import: spec, ds_config, the workloads contract.
 
-May import: ds_config, spec, workloads.contract.
+May import: ds_config, exclusions, spec, workloads.contract.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ import itertools
 import math
 import os
 import secrets
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from orchestrator.ds_config import deepspeed_config, default_bucket_mb
+from orchestrator.exclusions import describe_exclusions, usable_nodes
 from orchestrator.spec import RANK_FORM, SpecError, SweepSpec, offload_applies
 from workloads.contract import (
     NCCL_TRACE_PREFIX,
@@ -184,15 +186,40 @@ def launcher_for(spec: SweepSpec, bundle: dict[str, float]) -> str:
     return spec.launcher
 
 
-def check_capacity(spec: SweepSpec, nodes: list[NodeCapacity]) -> None:
+def check_capacity(
+    spec: SweepSpec, nodes: list[NodeCapacity], excluded: Sequence[Mapping] = ()
+) -> None:
     """Reject placements the cluster can never satisfy, before any run starts.
 
     pack (STRICT_PACK) needs one node holding world_size rank bundles; spread (STRICT_SPREAD)
     needs world_size distinct nodes holding one each. A bundle's every resource counts (a GPU
-    bundle's CPUs too). ``ranks_per_gpu`` 2 needs a GPU.
+    bundle's CPUs too). ``ranks_per_gpu`` 2 needs a GPU. Excluded nodes
+    (``exclusions.resolve_exclusions``) do not count; when too little is left, the error names
+    them.
     """
     if not nodes:
         raise SpecError(["the Ray cluster has no alive nodes"])
+    kept_off = [r for r in excluded if r.get("node_id")]
+    nodes = usable_nodes(nodes, kept_off)
+    if not nodes:
+        raise SpecError(
+            [
+                f"exclude_nodes: every alive node is excluded ({describe_exclusions(kept_off)});"
+                " allowed: leave at least the nodes the sweep needs"
+            ]
+        )
+    try:
+        _check_capacity(spec, nodes)
+    except SpecError as exc:
+        if kept_off:
+            exc.errors.append(
+                f"exclude_nodes: these counts leave out {len(kept_off)} excluded node(s): "
+                f"{describe_exclusions(kept_off)}"
+            )
+        raise SpecError(exc.errors) from None
+
+
+def _check_capacity(spec: SweepSpec, nodes: list[NodeCapacity]) -> None:
     if spec.ranks_per_gpu == 2 and not any(n.gpus >= 1 for n in nodes):
         raise SpecError(
             [

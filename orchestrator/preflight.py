@@ -2,15 +2,17 @@
 
 A failed check raises ``SpecError``: exit 2, nothing run, nothing written.
 
-May import: planner, spec, orchestrator.raycluster.nodes, workloads.aio_check.
+May import: exclusions, planner, spec, orchestrator.raycluster.nodes, workloads.aio_check.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 
+from orchestrator.exclusions import resolve_exclusions, spec_entries, usable_nodes
 from orchestrator.planner import check_capacity, launcher_for, rank_resources
-from orchestrator.raycluster.nodes import cluster_nodes
+from orchestrator.raycluster.nodes import alive_nodes, cluster_nodes
 from orchestrator.spec import SpecError, SweepSpec
 from workloads.aio_check import aio_facts, async_io_missing
 
@@ -51,11 +53,23 @@ def preflight(spec: SweepSpec) -> None:
         raise SpecError(errors)
 
 
-def check_cluster(spec: SweepSpec) -> dict[str, float]:
+def check_cluster(spec: SweepSpec, excluded: Sequence[Mapping] | None = None) -> dict[str, float]:
     """Capacity check against the connected cluster (``ranks_per_gpu: 2`` on a cluster with no
-    GPU is refused here); returns one rank's bundle."""
+    GPU is refused here), counting only the nodes not ``excluded`` (default: the spec's
+    ``exclude_nodes`` resolved now, :func:`resolve_cluster_exclusions`); returns one rank's
+    bundle, sized from the nodes left."""
+    if excluded is None:
+        excluded = resolve_cluster_exclusions(spec)
     nodes = cluster_nodes()
-    check_capacity(spec, nodes)
-    bundle = rank_resources(nodes, spec.world_size, spec.ranks_per_gpu)
+    check_capacity(spec, nodes, excluded)
+    bundle = rank_resources(usable_nodes(nodes, excluded), spec.world_size, spec.ranks_per_gpu)
     launcher_for(spec, bundle)  # refuses fork on GPUs before anything runs
     return bundle
+
+
+def resolve_cluster_exclusions(
+    spec: SweepSpec, extra: Sequence[tuple[str, str]] = ()
+) -> list[dict]:
+    """The spec's ``exclude_nodes`` and ``extra`` entries (a fleet check's suspects) matched
+    against the nodes alive now (``exclusions.resolve_exclusions``)."""
+    return resolve_exclusions([*spec_entries(spec.exclude_nodes), *extra], alive_nodes())

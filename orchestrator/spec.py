@@ -175,6 +175,12 @@ class SweepSpec(BaseModel):
     """serialized: the former pinned study config (no overlap, every parameter gathered)."""
     peak_tflops: float | None = Field(default=None, gt=0)
     """Peak dense TFLOP/s per GPU for MFU, overriding the built-in table (orchestrator/flops.py)."""
+    exclude_nodes: list[str] = Field(default_factory=list)
+    """Nodes no rank is placed on: each a Ray node id (hex), an IP or a hostname (a hostname
+    several nodes share excludes all of them); matched against the nodes alive when the sweep
+    starts (and again on resume), stored in ``sweeps.excluded_nodes``. An entry no alive node
+    matches is a warning. ``linksweep run --exclude-suspects FLEET_ID`` adds a fleet check's
+    suspect nodes (``orchestrator/exclusions.py``)."""
     launcher: Literal["auto", "fork", "actors"] = "auto"
     """How ranks start. fork: a launcher actor per node per sweep forks each run's ranks from a
     fork server with torch/transformers/deepspeed imported (no imports paid per run); actors:
@@ -217,6 +223,18 @@ class SweepSpec(BaseModel):
                     )
             out[name] = clean
         return out
+
+    @field_validator("exclude_nodes", mode="before")
+    @classmethod
+    def _exclude_nodes(cls, value: Any) -> Any:
+        values = [] if value is None else _as_list(value)
+        bad = [v for v in values if not isinstance(v, str) or not v.strip()]
+        if bad:
+            raise ValueError(
+                f"entries must be non-empty strings (a Ray node id, an IP or a hostname); bad "
+                f"entries: {bad!r} (quote a numeric hostname)"
+            )
+        return [v.strip() for v in values]
 
     @field_validator("dataset")
     @classmethod

@@ -8,18 +8,19 @@ open, so a crash, a stop signal or a busy database keeps every finished run; sta
 end of the sweep), ``stats`` (the figures of the run's variant group only), ``ui`` (progress). A
 failed run is a row (status ``failed`` and the error text) and the sweep goes on.
 
-May import: discovery, linkmodel, links, longsweep, planner, raycluster, resume, rows, spec,
+May import: discovery, exclusions, linkmodel, links, longsweep, planner, raycluster, resume, rows, spec,
 stats, store, orchestrator.emulated.describe.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from orchestrator import linkmodel, longsweep, rows, stats
 from orchestrator.discovery import discover_nodes, links_by_node, node_rows
+from orchestrator.exclusions import excluded_node_ids
 from orchestrator.planner import (
     PlannedRun,
     Variant,
@@ -47,11 +48,14 @@ def execute_sweep(
     bundle: dict[str, float],
     ui,
     resume: tuple[str, list[RunSlot]] | None = None,
+    excluded: Sequence[dict] = (),
 ) -> str:
     """Run every planned run in order, storing each as it ends. Returns the sweep id.
 
     ``store`` is a ``LiveStore`` (the database is open only while a run is committed).
     ``resume``: (sweep id, slots left) from ``longsweep.resume_plan``; the sweep keeps its id.
+    ``excluded``: the nodes no rank may use (``exclusions.resolve_exclusions``), stored in
+    ``sweeps.excluded_nodes`` (on resume: replacing what the sweep stored before).
     ``ui`` receives progress callbacks (see orchestrator/ui.py). A stop signal or Ctrl-C
     (``stopping.SweepStopped``, a KeyboardInterrupt) marks the sweep ``interrupted`` and
     re-raises; finished runs are already stored.
@@ -59,10 +63,11 @@ def execute_sweep(
     if resume is None:
         sweep_id = new_sweep_id()
         slots = fresh_slots(sweep_id, plan_runs(spec))
-        longsweep.start_sweep(store, spec, sweep_id, address, len(slots))
+        longsweep.start_sweep(store, spec, sweep_id, address, len(slots), excluded)
     else:
         sweep_id, slots = resume
-        longsweep.restart_sweep(store, sweep_id, address)
+        longsweep.restart_sweep(store, sweep_id, address, excluded)
+    avoid = excluded_node_ids(excluded)
     launchers = None
     with sweep_life(store, sweep_id, ui):
         try:
@@ -70,7 +75,9 @@ def execute_sweep(
             record_links(store, spec, sweep_id, address)
             ui.sweep_started(spec, sweep_id, len(slots))
             prices = (
-                run_linkbenches(spec, store, sweep_id, bundle, ui) if spec.grid.linkbench else {}
+                run_linkbenches(spec, store, sweep_id, bundle, ui, avoid)
+                if spec.grid.linkbench
+                else {}
             )
             if resume is not None:
                 refresh_all_stats(store, spec, sweep_id)  # runs another command committed
@@ -84,7 +91,7 @@ def execute_sweep(
                 ui.run_started(p, run_id)
                 started = longsweep.now()
                 env = run_env(spec, p.variant.link, run_id, int(bundle.get("CPU", 1)))
-                result = run_one(spec, p, run_id, bundle, board, ui.tick, launchers, env)
+                result = run_one(spec, p, run_id, bundle, board, ui.tick, launchers, env, avoid)
                 link_prices = prices.get((p.variant.link, p.variant.placement))
                 # a row that cannot be built is a failed run, never a stopped sweep
                 run_rows = rows.build_rows_safely(
@@ -102,16 +109,19 @@ def execute_sweep(
     return sweep_id
 
 
-def execute_linkbench(spec: SweepSpec, store, address: str, bundle: dict[str, float], ui) -> str:
+def execute_linkbench(
+    spec: SweepSpec, store, address: str, bundle: dict[str, float], ui, excluded=()
+) -> str:
     """``linksweep linkbench``: a sweep with no training runs: the nodes' topology, each link
-    described, then each link x placement measured (``link_bench``). Returns the sweep id."""
+    described, then each link x placement measured (``link_bench``), off the ``excluded``
+    nodes. Returns the sweep id."""
     sweep_id = new_sweep_id()
-    longsweep.start_sweep(store, spec, sweep_id, address, 0)
+    longsweep.start_sweep(store, spec, sweep_id, address, 0, excluded)
     with sweep_life(store, sweep_id, ui):
         discover_topology(store, sweep_id)
         record_links(store, spec, sweep_id, address)
         ui.sweep_started(spec, sweep_id, 0)
-        run_linkbenches(spec, store, sweep_id, bundle, ui)
+        run_linkbenches(spec, store, sweep_id, bundle, ui, excluded_node_ids(excluded))
     return sweep_id
 
 
@@ -140,9 +150,11 @@ def run_one(
     on_progress,
     launchers=None,
     env: dict[str, str] | None = None,
+    avoid_nodes: Sequence[str] = (),
 ) -> RunResult:
     """One run (fresh actors, or forked by ``launchers``) with ``env`` (default: ``run_env``,
-    the CPUs of ``bundle`` as threads); its NVMe swap folder is removed whatever happens."""
+    the CPUs of ``bundle`` as threads), off ``avoid_nodes``; its NVMe swap folder is removed
+    whatever happens."""
     cfg = run_config(spec, p.variant, run_id)
     if env is None:
         env = run_env(spec, p.variant.link, run_id, int(bundle.get("CPU", 1)))
@@ -157,6 +169,7 @@ def run_one(
             board=board,
             on_progress=on_progress,
             launchers=launchers,
+            avoid_nodes=avoid_nodes,
         )
     finally:
         if cfg.nvme_dir:
@@ -195,9 +208,12 @@ def record_links(store, spec: SweepSpec, sweep_id: str, address: str) -> None:
         store.insert("link_descriptions", rows_)
 
 
-def run_linkbenches(spec: SweepSpec, store, sweep_id: str, bundle, ui) -> dict:
-    """The link microbenchmark per (link, placement); returns each one's prices (op, size) ->
-    algbw, read back from the ``link_bandwidth`` view (where its medians are computed)."""
+def run_linkbenches(
+    spec: SweepSpec, store, sweep_id: str, bundle, ui, avoid_nodes: Sequence[str] = ()
+) -> dict:
+    """The link microbenchmark per (link, placement), off ``avoid_nodes``; returns each one's
+    prices (op, size) -> algbw, read back from the ``link_bandwidth`` view (where its medians
+    are computed)."""
     prices = {}
     for link, placement in link_placements(spec):
         measured = store.rows(Q.LINK_ALGBW, sweep_id=sweep_id, link=link, placement=placement)
@@ -215,6 +231,7 @@ def run_linkbenches(spec: SweepSpec, store, sweep_id: str, bundle, ui) -> dict:
             run_env(spec, link, run_id, int(bundle.get("CPU", 1))),
             bundle,
             spec.run_timeout_s,
+            avoid_nodes=avoid_nodes,
         )
         with store.transaction():
             store.insert(

@@ -37,7 +37,7 @@ def main(args: argparse.Namespace) -> int:
     if store is None:
         return EXIT_BAD_INPUT
 
-    def body(address: str, bundle: dict) -> int:
+    def body(address: str, bundle: dict, excluded: list[dict]) -> int:
         from orchestrator.store import Q
         from orchestrator.store.db import StoreLocked
         from orchestrator.sweep import execute_linkbench
@@ -45,7 +45,7 @@ def main(args: argparse.Namespace) -> int:
 
         ui = SweepUI()
         try:
-            sweep_id = execute_linkbench(spec, store, address, bundle, ui)
+            sweep_id = execute_linkbench(spec, store, address, bundle, ui, excluded)
         except StoreLocked as exc:  # busy from the start
             err(str(exc))
             return EXIT_BAD_INPUT

@@ -1,8 +1,11 @@
 """``linksweep run SWEEP.yaml``: every variant of a sweep file, repeats interleaved, each run
 stored as it ends; at the end the variant and slowdown tables, the links and the headline.
-``--resume`` continues an interrupted sweep under its id.
+``--resume`` continues an interrupted sweep under its id. ``--exclude-suspects FLEET_ID`` keeps
+the ranks off the nodes a fleet check (``linksweep fleet``) named suspect, beside the sweep
+file's ``exclude_nodes``.
 
-May import: sweeping, orchestrator.cli_help, orchestrator.errors, orchestrator.headline,
+May import: sweeping, orchestrator.cli_help, orchestrator.errors, orchestrator.exclusions,
+orchestrator.headline,
 orchestrator.links, orchestrator.longsweep, orchestrator.resume, orchestrator.store,
 orchestrator.sweep, orchestrator.ui.
 """
@@ -23,7 +26,7 @@ def add_parser(sub) -> None:
         help="run a sweep file and store every run in DuckDB",
         description="Run every variant of a sweep file, repeats interleaved, storing each run "
         "as it ends; print the variant and slowdown tables, the links and the headline.",
-        epilog=f"{EXIT_CODES}\n\nthen: linksweep report [--db PATH]",
+        epilog=f"{EXCLUDE_HELP}\n\n{EXIT_CODES}\n\nthen: linksweep report [--db PATH]",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     r.add_argument("sweep", help="sweep file (YAML), e.g. sweeps/quickstart.yaml")
@@ -43,6 +46,14 @@ def add_parser(sub) -> None:
         action="store_true",
         help="with --resume (implied): also re-run failed runs (kept, marked superseded); "
         "default: off",
+    )
+    r.add_argument(
+        "--exclude-suspects",
+        default=None,
+        metavar="FLEET_ID",
+        help="keep every rank off the nodes fleet check FLEET_ID (in --db; 'latest': the most "
+        "recent) named suspect, besides the sweep file's exclude_nodes; suspect pairs are only "
+        "named (add one of their nodes to exclude_nodes); default: none",
     )
     r.set_defaults(func=main)
 
@@ -65,8 +76,11 @@ def main(args: argparse.Namespace) -> int:
             err(str(exc))
             return EXIT_BAD_INPUT
         print(f"resuming sweep {resume[0]}: {len(resume[1])} run(s) left", file=sys.stderr)
+    exclude = _exclusion_entries(store, args, resume)
+    if exclude is None:
+        return EXIT_BAD_INPUT
 
-    def body(address: str, bundle: dict) -> int:
+    def body(address: str, bundle: dict, excluded: list[dict]) -> int:
         from orchestrator.store import Q
         from orchestrator.store.db import StoreLocked
         from orchestrator.sweep import execute_sweep
@@ -74,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
 
         ui = SweepUI()
         try:
-            sweep_id = execute_sweep(spec, store, address, bundle, ui, resume=resume)
+            sweep_id = execute_sweep(spec, store, address, bundle, ui, resume, excluded)
         except StoreLocked as exc:  # busy from the start (runs that finished are spooled)
             err(str(exc))
             return EXIT_BAD_INPUT
@@ -88,7 +102,63 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_FAILED if failed else EXIT_OK
 
     hint = f"resume: linksweep run {args.sweep} --resume --db {args.db}"
-    return on_cluster(spec, args.address, hint, body)
+    return on_cluster(spec, args.address, hint, body, exclude)
+
+
+EXCLUDE_HELP = """\
+avoiding nodes:
+  exclude_nodes: [ID, IP or HOSTNAME, ...] in the sweep file, and --exclude-suspects FLEET_ID,
+  keep every rank (and the link microbenchmark's) off those nodes: entries are matched against
+  the nodes alive when the sweep starts (a hostname several nodes share excludes them all; an
+  entry matching none is a warning), capacity is checked without them, and the sweep stores
+  what it excluded in sweeps.excluded_nodes. --resume re-resolves the file's entries and the
+  fleet suspects the sweep excluded against the nodes alive then."""
+
+
+def _exclusion_entries(store, args, resume) -> list[tuple[str, str]] | None:
+    """Entries to exclude beyond the sweep file's: the suspect nodes of ``--exclude-suspects``
+    (read before anything starts) and, on resume, the fleet entries the sweep excluded before.
+    None after saying why (unknown fleet id: exit 2)."""
+    import os
+
+    from orchestrator.exclusions import resume_entries, suspect_entries
+    from orchestrator.store import Q, json_value
+
+    entries: list[tuple[str, str]] = []
+    if resume is not None:
+        (sweep,) = store.rows(Q.SWEEP, sweep_id=resume[0])
+        entries += resume_entries(json_value(sweep.get("excluded_nodes")))
+    fleet_id = args.exclude_suspects
+    if fleet_id is None:
+        return entries
+    flag = f"--exclude-suspects {fleet_id}"
+    if not os.path.exists(args.db):
+        err(f"{flag}: {args.db} does not exist; run linksweep fleet --db {args.db} first")
+        return None
+    if fleet_id == "latest":
+        latest = store.rows(Q.LATEST_FLEET)
+        fleet_id = latest[0]["fleet_id"] if latest else None
+    check = store.rows(Q.FLEET_CHECK, fleet_id=fleet_id) if fleet_id else []
+    if not check:
+        recent = [
+            f"{r['fleet_id']} ({r['status']}, {r['n_suspects']} suspect(s))"
+            for r in store.rows(Q.RECENT_FLEETS, limit=5)
+        ]
+        known = "; ".join(recent) if recent else "none (run linksweep fleet first)"
+        err(f"{flag}: no such fleet check in {args.db}; most recent fleet ids: {known}")
+        return None
+    if check[0]["status"] != "ok":
+        print(
+            f"linksweep: warning: fleet check {fleet_id} ended {check[0]['status']!r}: its "
+            "suspects may be incomplete",
+            file=sys.stderr,
+        )
+    fleet_entries, notes = suspect_entries(
+        fleet_id, store.rows(Q.FLEET_SUSPECTS, fleet_id=fleet_id)
+    )
+    for note in notes:
+        print(f"linksweep: {note}", file=sys.stderr)
+    return entries + fleet_entries
 
 
 def _print_summary(store, sweep_id: str) -> None:

@@ -2,15 +2,15 @@
 work, an earlier driver's spool committed, the cluster joined with stop signals handled, the
 cluster's fit checked, and a named query printed as a table at the end.
 
-May import: shared, orchestrator.ds_check, orchestrator.errors, orchestrator.preflight,
-orchestrator.raycluster.session, orchestrator.spec, orchestrator.stopping, orchestrator.store,
-orchestrator.ui.
+May import: shared, orchestrator.ds_check, orchestrator.errors, orchestrator.exclusions,
+orchestrator.preflight, orchestrator.raycluster.session, orchestrator.spec,
+orchestrator.stopping, orchestrator.store, orchestrator.ui.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from orchestrator.commands.shared import join_cluster
 from orchestrator.errors import EXIT_BAD_INPUT, err
@@ -52,15 +52,21 @@ def open_store(db: str):
 
 
 def on_cluster(
-    spec, address: str | None, resume_hint: str, body: Callable[[str, dict], int]
+    spec,
+    address: str | None,
+    resume_hint: str,
+    body: Callable[[str, dict, list[dict]], int],
+    exclude: Sequence[tuple[str, str]] = (),
 ) -> int:
-    """Join the cluster, check the sweep fits it (``preflight``: each rank's bundle), then
-    ``body(address label, bundle)`` with stop signals turned into ``SweepStopped``; always leave
-    the cluster.
+    """Join the cluster, resolve the nodes to keep off (the spec's ``exclude_nodes`` and
+    ``exclude``, e.g. a fleet check's suspects: ``exclusions``), check the sweep fits the nodes
+    left (``preflight``: each rank's bundle), then ``body(address label, bundle, excluded)``
+    with stop signals turned into ``SweepStopped``; always leave the cluster.
 
     Exit 2 when the cluster cannot be joined or the sweep does not fit; 130/143/129 on SIGINT,
     SIGTERM, SIGHUP (finished runs are stored; ``resume_hint`` says how to go on)."""
     from orchestrator import preflight, stopping
+    from orchestrator.exclusions import exclusion_notes
     from orchestrator.raycluster import session
     from orchestrator.spec import SpecError
 
@@ -77,11 +83,14 @@ def on_cluster(
             )
         try:
             preflight.preflight(spec)
-            bundle = preflight.check_cluster(spec)
+            excluded = preflight.resolve_cluster_exclusions(spec, exclude)
+            for note in exclusion_notes(excluded):
+                print(f"linksweep: {note}", file=sys.stderr)
+            bundle = preflight.check_cluster(spec, excluded)
         except SpecError as exc:
             err(str(exc))
             return EXIT_BAD_INPUT
-        return body(label, bundle)
+        return body(label, bundle, excluded)
     except KeyboardInterrupt as exc:  # stopping.SweepStopped: SIGINT, SIGTERM, SIGHUP
         err(f"{stopping.describe(exc)}; finished runs are stored ({resume_hint})")
         return stopping.exit_code(exc)

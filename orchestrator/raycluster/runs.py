@@ -9,19 +9,21 @@ A rank gets a ``workloads.contract.RunConfig`` and returns a ``RankRecord``: not
 crosses. The placement group and the ranks are removed after the run, also on failure or hang
 (a hang's stacks are captured first: :func:`capture_diagnostics`), and every node the run used
 gives back the NCCL logs no rank returned and loses the run's /tmp files
-(:func:`collect_leftovers`). Rank 0's progress reaches
-the live display through a :class:`ProgressBoard` actor (fresh actors) or its launcher (forked
-ranks).
+(:func:`collect_leftovers`). Rank 0's progress reaches the live display through a
+:class:`ProgressBoard` actor (fresh actors) or its launcher (forked ranks). A sweep's excluded
+nodes (``orchestrator/exclusions.py``) are kept off by the group's bundle label selector, so
+no bundle, and no rank, lands there.
 
-May import: launchers, result, session, orchestrator.errors, orchestrator.planner, ray,
-workloads.contract, workloads.diag, workloads.nccl_files, workloads.rank.
+May import: launchers, result, session, orchestrator.errors, orchestrator.exclusions,
+orchestrator.planner, ray, workloads.contract, workloads.diag, workloads.nccl_files,
+workloads.rank.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import ray
@@ -32,6 +34,7 @@ from ray.util.scheduling_strategies import (
 )
 
 from orchestrator.errors import error_text, first_line, ranks_error_text
+from orchestrator.exclusions import label_selector
 from orchestrator.planner import place_ranks, rank_env_for
 from orchestrator.raycluster import session
 from orchestrator.raycluster.result import RunResult
@@ -105,12 +108,15 @@ def execute_run(
     board: ProgressHandle | None = None,
     on_progress: Callable[[dict], None] | None = None,
     launchers: LauncherPool | None = None,
+    avoid_nodes: Sequence[str] = (),
 ) -> RunResult:
     """Place, start, run and clean up one run. Never raises for run-level failures.
 
     ``launchers`` (node id -> launcher actor, ``launchers.start_launchers``): the ranks are
     forked by the launcher of the node their bundle landed on instead of starting as fresh
     actors.
+    ``avoid_nodes``: node ids no bundle may land on (the sweep's excluded nodes), through Ray's
+    ``ray.io/node-id`` label (``exclusions.label_selector``); forked ranks follow their bundles.
     ``on_progress`` gets rank 0's latest report every ``TICK_S``: from ``board`` (fresh
     actors) or from rank 0's launcher (forked ranks)."""
     from workloads.rank import Rank
@@ -118,7 +124,12 @@ def execute_run(
     result = RunResult(launcher="fork" if launchers is not None else "actors")
     session.quiet_daemons()  # the embedded cluster: its agents may have started since
     t_placement = time.perf_counter()
-    pg = placement_group([dict(bundle)] * world_size, strategy=PLACEMENT_STRATEGY[placement])
+    selector = label_selector(avoid_nodes)
+    pg = placement_group(
+        [dict(bundle)] * world_size,
+        strategy=PLACEMENT_STRATEGY[placement],
+        bundle_label_selector=[selector] * world_size if selector else None,
+    )
     actors = []
     try:
         placed = pg.wait(timeout_seconds=PLACEMENT_TIMEOUT_S)
@@ -127,7 +138,9 @@ def execute_run(
             raise RunFailure(
                 f"placement group {PLACEMENT_STRATEGY[placement]} of {world_size} x {bundle} "
                 f"could not be placed within {PLACEMENT_TIMEOUT_S:.0f} s (resources busy or "
-                "not present in the cluster)"
+                "not present in the cluster"
+                + (f", {len(avoid_nodes)} node(s) excluded" if avoid_nodes else "")
+                + ")"
             )
         if launchers is not None:
             result.rank_records = _run_forked(

@@ -362,3 +362,9 @@ FLEET_SUSPECTS = _q(
     "fleet_suspects",
     "SELECT * FROM fleet_suspects WHERE fleet_id = $fleet_id ORDER BY kind DESC, ip, node_id",
 )
+# --- sweeps avoiding a fleet check's suspects (issue 24, linksweep run --exclude-suspects) -----
+RECENT_FLEETS = _q(
+    "recent_fleets",
+    """SELECT fleet_id, started_at, status, n_suspects FROM fleet_checks
+       ORDER BY started_at DESC NULLS LAST, fleet_id DESC LIMIT $limit""",
+)
