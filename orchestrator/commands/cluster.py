@@ -15,8 +15,10 @@ import argparse
 from typing import Any
 
 from orchestrator.emulated.check import measure_link_busbw
+from orchestrator.emulated.faults import Fault, parse_slow_node_arg, parse_slow_pair_arg
 from orchestrator.emulated.lifecycle import down, status, stderr_log, up
 from orchestrator.emulated.netns import netns_available
+from orchestrator.emulated.plan import plan_emulated
 from orchestrator.emulated.raynodes import RayNodeOptions
 from orchestrator.emulated.shapes import (
     DEFAULT_LINKS,
@@ -24,7 +26,6 @@ from orchestrator.emulated.shapes import (
     EmulatedError,
     LinkShape,
     parse_link_arg,
-    plan_emulated,
 )
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, err
 
@@ -38,7 +39,8 @@ def add_parser(sub) -> None:
         description="up: build an emulated cluster (network namespaces, tc-shaped links, Ray "
         "nodes; needs root) and print RAY_ADDRESS; down: remove everything up made; status: "
         "nodes and link shapes; check: one gloo all_reduce through each link against its rate.",
-        epilog="exit codes: 0 ok; 1 failed (status: not up); 2 bad input (bad link, not root)",
+        epilog="exit codes: 0 ok; 1 failed (status: not up); 2 bad input (bad link or fault, "
+        "not root)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(c)
@@ -65,6 +67,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "or slow=500mbit,1ms (default: fast, unshaped, and slow=500mbit)",
     )
     p.add_argument(
+        "--slow-node",
+        action="append",
+        default=[],
+        metavar="I=RATE[,DELAY]",
+        help="plant a slow node, for up; repeatable: every interface of node I (ctl included) "
+        "shaped to RATE in both directions, e.g. 2=100mbit",
+    )
+    p.add_argument(
+        "--slow-pair",
+        action="append",
+        default=[],
+        metavar="A-B=RATE[,DELAY]",
+        help="plant a slow pair, for up; repeatable: only traffic between nodes A and B shaped, "
+        "on every link (ctl included), e.g. 0-1=50mbit",
+    )
+    p.add_argument(
         "--state-dir",
         default=DEFAULT_STATE_DIR,
         help=f"where up records the cluster (default: {DEFAULT_STATE_DIR})",
@@ -85,7 +103,14 @@ def main(args: argparse.Namespace) -> int:
         )
         return EXIT_BAD_INPUT
     return cluster(
-        args.action, args.nodes, args.link, args.state_dir, args.cpus_per_node, args.gpus_per_node
+        args.action,
+        args.nodes,
+        args.link,
+        args.state_dir,
+        args.cpus_per_node,
+        args.gpus_per_node,
+        slow_nodes=args.slow_node,
+        slow_pairs=args.slow_pair,
     )
 
 
@@ -99,6 +124,11 @@ def _print_status(st: dict[str, Any]) -> None:
         shape = " ".join(x for x in (link["rate"], link["delay"]) if x) or "unshaped"
         qdisc = next(iter(link["qdiscs"].values()), "").splitlines()
         print(f"link       {link['ifname']:10} {link['subnet']:16} {shape:12} {' | '.join(qdisc)}")
+    for f in st.get("faults") or []:
+        where = "every link, both directions" if f["kind"] == "node" else "every link, between them"
+        print(f"fault      {f['describe']} ({', '.join(f['nodes'])}): {where}")
+        for dev, qdisc in f.get("qdiscs", {}).items():
+            print(f"           {dev:16} {' | '.join(qdisc.splitlines())}")
 
 
 def _check(st: dict[str, Any]) -> int:
@@ -127,19 +157,26 @@ def cluster(
     state_dir: str,
     cpus_per_node: int,
     gpus_per_node: int,
+    *,
+    slow_nodes: list[str] | None = None,
+    slow_pairs: list[str] | None = None,
 ) -> int:
     """`linksweep cluster up|down|status|check --emulated`. Exit codes: 0 ok, 1 failed,
-    2 bad input (bad link, not root). `up` ends with the single line RAY_ADDRESS=<addr>.
-    `links` empty means DEFAULT_LINKS."""
+    2 bad input (bad link or fault, not root). `up` ends with the single line
+    RAY_ADDRESS=<addr>. `links` empty means DEFAULT_LINKS. `slow_nodes` and `slow_pairs` are
+    `--slow-node` and `--slow-pair` arguments (faults planted by `up`)."""
     state_dir = state_dir or DEFAULT_STATE_DIR
     if action not in ("up", "down", "status", "check"):
         stderr_log(f"unknown action {action!r}; use up, down, status or check")
         return EXIT_BAD_INPUT
     shapes: list[LinkShape] = []
+    faults: list[Fault] = []
     if action == "up":  # bad input is reported before anything else, root or not
         try:
             shapes = [parse_link_arg(s) for s in (links or DEFAULT_LINKS)]
-            plan_emulated(nodes, shapes)
+            faults = [parse_slow_node_arg(s) for s in slow_nodes or []]
+            faults += [parse_slow_pair_arg(s) for s in slow_pairs or []]
+            plan_emulated(nodes, shapes, faults=faults)
             RayNodeOptions(cpus_per_node, gpus_per_node)
         except ValueError as e:
             stderr_log(str(e))
@@ -156,6 +193,7 @@ def cluster(
                 state_dir,
                 cpus_per_node=cpus_per_node,
                 gpus_per_node=gpus_per_node,
+                faults=faults,
             )
             _print_status(status(state_dir))
             print(f"RAY_ADDRESS={address}", flush=True)

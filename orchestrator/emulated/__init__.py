@@ -14,7 +14,19 @@ linksweep CLI. Needs root (it creates network namespaces) plus `ip` and `tc` fro
 `--link` takes NAME, NAME=RATE, NAME=RATE,DELAY or NAME=,DELAY (RATE a tc bit rate such as
 500mbit, DELAY a tc time such as 1ms); without `--link` the links are `fast` and
 `slow=500mbit`, the ones sweeps/emulated.yaml names. Exit codes: 0 ok, 1 failed (or, for
-`status`, not up), 2 bad input (bad link, not root).
+`status`, not up), 2 bad input (bad link or fault, not root).
+
+Planted faults, so a fleet check has something to find (module `faults`):
+
+    linksweep cluster up --emulated --nodes 4 --slow-node 2=100mbit
+    linksweep cluster up --emulated --nodes 4 --slow-pair 0-1=50mbit --slow-pair 2-3=,5ms
+
+`--slow-node I=RATE[,DELAY]` (repeatable) shapes every interface of node I, ctl included,
+in both directions: a NIC that negotiated down. `--slow-pair A-B=RATE[,DELAY]` (repeatable)
+shapes only the traffic between nodes A and B, on every link, ctl included: a bad path.
+RATE and DELAY take the forms of `--link`. A fault on a shaped link: the slower rate wins
+and the delays add. `cluster status` lists the faults; the state file records them
+(`faults`, with the nodes' Ray IPs: `planted_faults(state)`).
 
 Glossary (the same words as the rest of linksweep):
     node    one network namespace holding one Ray worker node (`<prefix>n<i>`).
@@ -37,6 +49,16 @@ Topology for `--nodes 2 --link fast --link slow=500mbit` (prefix "ls"):
 
 (Node i's end of link k is `ls-<link>` in `<prefix>n<i>`; its switch-side peer is `n<i>-<k>`.)
 
+Where faults sit, e.g. `--slow-node 2=100mbit --slow-pair 0-1=50mbit`, on every link k:
+    lsn2  ls-<link> egress  tbf 100mbit (on a shaped link: the slower rate, delays added)
+    lssw  n2-<k>    egress  tbf 100mbit (node 2's ingress; the link's own shape was
+                            already applied at the sender's egress)
+    lsn0  ls-<link> egress  htb root: class 1:1 the link's shape for all other traffic
+                            (none when unshaped), class 1:2 50mbit for `ip dst` = node 1's
+                            address on link k (a u32 filter)
+    lsn1  ls-<link> egress  the same, class 1:2 for `ip dst` = node 0's address
+One root qdisc per device: everything planted on a device is combined into it.
+
 Addresses come from the RFC 2544 benchmarking range 198.18.0.0/15, one /24 per link
 (198.18.<k>.0/24, k=0 is ctl): never routed on the internet and unlikely to clash with
 a LAN. Only ls-host and its connected route 198.18.0.0/24 appear in the root namespace.
@@ -55,7 +77,10 @@ off Ray's defaults so a host `ray start --head` never collides with it.
 
 Modules, one job each (none imports `ray`; Ray is reached only through
 `orchestrator.raycluster`, the driver's Ray package):
-    shapes     pure: link shapes, argument parsing, the plan (`plan_emulated`), constants.
+    shapes     pure: link shapes, `--link` parsing, the tc of one shaped device, constants.
+    faults     pure: planted faults (`--slow-node`, `--slow-pair`), their parsing, checks
+               and tc (one root qdisc per device), `planted_faults` for reports.
+    plan       pure: the plan (`plan_emulated`), every name, address and ip/tc command.
     netns      applies and undoes the plan with `ip`/`tc`; root and preflight checks.
     raynodes   `ray start` argv (pure), starting Ray, the state file, finding and
                stopping the cluster's processes, waiting until the nodes are alive.
@@ -69,12 +94,21 @@ marker (`LINKSWEEP_EMULATED_ID`), by their namespace (`ip netns pids`), by the p
 start times `up` recorded, and by their process tree; never by name (`ray stop` would
 also stop every other Ray session on the machine).
 
-May import: check, lifecycle, netns, raynodes, shapes.
+May import: check, faults, lifecycle, netns, plan, raynodes, shapes.
 """
 
 from orchestrator.emulated.check import measure_link_busbw
+from orchestrator.emulated.faults import (
+    Fault,
+    egress_commands,
+    parse_slow_node_arg,
+    parse_slow_pair_arg,
+    planted_faults,
+    validate_faults,
+)
 from orchestrator.emulated.lifecycle import down, status, up
 from orchestrator.emulated.netns import netns_available, require_root
+from orchestrator.emulated.plan import EmulatedNode, EmulatedPlan, NodePort, Step, plan_emulated
 from orchestrator.emulated.raynodes import (
     MARKER_ENV,
     OBJECT_STORE_BYTES,
@@ -96,14 +130,10 @@ from orchestrator.emulated.shapes import (
     MAX_LINKS,
     MAX_NODES,
     EmulatedError,
-    EmulatedNode,
-    EmulatedPlan,
     LinkShape,
-    NodePort,
-    Step,
+    combine_shapes,
     link_subnet,
     parse_link_arg,
-    plan_emulated,
     qdisc_commands,
 )
 
@@ -126,19 +156,26 @@ __all__ = [
     "EmulatedError",
     "EmulatedNode",
     "EmulatedPlan",
+    "Fault",
     "LinkShape",
     "NodePort",
     "RayNodeOptions",
     "Step",
+    "combine_shapes",
     "down",
+    "egress_commands",
     "link_subnet",
     "measure_link_busbw",
     "netns_available",
     "parse_link_arg",
+    "parse_slow_node_arg",
+    "parse_slow_pair_arg",
     "plan_emulated",
+    "planted_faults",
     "qdisc_commands",
     "ray_start_argv",
     "require_root",
     "status",
     "up",
+    "validate_faults",
 ]

@@ -5,7 +5,7 @@
 or Ctrl-C midway, undoes exactly what was started and nothing else. `status` reads the
 state file, the GCS and tc, and changes nothing.
 
-May import: netns, raynodes, shapes.
+May import: faults, netns, plan, raynodes, shapes.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.emulated import netns, raynodes
+from orchestrator.emulated.faults import Fault, planted_faults
+from orchestrator.emulated.plan import plan_emulated
 from orchestrator.emulated.raynodes import READY_TIMEOUT_S, STATE_VERSION, RayNodeOptions
 from orchestrator.emulated.shapes import (
     DASHBOARD_PORT,
@@ -31,7 +33,6 @@ from orchestrator.emulated.shapes import (
     LinkShape,
     Log,
     link_subnet,
-    plan_emulated,
 )
 
 
@@ -51,13 +52,16 @@ def up(
     include_dashboard: bool = True,
     ready_timeout_s: float = READY_TIMEOUT_S,
     log: Log = stderr_log,
+    faults: Sequence[Fault] = (),
 ) -> str:
     """Create namespaces, links and Ray nodes; return the Ray address `<head_ip>:<port>`.
 
+    `faults` (slow nodes, slow pairs; see `faults`) are shaped into the links and recorded
+    in the state file (`plan.faults`, and `faults` with the nodes' IPs, `planted_faults`).
     On any failure (Ctrl-C included) everything created so far is removed again.
     """
     netns.require_root()
-    plan = plan_emulated(nodes, links, prefix)
+    plan = plan_emulated(nodes, links, prefix, faults)
     opts = RayNodeOptions(cpus_per_node, gpus_per_node, include_dashboard=include_dashboard)
     state_dir = Path(state_dir)
     path = raynodes.state_path(state_dir)
@@ -83,6 +87,7 @@ def up(
         "start_times": {},
         "address": None,
     }
+    state["faults"] = planted_faults(state)  # for readers of the JSON: IPs, not indices
     raynodes.write_state(path, state)
 
     def before_step(started: int) -> None:
@@ -175,7 +180,9 @@ def down(
 
 
 def status(state_dir: str | os.PathLike[str] = DEFAULT_STATE_DIR) -> dict[str, Any]:
-    """Nodes (namespace, ip, alive), link shapes as tc reports them, and the address."""
+    """Nodes (namespace, ip, alive), link shapes and planted faults as tc reports them (for a
+    fault, on its nodes' ctl interfaces: node egress and, for a slow node, the switch-side
+    peer), and the address."""
     state = raynodes.read_state(state_dir)
     if state is None:
         return {"up": False, "state_file": str(raynodes.state_path(state_dir))}
@@ -195,6 +202,20 @@ def status(state_dir: str | os.PathLike[str] = DEFAULT_STATE_DIR) -> dict[str, A
     ]
     link_names = [x["name"] for x in plan["links"]]
     links = []
+    faults = planted_faults(state)
+    by_index = {n["index"]: n for n in plan["nodes"]}
+    for fault in faults:  # what tc reports on each faulty node's ctl interface, both ends
+        fault["qdiscs"] = {}
+        for i in fault["node_indices"]:
+            node = by_index[i]
+            if node["namespace"] in namespaces:
+                ctl = node["ports"][0]
+                fault["qdiscs"][node["namespace"]] = netns.qdisc_show(
+                    node["namespace"], ctl["ifname"]
+                )
+                if fault["kind"] == "node":
+                    sw = plan["switch_namespace"]
+                    fault["qdiscs"][f"{sw}/{ctl['peer']}"] = netns.qdisc_show(sw, ctl["peer"])
     for link in plan["links"]:
         ifname = IFACE_PREFIX + link["name"]
         qdiscs = {
@@ -220,6 +241,7 @@ def status(state_dir: str | os.PathLike[str] = DEFAULT_STATE_DIR) -> dict[str, A
         "dashboard": f"http://{plan['head_ip']}:{DASHBOARD_PORT}",
         "nodes": nodes,
         "links": links,
+        "faults": faults,
         "pids": state["pids"],
         "state_file": str(raynodes.state_path(state_dir)),
     }

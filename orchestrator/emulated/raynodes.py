@@ -9,7 +9,7 @@
   namespace, recorded (pid, start time) and process tree, never by name; `terminate`
   stops them (SIGTERM, then SIGKILL).
 
-May import: netns, shapes, orchestrator.raycluster.nodes.
+May import: netns, plan, shapes, orchestrator.raycluster.nodes.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.emulated.netns import netns_pids
+from orchestrator.emulated.plan import EmulatedPlan
 from orchestrator.emulated.shapes import (
     CLIENT_SERVER_PORT,
     DASHBOARD_AGENT_PORT,
     DASHBOARD_PORT,
     EmulatedError,
-    EmulatedPlan,
     Log,
 )
 

@@ -1,8 +1,10 @@
-"""Link shapes, the plan of an emulated cluster, and its constants. Pure: no side effects.
+"""Link shapes, the tc commands that shape one device, and the constants of an emulated
+cluster. Pure: no side effects.
 
 `parse_link_arg` turns a `--link NAME=RATE,DELAY` argument into a `LinkShape`;
-`plan_emulated` computes every name, address and `ip`/`tc` command of a cluster as data
-(`EmulatedPlan`), which `netns` applies and undoes and `raynodes` starts Ray on.
+`qdisc_commands` is the tc (tbf and/or netem) that shapes one device's egress;
+`combine_shapes` is what two shapes on one path amount to (the slower rate, the delays
+added). The plan that uses them is `plan.plan_emulated`.
 
 May import: nothing (the standard library only).
 """
@@ -11,9 +13,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
 
 DEFAULT_STATE_DIR = "/tmp/linksweep-emulated"
 
@@ -53,8 +54,8 @@ Log = Callable[[str], None]
 
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,11}$")  # "ls-" + 12 = 15 = IFNAMSIZ
-_RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)$")
-_DELAY_RE = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)$")
+RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)$")
+DELAY_RE = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)$")
 _RATE_UNITS = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}  # tc: SI
 _DELAY_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 
@@ -79,11 +80,11 @@ class LinkShape:
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
             raise ValueError(f"link name {self.name!r} is not allowed; {LINK_FORMATS}")
-        if self.rate is not None and not _RATE_RE.match(self.rate):
+        if self.rate is not None and not RATE_RE.match(self.rate):
             raise ValueError(
                 f"link {self.name!r}: rate {self.rate!r} is not a tc bit rate; {LINK_FORMATS}"
             )
-        if self.delay is not None and not _DELAY_RE.match(self.delay):
+        if self.delay is not None and not DELAY_RE.match(self.delay):
             raise ValueError(
                 f"link {self.name!r}: delay {self.delay!r} is not a tc time; {LINK_FORMATS}"
             )
@@ -102,14 +103,14 @@ class LinkShape:
     def rate_bits_per_s(self) -> float | None:
         if self.rate is None:
             return None
-        number, unit = _RATE_RE.match(self.rate).groups()
+        number, unit = RATE_RE.match(self.rate).groups()
         return float(number) * _RATE_UNITS[unit]
 
     @property
     def delay_s(self) -> float | None:
         if self.delay is None:
             return None
-        number, unit = _DELAY_RE.match(self.delay).groups()
+        number, unit = DELAY_RE.match(self.delay).groups()
         return float(number) * _DELAY_UNITS[unit]
 
     def describe(self) -> str:
@@ -148,91 +149,38 @@ def parse_link_arg(s: str) -> LinkShape:
 
 
 # ---------------------------------------------------------------------------------------
-# The plan
+# tc commands for one device
 
 
 Command = tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Step:
-    """One creation step and its undo. `down` undoes only steps whose creation started."""
-
-    kind: str
-    """What it creates: netns, bridge, veth, qdisc or host_veth."""
-    name: str
-    """Human name, e.g. "lsn0" or "lsn0/ls-slow"."""
-    up: tuple[Command, ...]
-    down: tuple[Command, ...]
-    namespace: str | None = None
-    """The namespace this step creates (kind netns only)."""
-
-
-@dataclass(frozen=True)
-class NodePort:
-    """One node's interface on one link."""
-
-    link: str
-    ifname: str
-    """Interface name inside the node namespace: ls-<link>."""
-    peer: str
-    """The switch-side end of the veth pair, enslaved to the link's bridge."""
-    address: str
-    """IPv4 address, without prefix length."""
-
-
-@dataclass(frozen=True)
-class EmulatedNode:
-    index: int
-    namespace: str
-    ip: str
-    """Ray node IP: the node's ls-ctl address."""
-    resource: str
-    """Custom Ray resource that pins work to this node: emulated_node_<i>."""
-    ports: tuple[NodePort, ...]
-
-
-@dataclass(frozen=True)
-class EmulatedPlan:
-    prefix: str
-    switch_namespace: str
-    nodes: tuple[EmulatedNode, ...]
-    links: tuple[LinkShape, ...]
-    """All links, ctl first."""
-    host_iface: str
-    head_ip: str
-    port: int
-    steps: tuple[Step, ...]
-
-    @property
-    def address(self) -> str:
-        return f"{self.head_ip}:{self.port}"
-
-    @property
-    def namespaces(self) -> tuple[str, ...]:
-        return (self.switch_namespace, *(n.namespace for n in self.nodes))
-
-    @property
-    def up_commands(self) -> list[Command]:
-        return [cmd for step in self.steps for cmd in step.up]
-
-    @property
-    def down_commands(self) -> list[Command]:
-        return [cmd for step in reversed(self.steps) for cmd in step.down]
-
-    def link(self, name: str) -> LinkShape:
-        for link in self.links:
-            if link.name == name:
-                return link
-        raise KeyError(name)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"address": self.address}
-
-
 def link_subnet(index: int) -> ipaddress.IPv4Network:
     """Link k's subnet: 198.18.k.0/24 (k=0 is ctl)."""
     return ipaddress.IPv4Network(f"{SUBNET_PREFIX}.{index}.0/{PREFIX_LEN}")
+
+
+def combine_shapes(name: str, *shapes: LinkShape) -> LinkShape:
+    """What several shapes in series on one path amount to: the slowest rate wins (a
+    packet cannot leave faster than the slowest pacer lets it) and the delays add.
+
+    >>> combine_shapes("ctl", LinkShape("a", "1gbit", "1ms"), LinkShape("b", "50mbit", "500us"))
+    LinkShape(name='ctl', rate='50mbit', delay='1500us')
+    """
+    rated = [s for s in shapes if s.rate is not None]
+    rate = min(rated, key=lambda s: s.rate_bits_per_s).rate if rated else None
+    delayed = [s for s in shapes if s.delay is not None]
+    if len(delayed) <= 1:
+        delay = delayed[0].delay if delayed else None
+    else:  # microseconds: tc's finest unit here, and exact for every sum of ms and us
+        delay = f"{round(sum(s.delay_s for s in delayed) * 1e6)}us"
+    return LinkShape(name, rate, delay)
+
+
+def burst_bytes(rate_bits_per_s: float) -> int:
+    """Token bucket size for a rate: at least 64 KiB so a GSO segment always fits (tbf would
+    have to split it), else 10 ms of tokens."""
+    return max(64 * 1024, int(rate_bits_per_s / 8 / 100))
 
 
 def qdisc_commands(namespace: str, dev: str, link: LinkShape) -> tuple[Command, ...]:
@@ -245,10 +193,8 @@ def qdisc_commands(namespace: str, dev: str, link: LinkShape) -> tuple[Command, 
     tc = ("tc", "-n", namespace, "qdisc", "add", "dev", dev)
     tbf: tuple[str, ...] = ()
     if link.rate is not None:
-        rate_bytes_per_s = link.rate_bits_per_s / 8
-        # burst: at least 64 KiB so a GSO segment always fits (tbf would have to split
-        # it), else 10 ms of tokens; latency bounds the queue at 50 ms of traffic.
-        burst = max(64 * 1024, int(rate_bytes_per_s / 100))
+        # latency bounds the queue at 50 ms of traffic.
+        burst = burst_bytes(link.rate_bits_per_s)
         tbf = ("tbf", "rate", link.rate, "burst", str(burst), "latency", "50ms")
     if link.delay is not None:
         # limit: netem's default queue (1000 packets) throttles fast links with delay.
@@ -262,131 +208,3 @@ def qdisc_commands(namespace: str, dev: str, link: LinkShape) -> tuple[Command, 
     if tbf:
         return ((*tc, "root", "handle", "1:", *tbf),)
     return ()
-
-
-def _netns_step(ns: str) -> Step:
-    return Step(
-        kind="netns",
-        name=ns,
-        up=(("ip", "netns", "add", ns), ("ip", "-n", ns, "link", "set", "lo", "up")),
-        down=(("ip", "netns", "del", ns),),
-        namespace=ns,
-    )
-
-
-def _bridge_step(switch: str, link: LinkShape) -> Step:
-    bridge = f"br-{link.name}"
-    return Step(
-        kind="bridge",
-        name=f"{switch}/{bridge}",
-        up=(
-            ("ip", "-n", switch, "link", "add", bridge, "type", "bridge"),
-            ("ip", "-n", switch, "link", "set", bridge, "up"),
-        ),
-        down=(("ip", "-n", switch, "link", "del", bridge),),
-    )
-
-
-def _veth_step(switch: str, ns: str, bridge: str, port: NodePort) -> Step:
-    return Step(
-        kind="veth",
-        name=f"{ns}/{port.ifname}",
-        up=(
-            # Both ends are created directly in their namespaces: nothing appears in the
-            # root namespace, not even for a moment.
-            ("ip", "link", "add", port.ifname, "netns", ns, "type", "veth")
-            + ("peer", "name", port.peer, "netns", switch),
-            ("ip", "-n", switch, "link", "set", port.peer, "master", bridge),
-            ("ip", "-n", switch, "link", "set", port.peer, "up"),
-            ("ip", "-n", ns, "addr", "add", f"{port.address}/{PREFIX_LEN}") + ("dev", port.ifname),
-            ("ip", "-n", ns, "link", "set", port.ifname, "up"),
-        ),
-        # Deleting one end deletes the pair.
-        down=(("ip", "-n", ns, "link", "del", port.ifname),),
-    )
-
-
-def _host_veth_step(switch: str, host_iface: str, head_ip: str) -> Step:
-    return Step(
-        kind="host_veth",
-        name=host_iface,
-        up=(
-            ("ip", "link", "add", host_iface, "type", "veth")
-            + ("peer", "name", HOST_PEER, "netns", switch),
-            ("ip", "-n", switch, "link", "set", HOST_PEER, "master", f"br-{CTL_LINK}"),
-            ("ip", "-n", switch, "link", "set", HOST_PEER, "up"),
-            ("ip", "addr", "add", f"{head_ip}/{PREFIX_LEN}", "dev", host_iface),
-            ("ip", "link", "set", host_iface, "up"),
-        ),
-        down=(("ip", "link", "del", host_iface),),
-    )
-
-
-def plan_emulated(nodes: int, links: Sequence[LinkShape], prefix: str = "ls") -> EmulatedPlan:
-    """Every name, address and ip/tc command of an emulated cluster; no side effects."""
-    if not isinstance(nodes, int) or not 1 <= nodes <= MAX_NODES:
-        raise ValueError(f"nodes must be an int in 1..{MAX_NODES}, got {nodes!r}")
-    if not re.match(r"^[a-z][a-z0-9]{0,7}$", prefix):
-        raise ValueError(f"prefix {prefix!r} must match [a-z][a-z0-9]{{0,7}}")
-    user_links = list(links)
-    if len(user_links) > MAX_LINKS:
-        raise ValueError(f"at most {MAX_LINKS} links, got {len(user_links)}")
-    names = [link.name for link in user_links]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ValueError(f"duplicate link names: {duplicates}")
-    if CTL_LINK in names:
-        raise ValueError(f"link name {CTL_LINK!r} is reserved for Ray's own traffic")
-    all_links = (LinkShape(CTL_LINK), *user_links)
-
-    switch = f"{prefix}sw"
-    host_iface = f"{prefix}-host"
-    head_ip = str(link_subnet(0).network_address + HOST_OCTET)
-    node_namespaces = [f"{prefix}n{i}" for i in range(nodes)]
-
-    steps = [_netns_step(switch), *(_netns_step(ns) for ns in node_namespaces)]
-    steps.extend(_bridge_step(switch, link) for link in all_links)
-    ports: dict[int, list[NodePort]] = {i: [] for i in range(nodes)}
-    for k, link in enumerate(all_links):
-        subnet = link_subnet(k)
-        for i, ns in enumerate(node_namespaces):
-            port = NodePort(
-                link=link.name,
-                ifname=link.ifname,
-                peer=f"n{i}-{k}",
-                address=str(subnet.network_address + i + 1),
-            )
-            ports[i].append(port)
-            steps.append(_veth_step(switch, ns, f"br-{link.name}", port))
-            shape = qdisc_commands(ns, port.ifname, link)
-            if shape:
-                steps.append(
-                    Step(
-                        kind="qdisc",
-                        name=f"{ns}/{port.ifname}",
-                        up=shape,
-                        down=(("tc", "-n", ns, "qdisc", "del", "dev", port.ifname, "root"),),
-                    )
-                )
-    steps.append(_host_veth_step(switch, host_iface, head_ip))
-
-    emulated_nodes = tuple(
-        EmulatedNode(
-            index=i,
-            namespace=ns,
-            ip=ports[i][0].address,
-            resource=f"emulated_node_{i}",
-            ports=tuple(ports[i]),
-        )
-        for i, ns in enumerate(node_namespaces)
-    )
-    return EmulatedPlan(
-        prefix=prefix,
-        switch_namespace=switch,
-        nodes=emulated_nodes,
-        links=all_links,
-        host_iface=host_iface,
-        head_ip=head_ip,
-        port=HEAD_PORT,
-        steps=tuple(steps),
-    )
