@@ -15,6 +15,10 @@ NotSupported, an exception instance raises it. Modes:
   and ``nvmlDeviceGetDeviceHandleFromMigDeviceHandle`` returns the parent GPU.
 - multi-GPU: several dicts with distinct ``uuid``; ``nvmlDeviceGetHandleByUUID`` takes bytes
   only (pynvml hands it to ``ctypes.c_char_p``, which raises TypeError for str).
+- health (the fleet check): ``sm_max_mhz`` answers ``nvmlDeviceGetMaxClockInfo``; ``ecc``
+  (``{"uncorrected": n, "corrected": m}``, or None: ECC off / unsupported) answers
+  ``nvmlDeviceGetTotalEccErrors`` for the volatile counters. ``health_gpu`` builds a healthy GPU;
+  ``x8_of_x16_gpu`` and ``thermally_throttled_gpu`` the two faults a fleet check must name.
 """
 
 from __future__ import annotations
@@ -54,6 +58,11 @@ class FakeNvml:
     NVML_PERF_POLICY_THERMAL = 1
     NVML_NVLINK_MAX_LINKS = 18
     NVML_FEATURE_ENABLED = 1
+    # nvidia-ml-py 13.615 pynvml.py values
+    NVML_VOLATILE_ECC = 0
+    NVML_AGGREGATE_ECC = 1
+    NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
 
     def __init__(
         self,
@@ -208,3 +217,45 @@ class FakeNvml:
         if link >= len(states):
             raise self.NVMLError_InvalidArgument("Invalid Argument")
         return states[link]
+
+    # health (fleet check)
+    def nvmlDeviceGetMaxClockInfo(self, handle, clock):
+        assert clock == self.NVML_CLOCK_SM
+        return self._get(handle, "sm_max_mhz")
+
+    def nvmlDeviceGetTotalEccErrors(self, handle, error_type, counter_type):
+        assert counter_type == self.NVML_VOLATILE_ECC, "the fleet check reads volatile counters"
+        ecc = self._get(handle, "ecc")
+        if error_type == self.NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
+            return ecc["uncorrected"]
+        assert error_type == self.NVML_MEMORY_ERROR_TYPE_CORRECTED
+        return ecc["corrected"]
+
+
+def health_gpu(index: int = 0, **over) -> dict:
+    """A healthy H100-like GPU as the fleet check's health read sees it; ``over`` changes keys."""
+    gpu = {
+        "name": "NVIDIA H100 80GB HBM3",
+        "uuid": f"GPU-{index:08d}-0000-0000-0000-000000000000",
+        "temps": [41],
+        "sm_mhz": 1980,
+        "sm_max_mhz": 1980,
+        "reasons": 0x1,  # GpuIdle
+        "gen": 5,
+        "gen_max": 5,
+        "width": 16,
+        "width_max": 16,
+        "ecc": {"uncorrected": 0, "corrected": 0},
+    }
+    gpu.update(over)
+    return gpu
+
+
+def x8_of_x16_gpu(index: int = 0, **over) -> dict:
+    """A GPU whose PCIe link trained at x8 of its x16 (a reseat or riser fault)."""
+    return health_gpu(index, width=8, **over)
+
+
+def thermally_throttled_gpu(index: int = 0, **over) -> dict:
+    """A GPU held down by HwThermalSlowdown (0x40): hot, SM clock far below its max."""
+    return health_gpu(index, reasons=0x40, temps=[92], sm_mhz=1200, **over)
