@@ -75,7 +75,7 @@ def node_label(node_row: dict, nodes: Sequence[dict] = ()) -> str:
 # --- small readers ----------------------------------------------------------------------------
 
 
-def _json(value: Any) -> Any:
+def json_cell(value: Any) -> Any:
     """A JSON cell: decoded by the loader; text that is JSON (rows read raw) decoded here."""
     if isinstance(value, str):
         try:
@@ -88,7 +88,7 @@ def _json(value: Any) -> Any:
 def link_names(check: dict, pairs: Sequence[dict]) -> list[str]:
     """The links in the order checked (``fleet_checks.links``), then any other in the pairs."""
     names = []
-    for item in _json(check.get("links")) or []:
+    for item in json_cell(check.get("links")) or []:
         name = item.get("name") if isinstance(item, dict) else item
         if name is not None and str(name) not in names:
             names.append(str(name))
@@ -278,7 +278,7 @@ def node_rows(
 
 
 def _note_lines(value: Any) -> list[str]:
-    value = _json(value)
+    value = json_cell(value)
     if not value:
         return []
     if isinstance(value, dict):

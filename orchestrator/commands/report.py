@@ -1,4 +1,6 @@
-"""``linksweep report``: one sweep's report.html (headline first) and its PNG figures.
+"""``linksweep report``: one sweep's report.html (headline first) and its PNG figures; with
+``--fleet [FLEET_ID]``, one fleet check's fleet.html and its heatmaps instead
+(``orchestrator/report/fleet_view.py``).
 
 May import: shared, orchestrator.cli_help, orchestrator.compare, orchestrator.errors,
 orchestrator.report, orchestrator.store.
@@ -20,7 +22,8 @@ def add_parser(sub) -> None:
         help="write a self-contained report.html (headline first) and PNG figures",
         description="One sweep's report: the headline, caveats, links, the classic table, "
         "figures, the views, runs needing attention and provenance, in one offline HTML file.",
-        epilog="exit codes: 0 written; 2 no such database or sweep, or --out not writable",
+        epilog="exit codes: 0 written; 2 no such database, sweep or fleet check, or --out not "
+        "writable",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     rp.add_argument("--db", default="results.duckdb", help=DB_HELP)
@@ -38,7 +41,109 @@ def add_parser(sub) -> None:
         "by `linksweep baseline set` in --db (threshold 5%%; see `linksweep compare`; "
         "default: none)",
     )
+    rp.add_argument(
+        "--fleet",
+        nargs="?",
+        const="latest",
+        default=None,
+        metavar="FLEET_ID",
+        help="report a fleet check (`linksweep fleet`) instead of a sweep: fleet.html and "
+        "fleet_heatmap_<link>.png in --out (FLEET_ID default: the latest check)",
+    )
     rp.set_defaults(func=main)
+
+
+FLEET_PAGE = "fleet.html"
+
+
+def load_fleet(db: str, fleet_id: str) -> dict[str, list[dict] | dict]:
+    """One fleet check's rows, as ``fleet_text`` and ``fleet_view`` take them (keyword
+    arguments check, nodes, pairs, rounds, suspects), JSON cells decoded. ``fleet_id``
+    'latest': the latest check. Raises StoreError (unreadable database) or ReportError naming
+    --fleet (no such check)."""
+    from orchestrator.report.data import ReportError
+    from orchestrator.store import Q, Reader, json_value
+
+    with Reader(db) as reader:
+        recent = reader.rows(Q.RECENT_FLEETS, limit=10)
+        if fleet_id == "latest":
+            if not recent:
+                raise ReportError(
+                    f"--fleet: {db} holds no fleet check yet; run one first (linksweep fleet "
+                    f"--db {db})"
+                )
+            fleet_id = str(recent[0]["fleet_id"])
+        found = reader.rows(Q.FLEET_CHECK, fleet_id=fleet_id)
+        if not found:
+            known = ", ".join(str(r["fleet_id"]) for r in recent) or "none"
+            raise ReportError(
+                f"--fleet {fleet_id}: no such fleet check in {db}; recent fleet checks: {known}"
+            )
+        rows = {
+            name: reader.rows(query, fleet_id=fleet_id)
+            for name, query in (
+                ("nodes", Q.FLEET_NODES),
+                ("pairs", Q.FLEET_PAIRS),
+                ("rounds", Q.FLEET_ROUNDS),
+                ("suspects", Q.FLEET_SUSPECTS),
+            )
+        }
+    check = dict(found[0])
+    for col in ("versions", "links", "rule", "skipped_nodes", "notes"):
+        check[col] = json_value(check.get(col))
+    rows["nodes"] = [dict(n, health=json_value(n.get("health"))) for n in rows["nodes"]]
+    return {"check": check, **rows}
+
+
+def _writable(out_dir: str) -> bool:
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as exc:
+        err(f"--out {out_dir}: cannot create the folder ({exc.strerror})")
+        return False
+    if not os.access(out_dir, os.W_OK):
+        err(f"--out {out_dir}: folder is not writable")
+        return False
+    return True
+
+
+def fleet_main(args: argparse.Namespace) -> int:
+    """``report --fleet``: exit 0 written; 2 no such database or check, or --out not writable."""
+    import glob
+
+    from orchestrator.report.data import ReportError
+    from orchestrator.report.fleet_view import render_fleet_html
+    from orchestrator.store import StoreError
+
+    db, out_dir = args.db, args.out
+    if args.sweep or args.baseline:
+        err("--fleet reports a fleet check, not a sweep: leave out --sweep and --baseline")
+        return EXIT_BAD_INPUT
+    if not ready_to_read(db):
+        return EXIT_BAD_INPUT
+    try:
+        rows = load_fleet(db, args.fleet)
+    except (StoreError, ReportError) as exc:
+        err(str(exc))
+        return EXIT_BAD_INPUT
+    if not _writable(out_dir):
+        return EXIT_BAD_INPUT
+    page, pngs = render_fleet_html(**rows)
+    for stale in glob.glob(os.path.join(glob.escape(out_dir), "fleet_heatmap_*.png")):
+        if os.path.basename(stale) not in pngs:
+            os.remove(stale)  # an earlier check's link: never mix two checks in one folder
+    written = [os.path.join(out_dir, FLEET_PAGE)]
+    with open(written[0], "w", encoding="utf-8") as fh:
+        fh.write(page)
+    for name, png in pngs.items():
+        written.append(os.path.join(out_dir, name))
+        with open(written[-1], "wb") as fh:
+            fh.write(png)
+    check = rows["check"]
+    print(f"report of fleet check {check['fleet_id']} ({len(rows['suspects'])} suspect(s)):")
+    for path in written:
+        print(f"  {path}")
+    return EXIT_OK
 
 
 def baseline_comparison(db: str, name: str, sweep_id: str) -> dict | None:
@@ -65,7 +170,10 @@ def baseline_comparison(db: str, name: str, sweep_id: str) -> dict | None:
 def main(args: argparse.Namespace) -> int:
     """Exit 0 on success (also for a sweep with nothing to plot: the HTML says what is missing);
     2 when the database or the sweep does not exist or cannot be read, or --out is not writable.
+    With ``--fleet``: ``fleet_main``.
     """
+    if args.fleet is not None:
+        return fleet_main(args)
     from orchestrator.report.data import ReportError, load_report_data
     from orchestrator.report.figures import build_figures
     from orchestrator.report.html import render_html

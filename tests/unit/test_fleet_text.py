@@ -68,7 +68,7 @@ def fleet(
                 {"fleet_id": FLEET_ID, "link": link, "kind": "intra", "round": None,
                  "node_a": node_id(k), "node_b": node_id(k), "world_size": 2, "backend": "gloo",
                  "msg_bytes": 1 << 24, "time_s": 0.1, "busbw_gbps": 0.5, "status": "ok",
-                 "slow": False, "suspect": False, "why": None}
+                 "error": None, "slow": False, "suspect": False, "why": None}
             )  # fmt: skip
         for r, rnd in enumerate(tournament(n)):
             for a, b in rnd:
