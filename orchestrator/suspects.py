@@ -9,7 +9,7 @@ short, per check:
   normal data). The relative bound keeps a tight fleet's small dips quiet; the MAD bound keeps a
   noisy fleet's ordinary spread quiet.
 - **Inter-node pairs, per link**: a node's score is the median busbw of its pairs (a failed pair
-  counts as 0); the reference is taken over node scores, never over pairs, because a bad node
+  counts as 0; of an even count the upper middle value, ``upper_median``); the reference is taken over node scores, never over pairs, because a bad node
   touches N-1 of the N(N-1)/2 pairs (half of them at N = 4) and would drag a median over pairs.
   A node is a suspect when its score is low and it is slow with most of its partners (and at
   least ``min(min_partners, its partners)`` of them). A slow pair with neither node a suspect is
@@ -127,6 +127,15 @@ def bound_of(ref: float, mad: float, rule: Rule) -> float:
     return min(ref * (1 - rule.rel), ref - rule.mad_k * MAD_TO_SIGMA * mad)
 
 
+def upper_median(xs: Sequence[float]) -> float:
+    """The highest value that at least half of ``xs`` reach: the median of an odd count, the
+    upper of the two middle values of an even count (of two pairs, the faster). A node's pair
+    score: a good node next to a bad one keeps its good pair's figure instead of the mean of
+    good and bad, which with 2 partners (``ring``) would drag both neighbours of a bad node
+    halfway down and, on fleets of 4-6, the fleet median and MAD with them."""
+    return sorted(xs)[len(xs) // 2]
+
+
 def fleet_bound(values: Sequence[float], rule: Rule) -> Bound:
     """The median, MAD and bound of per-node figures (at least one)."""
     med = statistics.median(values)
@@ -194,6 +203,7 @@ def _inter_link(
 ) -> dict[tuple[str, str], tuple[bool, str | None]]:
     """Node reasons from one link's pairs (into ``reasons``); per pair (slow, its why)."""
     known = set(nodes)
+    busbw: dict[tuple[str, str], tuple[float, str | None]] = {}  # failed: 0.0 and its error
     by_node: dict[str, list[tuple[str, float, bool]]] = {}  # node -> (partner, busbw, failed)
     seen: set[frozenset[str]] = set()
     for (a, b), v in measured.items():
@@ -203,47 +213,54 @@ def _inter_link(
         if a == b or frozenset((a, b)) in seen:
             raise ValueError(f"pairs[{link!r}]: pair ({a}, {b}) is a self-pair or given twice")
         seen.add(frozenset((a, b)))
-        x = 0.0 if _error(v) is not None else float(v)  # type: ignore[arg-type]
-        by_node.setdefault(a, []).append((b, x, _error(v) is not None))
-        by_node.setdefault(b, []).append((a, x, _error(v) is not None))
-    out: dict[tuple[str, str], tuple[bool, str | None]] = {}
+        err = _error(v)
+        busbw[(a, b)] = (0.0 if err is not None else float(v), err)  # type: ignore[arg-type]
+        by_node.setdefault(a, []).append((b, busbw[(a, b)][0], err is not None))
+        by_node.setdefault(b, []).append((a, busbw[(a, b)][0], err is not None))
+    failed_why = {k: f"all_reduce failed: {err}" for k, (_, err) in busbw.items() if err}
     if len(by_node) < MIN_TO_COMPARE:
         notes.append(
             f"link {link}: only {len(by_node)} nodes in pairs: a slow pair has nothing to be "
             "compared with and cannot be attributed to either node (compute probe and health "
             "still judge each node)"
         )
-        for a, b in measured:
-            err = _error(measured[(a, b)])
-            out[(a, b)] = (err is not None, None if err is None else f"all_reduce failed: {err}")
-        return out
-    scores = {n: statistics.median(x for _, x, _ in ps) for n, ps in by_node.items()}
+        return {k: (k in failed_why, failed_why.get(k)) for k in busbw}
+    scores = {n: upper_median([x for _, x, _ in ps]) for n, ps in by_node.items()}
     bound = fleet_bound(list(scores.values()), rule)
     bounds[("inter", link)] = bound
-    for (a, b), v in measured.items():
-        err = _error(v)
-        if err is not None:
-            out[(a, b)] = (True, f"all_reduce failed: {err}")
-        elif bound.low(float(v)):  # type: ignore[arg-type]
-            out[(a, b)] = (True, bound.below_text("busbw", float(v), "GB/s", f" on link {link}"))  # type: ignore[arg-type]
+    out: dict[tuple[str, str], tuple[bool, str | None]] = {}
+    for k, (x, _) in busbw.items():
+        if k in failed_why:
+            out[k] = (True, failed_why[k])
+        elif bound.low(x):
+            out[k] = (True, bound.below_text("busbw", x, "GB/s", f" on link {link}"))
         else:
-            out[(a, b)] = (False, None)
-    lonely = []
-    for n, ps in by_node.items():
+            out[k] = (False, None)
+    # nodes with min_partners partners or more first: a node with fewer is named only when its
+    # slow pairs are not explained by a partner already named (sample:K gives odd fleets byes)
+    named: set[str] = set()
+    order = sorted(by_node, key=lambda n: len(by_node[n]) < rule.min_partners)
+    for n in order:
+        ps = by_node[n]
         slow = [p for p, x, failed in ps if failed or bound.low(x)]
-        need = min(rule.min_partners, len(ps))
-        if len(ps) == 1:
-            lonely.append(n)
-        if bound.low(scores[n]) and len(slow) >= need and len(slow) * 2 > len(ps):
-            failed = sum(f for _, _, f in ps)
-            what = f"link {link}: slow with {len(slow)} of {len(ps)} partners" + (
-                f" ({failed} failed)" if failed else ""
-            )
-            reasons[n].append(what + "; " + bound.below_text("its median busbw", scores[n], "GB/s"))
+        few = len(ps) < rule.min_partners
+        most = len(slow) * 2 > len(ps) and len(slow) >= min(rule.min_partners, len(ps))
+        if not bound.low(scores[n]) or not most:
+            continue
+        if few and all(p in named for p in slow):
+            continue
+        named.add(n)
+        failed = sum(f for _, _, f in ps)
+        what = f"link {link}: slow with {len(slow)} of {len(ps)} partners" + (
+            f" ({failed} failed)" if failed else ""
+        )
+        reasons[n].append(what + "; " + bound.below_text("its median busbw", scores[n], "GB/s"))
+    lonely = sorted(n for n, ps in by_node.items() if len(ps) < rule.min_partners)
     if lonely:
         notes.append(
-            f"link {link}: {_names(lonely)} measured with one partner only: a slow pair there "
-            "names both of its nodes (--pairs all, or a larger sample:K, tells them apart)"
+            f"link {link}: {_names(lonely)} measured with fewer than {rule.min_partners} partners: "
+            "a slow pair there names such a node unless its partner is already a suspect "
+            "(--pairs all, or a larger sample:K, tells them apart)"
         )
     return out
 
@@ -262,31 +279,32 @@ def _node_check(
     fleet's median and MAD of that check. Failed measurements are reasons, also on a shared host
     (a failure is not a difference between machines)."""
     out: dict[str, tuple[bool, str | None]] = {}
+    judged: dict[str, float] = {}
     for n, v in values.items():
         if n not in reasons:
             raise ValueError(f"{check}: node {n!r} is not a node")
         err = _error(v)
         if err is not None:
             out[n] = (True, f"{what} failed: {err}")
-            reasons[n].append(out[n][1])  # type: ignore[arg-type]
-    judged = {n: float(v) for n, v in values.items() if n not in out and n not in skip}  # type: ignore[arg-type]
+            reasons[n].append(f"{what} failed: {err}")
+        elif n not in skip:
+            judged[n] = float(v)  # type: ignore[arg-type]
     if len(judged) < MIN_TO_COMPARE:
         if values:
             notes.append(
                 f"{what}: only {len(judged)} node(s) to compare (nodes sharing a machine are "
                 "not judged): no suspect from it"
             )
-        for n in values:
-            out.setdefault(n, (False, None))
-        return None, out
+        return None, {n: out.get(n, (False, None)) for n in values}
     bound = fleet_bound(list(judged.values()), rule)
     for n in values:
+        x = judged.get(n)
         if n in out:
             continue
-        x = judged.get(n)
         if x is not None and bound.low(x):
-            out[n] = (True, bound.below_text(what, x, unit))
-            reasons[n].append(out[n][1])  # type: ignore[arg-type]
+            why = bound.below_text(what, x, unit)
+            out[n] = (True, why)
+            reasons[n].append(why)
         else:
             out[n] = (False, None)
     return bound, out
