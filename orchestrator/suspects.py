@@ -8,12 +8,15 @@ short, per check:
   ``median - mad_k * 1.4826 * MAD`` (``Rule``; 1.4826 scales a MAD to a standard deviation for
   normal data). The relative bound keeps a tight fleet's small dips quiet; the MAD bound keeps a
   noisy fleet's ordinary spread quiet.
-- **Inter-node pairs, per link**: a node's score is the median busbw of its pairs (a failed pair
-  counts as 0; of an even count the upper middle value, ``upper_median``); the reference is taken over node scores, never over pairs, because a bad node
-  touches N-1 of the N(N-1)/2 pairs (half of them at N = 4) and would drag a median over pairs.
-  A node is a suspect when its score is low and it is slow with most of its partners (and at
-  least ``min(min_partners, its partners)`` of them). A slow pair with neither node a suspect is
-  a *single slow pair*: a suspect itself. Two nodes make one pair: nothing to compare it with.
+- **Inter-node pairs, per link**: a node's score is the median busbw of its pairs (a failed
+  pair counts as 0; of an even count the upper middle value, ``upper_median``); the reference is
+  taken over node scores, never over pairs, because a bad node touches N-1 of the N(N-1)/2 pairs
+  (half of them at N = 4) and would drag a median and MAD over pairs. A node is a suspect when
+  its score is low and it is slow with most of its partners (and at least
+  ``min(min_partners, its partners)`` of them; a node with fewer partners than ``min_partners``
+  only when a partner already named does not explain it). A slow pair with neither node a
+  suspect is a *single slow pair*: a suspect itself. Two nodes make one pair: nothing to
+  compare it with.
 - **Intra-node busbw per link, and the compute probe**: each node against the fleet's median and
   MAD of that check. Nodes that share a machine with another node are left out (their checks
   measure the same hardware). A failed measurement is a reason by itself.
