@@ -20,6 +20,7 @@ from orchestrator.commands import (
     compare,
     doctor,
     export,
+    fleet,
     importing,
     linkbench,
     project,
@@ -46,6 +47,7 @@ COMMANDS = (
     transports,
     doctor,
     selftest,
+    fleet,
     cluster,
 )
 """In the order ``linksweep --help`` lists them."""

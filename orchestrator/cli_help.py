@@ -33,6 +33,7 @@ QUERY_EPILOG = (
 )
 SQL_HELP = 'one SQL statement, e.g. "SELECT * FROM variant_summary"'
 WORKFLOW = f"""workflow:
+  linksweep fleet                               # check every node and link first (exit 1: suspects)
   linksweep run sweeps/quickstart.yaml          # measure; prints the headline at the end
   linksweep report                              # ./report/report.html, headline first
   linksweep query "SELECT * FROM link_sensitivity"

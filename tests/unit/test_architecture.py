@@ -50,6 +50,7 @@ def test_only_the_raycluster_package_imports_ray():
         if _lines_matching(p, r"^\s*(import\s+ray\b|from\s+ray\b)")
     ]
     assert importers == [
+        "orchestrator/raycluster/fleet.py",
         "orchestrator/raycluster/launchers.py",
         "orchestrator/raycluster/nodes.py",
         "orchestrator/raycluster/runs.py",

@@ -1,0 +1,257 @@
+"""The fleet check loop (``linksweep fleet``): nodes -> per link: intra-node, then rounds of
+pairs -> compute probe -> health -> verdict -> rows -> store.
+
+Reads top to bottom; each step is one call into the module named for it: ``raycluster.fleet``
+(Ray: pin probes to nodes and measure), ``fleet_plan`` (which pairs, in which rounds),
+``suspects`` (the verdict), ``fleet_rows`` (results -> table rows), the store (one transaction
+at the start, one at the end, so ``query`` and ``report`` work while a check runs). A
+measurement that fails is a row (status and error) and the check goes on; a stop signal or
+Ctrl-C stores what was measured, marked ``interrupted``, without a verdict.
+
+Nodes that share a machine (one hostname: an emulated cluster) take turns for node checks
+(``fleet_rows.waves``); nodes on different machines are measured at the same time.
+
+May import: fleet_plan, fleet_rows, provenance, raycluster, suspects, orchestrator.store,
+workloads.fleet_contract.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import platform
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from orchestrator import fleet_rows, provenance
+from orchestrator.fleet_plan import PairsChoice, pair_rounds
+from orchestrator.suspects import Failed, Rule, Verdict, health_reasons, judge
+from workloads.fleet_contract import ComputeRecord
+
+MAX_MB_GPU = 64.0
+"""Default all_reduce size on GPU nodes: near the plateau of busbw on NVLink and PCIe."""
+MAX_MB_CPU = 4.0
+"""Default on CPU nodes: gloo over a network; a few MB time it without taking minutes."""
+ITERS = 5
+WARMUP = 2
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    links: dict[str, dict[str, str]]
+    """Link name -> env; ``{"default": {}}`` without ``--sweep``."""
+    pairs: PairsChoice
+    max_mb: float | None = None
+    """None: MAX_MB_GPU when every node has a GPU, else MAX_MB_CPU."""
+    rule: Rule = field(default_factory=Rule)
+    sweep_file: str | None = None
+    seed: int = 0
+    timeout_s: float = 180.0
+
+
+def new_fleet_id(now: dt.datetime | None = None) -> str:
+    now = now or dt.datetime.now(dt.timezone.utc)
+    return "fleet-" + now.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+@dataclass
+class _Measured:
+    pairs: list[dict] = field(default_factory=list)
+    rounds: list[dict] = field(default_factory=list)
+    compute: dict = field(default_factory=dict)
+    health: dict = field(default_factory=dict)
+
+
+def _node_reasons(nodes: Sequence, measured: _Measured) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for n in nodes:
+        idle = measured.health.get(n.node_id)
+        reasons = []
+        if idle is not None and idle.error:
+            reasons.append(f"health could not be read: {idle.error}")
+        gpus = list(idle.gpus) if idle is not None else []
+        probe = measured.compute.get(n.node_id)
+        loaded = getattr(probe, "health_under_load", None)
+        if loaded is not None:
+            gpus += list(loaded.gpus)
+        label = n.hostname or n.ip
+        reasons += health_reasons([{**g, "node": g.get("node") or label} for g in gpus])
+        out[n.node_id] = list(dict.fromkeys(reasons))  # idle and under-load may say the same
+    return out
+
+
+def verdict_of(nodes: Sequence, measured: _Measured, rule: Rule) -> Verdict:
+    inter, intra = fleet_rows.measured_values(measured.pairs)
+    compute: dict[str, float | Failed] = {}
+    for n in nodes:
+        probe = measured.compute.get(n.node_id)
+        if isinstance(probe, ComputeRecord):
+            compute[n.node_id] = probe.tokens_per_s
+        elif probe is not None:  # the probe's error text
+            compute[n.node_id] = Failed(str(probe))
+    return judge(
+        [n.node_id for n in nodes],
+        inter,
+        intra,
+        compute,
+        _node_reasons(nodes, measured),
+        shared_host=fleet_rows.shared_hosts(nodes),
+        rule=rule,
+    )
+
+
+def _measure_link(
+    fleet_id: str,
+    link: str,
+    env: dict[str, str],
+    nodes: Sequence,
+    rounds: list[list[tuple[str, str]]],
+    msg_bytes: int,
+    opts: FleetOptions,
+    measured: _Measured,
+    say: Callable[[str], None],
+) -> None:
+    from orchestrator.raycluster.fleet import LinkProbes
+
+    with LinkProbes(list(nodes), env, timeout_s=opts.timeout_s) as probes:
+        for w, wave in enumerate(fleet_rows.waves(nodes)):
+            t0 = time.perf_counter()
+            results = probes.intra([n.node_id for n in wave], msg_bytes, ITERS, WARMUP)
+            wall = time.perf_counter() - t0
+            measured.pairs += [fleet_rows.pair_row(fleet_id, link, r, None) for r in results]
+            measured.rounds.append(
+                fleet_rows.round_row(fleet_id, link, "intra", w, len(wave), wall)
+            )
+        for i, pairs in enumerate(rounds):
+            t0 = time.perf_counter()
+            results = probes.round(pairs, msg_bytes, ITERS, WARMUP)
+            wall = time.perf_counter() - t0
+            measured.pairs += [fleet_rows.pair_row(fleet_id, link, r, i) for r in results]
+            measured.rounds.append(
+                fleet_rows.round_row(fleet_id, link, "inter", i, len(pairs), wall)
+            )
+            failed = sum(r.status != "ok" for r in results)
+            say(
+                f"link {link}: round {i + 1}/{len(rounds)}, {len(pairs)} pair(s) in {wall:.1f} s"
+                + (f", {failed} failed" if failed else "")
+            )
+
+
+def _measure_nodes(fleet_id: str, nodes: Sequence, opts: FleetOptions, measured: _Measured) -> None:
+    from orchestrator.raycluster.fleet import compute_probe, read_health
+
+    t0 = time.perf_counter()
+    measured.health.update(read_health(list(nodes), timeout_s=opts.timeout_s))
+    measured.rounds.append(
+        fleet_rows.round_row(fleet_id, None, "health", 0, len(nodes), time.perf_counter() - t0)
+    )
+    for w, wave in enumerate(fleet_rows.waves(nodes)):
+        t0 = time.perf_counter()
+        measured.compute.update(compute_probe(list(wave), timeout_s=max(opts.timeout_s, 300.0)))
+        wall = time.perf_counter() - t0
+        measured.rounds.append(fleet_rows.round_row(fleet_id, None, "compute", w, len(wave), wall))
+
+
+def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None]) -> str:
+    """Check every usable node of the connected cluster; store everything; return the fleet id.
+
+    ``store`` is a ``LiveStore``. Raises ``FleetError`` when there is nothing to check.
+    """
+    from orchestrator.raycluster.fleet import fleet_nodes
+
+    nodes, skipped = fleet_nodes()
+    if not nodes:
+        raise FleetError(
+            "no alive Ray node can run a probe (every node has 0 CPUs and 0 GPUs)"
+            + (f"; skipped: {skipped}" if skipped else "")
+        )
+    fleet_id = new_fleet_id()
+    ids = [n.node_id for n in nodes]
+    rounds = pair_rounds(ids, opts.pairs, seed=opts.seed)
+    gpu_fleet = all(n.gpus >= 1 for n in nodes)
+    max_mb = opts.max_mb or (MAX_MB_GPU if gpu_fleet else MAX_MB_CPU)
+    msg_bytes = int(max_mb * 1e6) // 4 * 4  # float32 elements; MB = 1e6 bytes
+    ctx = provenance.context()
+    started = time.perf_counter()
+    check = {
+        "fleet_id": fleet_id,
+        "started_at": _now(),
+        "status": "running",
+        "ray_address": address,
+        "driver_host": platform.node(),
+        "git_sha": ctx["git_sha"],
+        "git_dirty": ctx["git_dirty"],
+        "versions": json.dumps(ctx["versions"]),
+        "sweep_file": opts.sweep_file,
+        "links": json.dumps([{"name": k, "env": v} for k, v in opts.links.items()]),
+        "pairs_mode": opts.pairs.label(),
+        "max_mb": max_mb,
+        "rule": json.dumps(opts.rule.to_dict()),
+        "n_nodes": len(nodes),
+        "n_rounds": len(rounds),
+        "skipped_nodes": json.dumps(skipped),
+    }
+    with store.transaction():
+        store.insert("fleet_checks", [check])
+    say(
+        f"fleet {fleet_id}: {len(nodes)} node(s), {len(opts.links)} link(s), pairs "
+        f"{opts.pairs.label()} in {len(rounds)} round(s), all_reduce of {max_mb:g} MB"
+        + (f"; skipped {len(skipped)} node(s) with nothing to run on" if skipped else "")
+    )
+    measured = _Measured()
+    status, error, verdict = "ok", None, None
+    try:
+        for link, env in opts.links.items():
+            _measure_link(fleet_id, link, env, nodes, rounds, msg_bytes, opts, measured, say)
+        say("compute probe and health on every node")
+        _measure_nodes(fleet_id, nodes, opts, measured)
+        verdict = verdict_of(nodes, measured, opts.rule)
+    except KeyboardInterrupt:
+        status, error = "interrupted", "stopped before the end: measured rows kept, no verdict"
+        raise
+    except Exception as exc:  # noqa: BLE001 - the check failed: store what it measured
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        _store_result(store, fleet_id, nodes, measured, verdict, status, error, started)
+    return fleet_id
+
+
+def _store_result(store, fleet_id, nodes, measured, verdict, status, error, started) -> None:
+    pairs = (
+        measured.pairs if verdict is None else fleet_rows.judged_pair_rows(measured.pairs, verdict)
+    )
+    node_rows = fleet_rows.node_rows(fleet_id, nodes, measured.compute, measured.health, verdict)
+    n_suspects = None
+    if verdict is not None:
+        n_suspects = sum(r["suspect"] is True for r in node_rows) + sum(
+            r["suspect"] is True for r in pairs
+        )
+    with store.transaction():
+        store.insert("fleet_nodes", node_rows)
+        if pairs:
+            store.insert("fleet_pairs", pairs)
+        if measured.rounds:
+            store.insert("fleet_rounds", measured.rounds)
+        store.update(
+            "fleet_checks",
+            {"fleet_id": fleet_id},
+            {
+                "finished_at": _now(),
+                "status": status,
+                "error": error,
+                "wall_s": time.perf_counter() - started,
+                "n_suspects": n_suspects,
+                "notes": json.dumps(list(verdict.notes) if verdict is not None else []),
+            },
+        )
+
+
+class FleetError(RuntimeError):
+    """The fleet check cannot start; the message says why."""
