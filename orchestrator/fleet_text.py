@@ -236,7 +236,16 @@ def round_times(rounds: Sequence[dict]) -> dict[str, Any]:
 
 
 def _verdict(node: dict) -> str:
-    return "SUSPECT" if node.get("suspect") else "ok"
+    """SUSPECT, ok, or '-' when the node was not judged (a check that stopped early)."""
+    if node.get("suspect") is None:
+        return "-"
+    return "SUSPECT" if node["suspect"] else "ok"
+
+
+def judged(check: dict) -> bool:
+    """Whether the check got as far as a verdict (status ok); otherwise 'no suspect' means
+    nothing."""
+    return check.get("status") == "ok"
 
 
 def _compute(node: dict) -> str:
@@ -364,6 +373,8 @@ def summary_text(
         out.append(
             "  (or list them under exclude_nodes: in the sweep file, by node id, IP or hostname)"
         )
-    else:
+    elif judged(check):
         out.append("  nothing to exclude")
+    else:
+        out.append(f"  no verdict: the check ended {check.get('status') or 'unfinished'}")
     return "\n".join(out)

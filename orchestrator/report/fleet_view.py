@@ -29,6 +29,7 @@ from orchestrator.fleet_text import (
     EXCLUDE_HINT,
     header_lines,
     json_cell,
+    judged,
     link_names,
     msg_size,
     node_labels,
@@ -265,8 +266,13 @@ def render_fleet_html(
             f"<code>{esc(EXCLUDE_HINT.format(fleet_id=fid))}</code>, or list them under "
             "<code>exclude_nodes:</code> in the sweep file (node id, IP or hostname).</div>"
         )
-    else:
+    elif judged(check):
         box = f"<div class='ok'>No suspect among {len(nodes)} node(s).</div>"
+    else:
+        box = missing(
+            f"No verdict: the check ended {check.get('status') or 'unfinished'}; what it "
+            "measured is below, unjudged."
+        )
     if check.get("error"):
         box += missing(f"The check stopped with an error: {check['error']}")
     cols, rows = node_rows(nodes, pairs, links)

@@ -266,3 +266,14 @@ def test_summary_reads_json_cells_left_as_text():
     check = dict(f["check"], links=json.dumps(f["check"]["links"]), notes='["a note"]')
     text = summary_text(**dict(f, check=check))
     assert "links: default" in text and "  - a note" in text
+
+
+def test_a_check_that_stopped_has_no_verdict():
+    f = fleet(2, slow=None)
+    check = dict(f["check"], status="failed", error="ValueError: boom")
+    nodes = [dict(n, suspect=None) for n in f["nodes"]]
+    text = summary_text(**dict(f, check=check, nodes=nodes))
+    assert "no verdict: the check ended failed" in text and "nothing to exclude" not in text
+    assert "error: ValueError: boom" in text
+    node_line = next(ln for ln in text.splitlines() if ln.startswith("198.18.0.1 "))
+    assert "ok" not in node_line.split()

@@ -53,6 +53,13 @@ def test_a_link_without_pairs_says_so_instead_of_drawing():
     assert "No pair was measured on link ib." in page
 
 
+def test_a_check_that_stopped_says_no_verdict():
+    f = fleet(2, slow=None)
+    check = dict(f["check"], status="interrupted", error="KeyboardInterrupt")
+    page, _ = render_fleet_html(**dict(f, check=check))
+    assert "No verdict: the check ended interrupted" in page and "No suspect among" not in page
+
+
 # --- linksweep report --fleet on a real DuckDB file -------------------------------------------
 
 
