@@ -91,7 +91,8 @@ def plot_heatmap(nodes: Sequence[dict], pairs: Sequence[dict], link: str) -> tup
             vmax=hi if hi > 0 else 1.0,
             aspect="equal",
         )
-        fig.colorbar(im, ax=ax, shrink=0.8, label="inter-node busbw (GB/s)")
+        if finite.size:  # no inter-node value measured ok: a colour bar would mean nothing
+            fig.colorbar(im, ax=ax, shrink=0.8, label="inter-node busbw (GB/s)")
         size = max(6.0, 10.5 - 0.25 * n) if n <= MAX_ANNOTATED else 0.0
 
         def say(c: int, r: int, text: str, **kw) -> None:
@@ -152,8 +153,13 @@ def plot_heatmap(nodes: Sequence[dict], pairs: Sequence[dict], link: str) -> tup
     failed = sum(1 for k, p in cells.items() if k[0] < k[1] and p.get("status") == "failed")
     caption = (
         f"Link {link}: each off-diagonal cell is the inter-node all_reduce busbw of the pair "
-        f"(row, column), GB/s (1 GB = 1e9 B), colour from 0 to the fleet's best "
-        f"{sig3(hi)} GB/s (lowest {sig3(lo)}). The diagonal is each node's intra-node busbw "
+        f"(row, column), GB/s (1 GB = 1e9 B), "
+        + (
+            f"colour from 0 to the fleet's best {sig3(hi)} GB/s (lowest {sig3(lo)}). "
+            if finite.size
+            else "none measured ok. "
+        )
+        + "The diagonal is each node's intra-node busbw "
         "(its own GPUs, or two CPU ranks), in brackets and not coloured: it measures other "
         f"hardware. Red outline and *: slow (below the suspect rule's bound), {slow} pair(s); "
         f"hatched FAIL: failed, {failed}; grey –: not measured; (!) in red: a suspect node."
