@@ -128,7 +128,7 @@ def _print_status(st: dict[str, Any]) -> None:
         where = "every link, both directions" if f["kind"] == "node" else "every link, between them"
         print(f"fault      {f['describe']} ({', '.join(f['nodes'])}): {where}")
         for dev, qdisc in f.get("qdiscs", {}).items():
-            print(f"           {dev:16} {' | '.join(qdisc.splitlines())}")
+            print(f"           {dev:18} {' | '.join(qdisc.splitlines())}")
 
 
 def _check(st: dict[str, Any]) -> int:

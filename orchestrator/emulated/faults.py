@@ -96,7 +96,7 @@ class Fault:
             raise ValueError(
                 f"{flag} {self.spec()}: delay {self.delay!r} is not a tc time; {_SHAPE_FORMS}"
             )
-        if self.rate is not None and self.shape("x").rate_bits_per_s <= 0:
+        if self.rate is not None and float(RATE_RE.match(self.rate).group(1)) <= 0:
             raise ValueError(f"{flag} {self.spec()}: rate {self.rate!r} must be positive")
 
     def shape(self, link: str) -> LinkShape:

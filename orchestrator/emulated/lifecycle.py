@@ -208,14 +208,11 @@ def status(state_dir: str | os.PathLike[str] = DEFAULT_STATE_DIR) -> dict[str, A
         fault["qdiscs"] = {}
         for i in fault["node_indices"]:
             node = by_index[i]
-            if node["namespace"] in namespaces:
-                ctl = node["ports"][0]
-                fault["qdiscs"][node["namespace"]] = netns.qdisc_show(
-                    node["namespace"], ctl["ifname"]
-                )
-                if fault["kind"] == "node":
-                    sw = plan["switch_namespace"]
-                    fault["qdiscs"][f"{sw}/{ctl['peer']}"] = netns.qdisc_show(sw, ctl["peer"])
+            ns, sw, ctl = node["namespace"], plan["switch_namespace"], node["ports"][0]
+            if ns in namespaces:  # keys as the plan's step names: <namespace>/<device>
+                fault["qdiscs"][f"{ns}/{ctl['ifname']}"] = netns.qdisc_show(ns, ctl["ifname"])
+            if fault["kind"] == "node" and sw in namespaces:
+                fault["qdiscs"][f"{sw}/{ctl['peer']}"] = netns.qdisc_show(sw, ctl["peer"])
     for link in plan["links"]:
         ifname = IFACE_PREFIX + link["name"]
         qdiscs = {
