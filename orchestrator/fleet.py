@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import platform
 import secrets
 import time
@@ -31,9 +32,9 @@ from orchestrator.suspects import Failed, Rule, Verdict, health_reasons, judge
 from workloads.fleet_contract import ComputeRecord
 
 MAX_MB_GPU = 64.0
-"""Default all_reduce size on GPU nodes: near the plateau of busbw on NVLink and PCIe."""
+"""Default all_reduce size on GPU nodes, MiB: near the plateau of busbw on NVLink and PCIe."""
 MAX_MB_CPU = 4.0
-"""Default on CPU nodes: gloo over a network; a few MB time it without taking minutes."""
+"""Default on CPU nodes, MiB: gloo over a network; a few MiB time it without taking minutes."""
 ITERS = 5
 WARMUP = 2
 
@@ -49,6 +50,12 @@ class FleetOptions:
     sweep_file: str | None = None
     seed: int = 0
     timeout_s: float = 180.0
+
+
+def message_bytes(max_mb: float) -> int:
+    """The all_reduce size for ``--max-mb``: the largest power of two bytes within ``max_mb``
+    MiB (as ``linkbench_max_mb``; the sizes nccl-tests and our microbenchmark use), at least 4."""
+    return max(4, 1 << int(math.floor(math.log2(max(max_mb * 2**20, 4)))))
 
 
 def new_fleet_id(now: dt.datetime | None = None) -> str:
@@ -176,7 +183,7 @@ def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None
     rounds = pair_rounds(ids, opts.pairs, seed=opts.seed)
     gpu_fleet = all(n.gpus >= 1 for n in nodes)
     max_mb = opts.max_mb or (MAX_MB_GPU if gpu_fleet else MAX_MB_CPU)
-    msg_bytes = int(max_mb * 1e6) // 4 * 4  # float32 elements; MB = 1e6 bytes
+    msg_bytes = message_bytes(max_mb)
     ctx = provenance.context()
     started = time.perf_counter()
     check = {
@@ -191,7 +198,7 @@ def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None
         "sweep_file": opts.sweep_file,
         "links": json.dumps([{"name": k, "env": v} for k, v in opts.links.items()]),
         "pairs_mode": opts.pairs.label(),
-        "max_mb": max_mb,
+        "max_mb": msg_bytes / 2**20,
         "rule": json.dumps(opts.rule.to_dict()),
         "n_nodes": len(nodes),
         "n_rounds": len(rounds),
@@ -201,7 +208,7 @@ def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None
         store.insert("fleet_checks", [check])
     say(
         f"fleet {fleet_id}: {len(nodes)} node(s), {len(opts.links)} link(s), pairs "
-        f"{opts.pairs.label()} in {len(rounds)} round(s), all_reduce of {max_mb:g} MB"
+        f"{opts.pairs.label()} in {len(rounds)} round(s), all_reduce of {msg_bytes / 2**20:g} MiB"
         + (f"; skipped {len(skipped)} node(s) with nothing to run on" if skipped else "")
     )
     measured = _Measured()

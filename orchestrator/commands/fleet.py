@@ -57,8 +57,8 @@ def add_parser(sub) -> None:
         type=float,
         default=None,
         metavar="N",
-        help="all_reduce size in MB (1e6 bytes) for every busbw (default: 64 on GPU nodes, "
-        "4 on CPU nodes)",
+        help="all_reduce size in MiB for every busbw, rounded down to a power of two (default: "
+        "64 on GPU nodes, 4 on CPU nodes)",
     )
     fp.add_argument(
         "--pairs",
@@ -74,7 +74,12 @@ def add_parser(sub) -> None:
         help="a value is low when below the fleet median by more than REL (and by more than "
         "3 scaled MADs) (default: 0.15)",
     )
-    fp.add_argument("--format", choices=("text", "json"), default="text", help="stdout format")
+    fp.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="stdout: text (tables, heatmap, suspects) or json (every stored row) (default: text)",
+    )
     fp.add_argument("--seed", type=int, default=0, help="seed of sample:K (default: 0)")
     fp.set_defaults(func=main)
 

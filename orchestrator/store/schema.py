@@ -354,7 +354,7 @@ TABLES: dict[str, str] = {
         sweep_file VARCHAR,          -- --sweep: its links were checked; NULL: the default network
         links JSON,                  -- [{name, env}] in the order checked
         pairs_mode VARCHAR,          -- all | ring | sample:K
-        max_mb DOUBLE,               -- the message size every busbw is measured at
+        max_mb DOUBLE,               -- MiB: the all_reduce size every busbw is measured at
         rule JSON,                   -- the suspect rule's parameters (docs/fleet.md)
         n_nodes INTEGER,
         n_rounds INTEGER,            -- inter-node rounds per link
