@@ -72,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="I=RATE[,DELAY]",
         help="plant a slow node, for up; repeatable: every interface of node I (ctl included) "
-        "shaped to RATE in both directions, e.g. 2=100mbit",
+        "shaped to RATE in both directions, e.g. 2=100mbit (default: none)",
     )
     p.add_argument(
         "--slow-pair",
@@ -80,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="A-B=RATE[,DELAY]",
         help="plant a slow pair, for up; repeatable: only traffic between nodes A and B shaped, "
-        "on every link (ctl included), e.g. 0-1=50mbit",
+        "on every link (ctl included), e.g. 0-1=50mbit (default: none)",
     )
     p.add_argument(
         "--state-dir",
