@@ -177,6 +177,7 @@ def validate_faults(nodes: int, faults: Sequence[Fault]) -> None:
 
 
 def node_fault(faults: Sequence[Fault], i: int) -> Fault | None:
+    """The slow-node fault planted on node i, if any."""
     return next((f for f in faults if f.kind == "node" and f.nodes == (i,)), None)
 
 
