@@ -181,6 +181,7 @@ def resume_plan(
         )
     stored_spec = sweep["spec"]
     stored_spec = json.loads(stored_spec) if isinstance(stored_spec, str) else stored_spec
+    stored_spec.setdefault("exclude_nodes", [])  # stored before the key existed: none excluded
     differ = spec_differences(stored_spec, spec.to_json_dict())
     if differ:
         raise ResumeError(

@@ -118,6 +118,31 @@ def test_exclude_suspects_keeps_ranks_off_the_fleets_suspect_node(node_ids, tmp_
     got = [(r["entry"], r["source"], r["node_id"]) for r in json.loads(excluded)]
     assert got == [("no-such-host", "exclude_nodes", None), (worker, "fleet fleet-1", worker)]
 
+    # --resume (no --exclude-suspects): the fleet entry the sweep stored is re-resolved and
+    # still keeps the re-run off the worker
+    forget_last_run(db)
+    assert main(["run", path, "--db", str(db), "--resume"]) == 0
+    assert "excluded node " + worker[:12] in capsys.readouterr().err
+    assert q(db, "SELECT count(*) FROM runs WHERE status = 'ok'") == [(2,)]
+    assert rank_nodes(db) == {head}
+    ((excluded,),) = q(db, "SELECT excluded_nodes FROM sweeps")
+    assert [(r["entry"], r["source"], r["node_id"]) for r in json.loads(excluded)] == got
+
+
+def forget_last_run(db) -> None:
+    """The sweep as if its driver had been stopped before its last run: that run's rows gone,
+    the sweep ``interrupted``."""
+    ((run_id,),) = q(db, "SELECT run_id FROM runs ORDER BY seq DESC LIMIT 1")
+    store = Store(str(db))
+    try:
+        with store.transaction():
+            for t in ("runs", "ranks", "steps", "comms", "transports", "telemetry",
+                      "nccl_logs", "run_phases", "diagnostics"):  # fmt: skip
+                store.delete(t, {"run_id": run_id})
+            store.update("sweeps", {"status": "ok"}, {"status": "interrupted"})
+    finally:
+        store.close()
+
 
 def test_unknown_fleet_id_starts_nothing(node_ids, tmp_path, capsys):
     head, worker = node_ids
