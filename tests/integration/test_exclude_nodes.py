@@ -152,6 +152,11 @@ def test_unknown_fleet_id_starts_nothing(node_ids, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--exclude-suspects nope: no such fleet check" in err and "fleet-1" in err
     assert q(db, "SELECT count(*) FROM sweeps") == [(0,)]
+    empty = tmp_path / "empty.duckdb"
+    Store(str(empty)).close()
+    assert main(["run", write(tmp_path), "--db", str(empty), "--exclude-suspects", "latest"]) == 2
+    assert "most recent fleet ids: none (run linksweep fleet first)" in capsys.readouterr().err
+    assert q(empty, "SELECT count(*) FROM sweeps") == [(0,)]
 
 
 def test_too_little_left_after_exclusion_is_refused_before_anything(node_ids, tmp_path, capsys):
