@@ -150,7 +150,15 @@ class LinkProbes:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def start(self) -> dict[str, str]:
+        """Start every node's ranks now (else the first measurement of a node starts them, and
+        not in its ``wall_s``); returns {node_id: why} for the nodes whose ranks did not start.
+        Their measurements fail with that reason, and each later call tries them again."""
+        self._start(set(self._nodes))
+        return dict(self._broken)
+
     def close(self) -> None:
+        """Kill every rank (also on ``with`` exit)."""
         for node_id in list(self._actors):
             self._kill(node_id)
 
@@ -279,13 +287,13 @@ class LinkProbes:
         self, groups: list[_Group | BenchResult], msg_bytes: int, iters: int, warmup: int
     ) -> list[BenchResult]:
         live = [g for g in groups if isinstance(g, _Group)]
-        for g in live:
-            g.t0 = time.monotonic()
+        t_start = time.monotonic()
         self._start(set().union(*(g.node_ids for g in live)) if live else set())
-        for g in live:
+        for g in live:  # wall_s counts from ranks ready: a process start is not the link's time
+            g.t0 = time.monotonic()
             broken = sorted(self._broken[n] for n in g.node_ids if n in self._broken)
             if broken:
-                g.error, g.wall_s = broken[0], time.monotonic() - g.t0
+                g.error, g.wall_s = broken[0], g.t0 - t_start
         started = [g for g in live if g.error is None]
         self._launch(started, msg_bytes, iters, warmup)
         self._collect(started)
@@ -349,6 +357,14 @@ class LinkProbes:
             if g.error is None and len(g.answers) < len(g.ranks):
                 missing = sorted(set(range(len(g.ranks))) - set(g.answers))
                 self._fail(g, f"no answer within {self.timeout_s:.0f} s from rank(s) {missing}")
+        # A failed group's other ranks end in errors (their own, or the kill's) that nobody read;
+        # read them, so Ray does not print each one as an "Unhandled error" on the console.
+        unread = [ref for g in groups if g.error is not None for ref in g.refs]
+        if unread:
+            done, _ = ray.wait(unread, num_returns=len(unread), timeout=5.0)
+            for ref in done:
+                with contextlib.suppress(Exception):
+                    ray.get(ref, timeout=0)
 
     def _fail(self, g: _Group, error: str) -> None:
         g.error = error
