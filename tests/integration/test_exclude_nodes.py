@@ -192,3 +192,13 @@ def test_linkbench_placement_group_avoids_the_excluded_node(node_ids):
         )
         assert result.error is None
         assert {p.node_id for p in result.placements} == {expect}
+
+
+def test_linkbench_command_records_its_exclusions(node_ids, tmp_path):
+    head, _ = node_ids
+    db = tmp_path / "r.duckdb"
+    path = write(tmp_path, exclude_nodes=[head], linkbench_max_mb=1)
+    assert main(["linkbench", path, "--db", str(db)]) == 0
+    ((excluded,),) = q(db, "SELECT excluded_nodes FROM sweeps")
+    assert [r["node_id"] for r in json.loads(excluded)] == [head]
+    assert q(db, "SELECT DISTINCT status FROM link_bench") == [("ok",)]
