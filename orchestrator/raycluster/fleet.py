@@ -36,6 +36,7 @@ from workloads.fleet_contract import CollectiveTimes, ComputeRecord, HealthRecor
 from workloads.fleet_probe import (
     FleetRank,
     compute_probe_task,
+    max_over_ranks,
     median_s,
     node_health_task,
 )
@@ -198,7 +199,7 @@ class LinkProbes:
                 infos = ray.get(rs, timeout=0)
             except Exception as exc:  # noqa: BLE001 - the node's failure is its results' error
                 why = (
-                    f"ranks not ready within {self.timeout_s:.0f} s"
+                    f"ranks not ready within {self.timeout_s:g} s"
                     if isinstance(exc, ray.exceptions.GetTimeoutError)
                     else first_line(exc)
                 )
@@ -236,19 +237,19 @@ class LinkProbes:
             if n_gpus == 1:
                 groups.append(
                     BenchResult(
-                        "intra",
-                        node_id,
-                        node_id,
-                        1,
-                        "nccl",
-                        None,
-                        msg_bytes,
-                        (),
-                        None,
-                        None,
-                        "skipped",
-                        ONE_GPU,
-                        0.0,
+                        kind="intra",
+                        node_a=node_id,
+                        node_b=node_id,
+                        world_size=1,
+                        backend="nccl",
+                        ifname=None,
+                        msg_bytes=msg_bytes,
+                        times_s=(),
+                        time_s=None,
+                        busbw_gbps=None,
+                        status="skipped",
+                        error=ONE_GPU,
+                        wall_s=0.0,
                     )
                 )
                 continue
@@ -356,7 +357,7 @@ class LinkProbes:
         for g in groups:
             if g.error is None and len(g.answers) < len(g.ranks):
                 missing = sorted(set(range(len(g.ranks))) - set(g.answers))
-                self._fail(g, f"no answer within {self.timeout_s:.0f} s from rank(s) {missing}")
+                self._fail(g, f"no answer within {self.timeout_s:g} s from rank(s) {missing}")
         # A failed group's other ranks end in errors (their own, or the kill's) that nobody read;
         # read them, so Ray does not print each one as an "Unhandled error" on the console.
         unread = [ref for g in groups if g.error is not None for ref in g.refs]
@@ -373,44 +374,40 @@ class LinkProbes:
             self._kill(node_id)
 
     def _result(self, g: _Group, msg_bytes: int) -> BenchResult:
+        common = {"kind": g.kind, "node_a": g.node_a, "node_b": g.node_b, "wall_s": g.wall_s}
         world = len(g.ranks)
-        backend = "nccl" if g.use_gpu else "gloo"
         if g.error is not None:
             return BenchResult(
-                g.kind,
-                g.node_a,
-                g.node_b,
-                world,
-                backend,
-                None,
-                msg_bytes,
-                (),
-                None,
-                None,
-                "failed",
-                g.error,
-                g.wall_s,
+                **common,
+                world_size=world,
+                backend="nccl" if g.use_gpu else "gloo",
+                ifname=None,
+                msg_bytes=msg_bytes,
+                times_s=(),
+                time_s=None,
+                busbw_gbps=None,
+                status="failed",
+                error=g.error,
             )
         first = g.answers[0]
-        # every rank returns the same per-iteration max (workloads.linkbench all_reduces it)
-        time_s = median_s(first.times_s)
+        # linkbench already reduced with MAX over ranks; again here, so a rank that disagrees
+        # could only make the figure slower, never faster
+        times_s = max_over_ranks([a.times_s for _, a in sorted(g.answers.items())])
+        time_s = median_s(times_s)
         busbw = (
             comm_model.busbw_gbps("all_reduce", world, first.msg_bytes, time_s) if time_s else None
         )
         return BenchResult(
-            g.kind,
-            g.node_a,
-            g.node_b,
-            world,
-            first.backend,
-            first.ifname,
-            first.msg_bytes,
-            first.times_s,
-            time_s,
-            busbw,
-            "ok",
-            None,
-            g.wall_s,
+            **common,
+            world_size=world,
+            backend=first.backend,
+            ifname=first.ifname,
+            msg_bytes=first.msg_bytes,
+            times_s=times_s,
+            time_s=time_s,
+            busbw_gbps=busbw,
+            status="ok",
+            error=None,
         )
 
 
@@ -442,7 +439,7 @@ def _on_each_node(
         except ray.exceptions.GetTimeoutError:
             with contextlib.suppress(Exception):
                 ray.cancel(ref, force=True)
-            out[node_id] = f"no answer within {timeout_s:.0f} s"
+            out[node_id] = f"no answer within {timeout_s:g} s"
         except Exception as exc:  # noqa: BLE001 - this node's answer is its error
             out[node_id] = first_line(exc)
     return out

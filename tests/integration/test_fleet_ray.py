@@ -120,3 +120,21 @@ def test_bad_arguments_name_the_field(nodes):
     with pytest.raises(ValueError, match=r"node ids \['nope'\] are not"):
         probes.round([(a, "nope")], MSG_BYTES)
     probes.close()
+
+
+def test_a_pair_past_the_deadline_fails_and_its_ranks_are_replaced(nodes):
+    a, b = (n.node_id for n in nodes)
+    with LinkProbes(nodes, {}, timeout_s=120) as probes:
+        assert probes.start() == {}
+        probes.timeout_s = 0.5  # 20 all_reduces of 64 MiB take seconds over gloo on CPU
+        t0 = time.monotonic()
+        (late,) = probes.round([(a, b)], 64 * 2**20, iters=20, warmup=1)
+        waited_s = time.monotonic() - t0
+        print(f"late pair: {late.status} {late.error} after {waited_s:.2f} s")
+        assert (late.status, late.times_s, late.busbw_gbps) == ("failed", (), None)
+        # the driver's deadline, or the ranks' own process-group timeout: whichever came first
+        assert "no answer within" in late.error or "rank" in late.error
+        assert waited_s < 10
+        probes.timeout_s = 120
+        (fine,) = probes.round([(a, b)], MSG_BYTES, iters=3, warmup=1)
+        _ok(fine, "inter", 2)
