@@ -48,8 +48,8 @@ The first ``deepspeed.initialize`` on a fresh machine JIT-builds the ``deepspeed
 (tens of seconds, then cached in ``~/.cache/torch_extensions``): ``parts_s.ds_shm_op_load``
 shows it; run the bench again for the steady state.
 
-``--smoke``: one run each of ddp and zero3 at grad_accum 1 (2 steps, seq_len 32) and the zero3
-init profile only: a check that the script runs, not a measurement.
+``--smoke``: one run each of ddp and zero3 at grad_accum 1 (1 warmup and 1 timed step, seq_len
+32, micro-batch 1) and the zero3 init profile only: a check that the script runs, not a measurement.
 """
 
 from __future__ import annotations
@@ -88,7 +88,16 @@ RUN_TIMEOUT_S = 600.0
 """Per-run hang guard (linksweep's run_timeout_s); a healthy run here takes under a minute."""
 INIT_STRATEGIES = ("ddp", "zero3")
 """Strategies whose start-up is profiled: DDP's (a wrap) against ZeRO-3's, the costliest."""
-SMOKE = {"strategies": ["ddp", "zero3"], "grad_accum": [1], "seq_len": 32, "init": ("zero3",)}
+SMOKE = {
+    "strategies": ["ddp", "zero3"],
+    "grad_accum": [1],
+    "seq_len": 32,
+    "micro_batch_size": 1,
+    "steps": 1,
+    "warmup": 1,
+    "init": ("zero3",),
+}
+"""``--smoke``: every code path (a sweep, a ZeRO init profile) at the least compute."""
 INIT_PARTS = {
     # name -> (file suffix, function) inside make_strategy; "a.b": b runs inside a
     "deepspeed_initialize": ("deepspeed/__init__.py", "initialize"),
@@ -135,6 +144,7 @@ def sweep_doc(
     strategies: list[str] = STRATEGIES,
     grad_accum: list[int] = GRAD_ACCUM,
     seq_len: int = 128,
+    micro_batch_size: int = 2,
 ) -> dict:
     return {
         "name": "bench-zero",
@@ -142,7 +152,7 @@ def sweep_doc(
         "dataset": "builtin",
         "precision": "fp32",
         "seq_len": seq_len,
-        "micro_batch_size": 2,
+        "micro_batch_size": micro_batch_size,
         "steps": steps,
         "warmup_steps": warmup,
         "repeats": repeats,
@@ -377,8 +387,16 @@ def main(argv: list[str] | None = None) -> int:
     from orchestrator.provenance import context as provenance
 
     if args.smoke:
-        args.repeats, args.steps, args.warmup = 1, 2, 2
-        doc = sweep_doc(1, 2, 2, SMOKE["strategies"], SMOKE["grad_accum"], SMOKE["seq_len"])
+        args.repeats, args.steps, args.warmup = 1, SMOKE["steps"], SMOKE["warmup"]
+        doc = sweep_doc(
+            1,
+            SMOKE["steps"],
+            SMOKE["warmup"],
+            SMOKE["strategies"],
+            SMOKE["grad_accum"],
+            SMOKE["seq_len"],
+            SMOKE["micro_batch_size"],
+        )
     else:
         doc = sweep_doc(args.repeats, args.steps, args.warmup)
     context = {**provenance(), "sweep": doc}
