@@ -101,13 +101,15 @@ class Bound:
     def low(self, x: float) -> bool:
         return x < self.value
 
-    def below_text(self, what: str, x: float, unit: str, where: str = "") -> str:
+    def below_text(
+        self, what: str, x: float, unit: str, where: str = "", of: str = "the fleet median"
+    ) -> str:
         """``busbw 0.012 GB/s on link net is 76% below the fleet median 0.050 GB/s (bound
         0.043)``: ``what`` names the figure, ``where`` (`` on link net``) where it was measured."""
         f = _fmt(self.median)
         pct = (1 - x / self.median) * 100 if self.median > 0 else 0.0
         return (
-            f"{what} {f(x)} {unit}{where} is {pct:.0f}% below the fleet median {f(self.median)} "
+            f"{what} {f(x)} {unit}{where} is {pct:.0f}% below {of} {f(self.median)} "
             f"{unit} (bound {f(self.value)})"
         )
 
@@ -175,7 +177,9 @@ class Verdict:
     notes: tuple[str, ...]
     """What the rule could not judge, and why."""
     bounds: dict[tuple[str, str | None], Bound]
-    """(check, link) -> the fleet reference: ("inter", link), ("intra", link), ("compute", None)."""
+    """(check, link) -> the fleet reference: ("inter", link) over node scores, ("intra", link),
+    ("compute", None). (A single pair is judged against the other pairs between non-suspect
+    nodes, one bound per pair, not kept here.)"""
 
     def suspect_nodes(self) -> list[str]:
         return [n for n, v in self.nodes.items() if v.suspect]
@@ -245,7 +249,11 @@ def _inter_link(
     order = sorted(by_node, key=lambda n: len(by_node[n]) < rule.min_partners)
     for n in order:
         ps = by_node[n]
-        slow = [p for p, x, failed in ps if failed or bound.low(x)]
+        # its pairs against the pairs it is not in: on a noisy network a healthy node's pairs
+        # scatter like everyone's; a bad node's fall below the others' spread
+        others = [x for k, (x, err) in busbw.items() if n not in k and err is None]
+        loo = fleet_bound(others, rule) if others else bound
+        slow = [p for p, x, failed in ps if failed or (bound.low(x) and loo.low(x))]
         few = len(ps) < rule.min_partners
         most = len(slow) * 2 > len(ps) and len(slow) >= min(rule.min_partners, len(ps))
         if not bound.low(scores[n]) or not most:
@@ -360,12 +368,31 @@ def judge(
     suspects = {n for n, r in reasons.items() if r}
     pairs_v: dict[tuple[str, str, str], PairVerdict] = {}
     for link, out in slow_pairs.items():
+        # a single pair is judged against the other pairs between nodes that are not suspects
+        # (leave one out: its own deviation must not widen the spread it is judged by): on a
+        # noisy network (a shared host, a busy switch) pairs scatter more than the nodes'
+        # scores, which are medians; a pair within the others' scatter is noise
+        clean = {
+            k: float(v)  # type: ignore[arg-type]
+            for k, v in pairs[link].items()
+            if _error(v) is None and not set(k) & suspects
+        }
         for (a, c), (slow, why) in out.items():
             by = [x for x in (a, c) if x in suspects]
+            others = [x for k, x in clean.items() if k != (a, c)]
+            spread = fleet_bound(others, rule) if len(others) >= MIN_TO_COMPARE - 1 else None
             if slow and by:
                 why = f"{why}; explained by suspect node {' and '.join(by)}"
-            elif slow and why is not None and not why.startswith("all_reduce failed"):
-                why = f"{why}; a single slow pair: {a} and {c} are fine with their other partners"
+            elif slow and (a, c) in clean:
+                if spread is None or not spread.low(clean[(a, c)]):
+                    slow, why = False, None  # within the other pairs' scatter
+                else:
+                    of = "the median of the other pairs between non-suspect nodes"
+                    x = clean[(a, c)]
+                    why = (
+                        spread.below_text("busbw", x, "GB/s", f" on link {link}", of=of)
+                        + f"; a single slow pair: {a} and {c} are fine with their other partners"
+                    )
             pairs_v[(link, a, c)] = PairVerdict(slow, slow and not by, why)
     return Verdict(
         {n: NodeVerdict(bool(r), tuple(r)) for n, r in reasons.items()},
