@@ -57,8 +57,8 @@ figure), ``ratio`` (of those medians), ``median_trial_ratio`` with ``median_tria
 run's 10th-percentile step), ``startup_s``, ``first_run_startup_s`` and ``torchrun_startup_s``.
 
 ``--smoke``: 1 trial of arms ``linksweep`` (fork) and ``torchrun`` (so ``bench/standalone.py``
-runs too), 3 timed steps after 2 warmup steps: a check that the script runs, not a
-measurement.
+runs too), 1 timed step after 1 warmup step at seq_len 32 (``SMOKE_SEQ_LEN``): a check that the
+script runs, not a measurement.
 """
 
 from __future__ import annotations
@@ -88,6 +88,9 @@ STEPS = 20
 """Timed steps per run: enough for a stable median at ~0.1-0.3 s per step on 2 CPU cores."""
 WARMUP = 3
 """First steps allocate buffers and build DDP buckets; excluded from the figure."""
+SEQ_LEN = 128
+SMOKE_SEQ_LEN = 32
+"""``--smoke``: the least compute a step can have; the figures mean nothing there."""
 TARGET = 0.05
 """The acceptance target: linksweep's median step within 5% of bare torchrun's."""
 RUN_TIMEOUT_S = 900
@@ -109,14 +112,16 @@ FIGURES = (
 """The ``--json`` keys (dotted) every run, ``--smoke`` too, writes (arm ``linksweep``: fork)."""
 
 
-def sweep_doc(steps: int, warmup: int, repeats: int = 1, launcher: str = "auto") -> dict:
+def sweep_doc(
+    steps: int, warmup: int, repeats: int = 1, launcher: str = "auto", seq_len: int = SEQ_LEN
+) -> dict:
     """The benchmarked workload: gpt2-tiny DDP, 2 ranks, one variant, ``repeats`` runs."""
     return {
         "name": "bench-overhead",
         "model": "gpt2-tiny",
         "dataset": "builtin",
         "precision": "fp32",
-        "seq_len": 128,
+        "seq_len": seq_len,
         "micro_batch_size": 2,
         "steps": steps,
         "warmup_steps": warmup,
@@ -366,13 +371,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the temp folder (dbs, JSON)")
     args = p.parse_args(argv)
     if args.smoke:
-        args.trials, args.steps, args.warmup, args.without_actors = 1, 3, 2, True
+        args.trials, args.steps, args.warmup, args.without_actors = 1, 1, 1, True
+    seq_len = SMOKE_SEQ_LEN if args.smoke else SEQ_LEN
     if args.trials < 1 or args.steps < 1 or args.warmup < 0:
         p.error("--trials and --steps must be >= 1, --warmup >= 0")
 
     from orchestrator.provenance import context as provenance
 
-    context = {**provenance(), "sweep": sweep_doc(args.steps, args.warmup)}
+    context = {**provenance(), "sweep": sweep_doc(args.steps, args.warmup, seq_len=seq_len)}
     print(f"bench_overhead: {context['date']} cpus={context['cpus']} {context['versions']}")
     work = Path(tempfile.mkdtemp(prefix="linksweep-bench-overhead-"))
     sweep = work / "sweep.yaml"
@@ -381,10 +387,12 @@ def main(argv: list[str] | None = None) -> int:
     # server is warm), the first run's start-up is shown apart. torchrun runs the first sweep's
     # variant once per trial.
     fork = work / "sweep-fork.yaml"
-    fork.write_text(yaml.safe_dump(sweep_doc(args.steps, args.warmup, 2, "fork"), sort_keys=False))
+    fork.write_text(
+        yaml.safe_dump(sweep_doc(args.steps, args.warmup, 2, "fork", seq_len), sort_keys=False)
+    )
     actors = work / "sweep-actors.yaml"
     actors.write_text(
-        yaml.safe_dump(sweep_doc(args.steps, args.warmup, 2, "actors"), sort_keys=False)
+        yaml.safe_dump(sweep_doc(args.steps, args.warmup, 2, "actors", seq_len), sort_keys=False)
     )
     arms = {
         "linksweep": lambda i: run_linksweep(fork, work, i),
