@@ -41,8 +41,9 @@ Figures (``--json``; FIGURES lists the keys ``--smoke`` must produce):
   timed steps), ``sweep.S.median_run_wall_minus_all_steps_s`` (wall minus warmup, timed and
   profiled steps), ``sweep.S.sweep_efficiency``, ``sweep.S.phases_median_s`` (phase -> s).
 
-``--smoke``: the same code on tiny sizes (8 ranks x 100 steps, 3 refreshes, one 2-step zero3
-run), a check that the script runs, not a measurement.
+``--smoke``: the same code on tiny sizes (8 ranks x 100 steps, 3 refreshes, one zero3 run of 1
+warmup and 1 timed step at seq_len 32, micro-batch 1), a check that the script runs, not a
+measurement.
 
 The synthetic measurements need no Ray; ``sweep`` starts Ray and gpt2 ranks: run it alone
 (``flock /tmp/linksweep-heavy.lock`` on a shared machine).
@@ -330,9 +331,9 @@ def sweep_doc(strategy: str, runs: int, steps: int, smoke: bool = False) -> dict
         "dataset": "builtin",
         "precision": "fp32",
         "seq_len": 32 if smoke else 128,
-        "micro_batch_size": 2,
+        "micro_batch_size": 1 if smoke else 2,
         "steps": steps,
-        "warmup_steps": 2,
+        "warmup_steps": 1 if smoke else 2,
         "repeats": 1 if smoke else runs // 4,
         "world_size": 2,
         "links": links,
@@ -443,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = ap.parse_args(argv)
     size = SMOKE if args.smoke else FULL
-    steps = 2 if args.smoke else args.steps
+    steps = 1 if args.smoke else args.steps
     work = Path(tempfile.mkdtemp(prefix="linksweep-scale-"))
     out: dict = {"date": dt.datetime.now(dt.timezone.utc).isoformat(), "cpus": os.cpu_count()}
     try:
