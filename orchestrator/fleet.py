@@ -11,7 +11,7 @@ Ctrl-C stores what was measured, marked ``interrupted``, without a verdict.
 Nodes that share a machine (one hostname: an emulated cluster) take turns for node checks
 (``fleet_rows.waves``); nodes on different machines are measured at the same time.
 
-May import: fleet_plan, fleet_rows, provenance, raycluster, suspects, orchestrator.store,
+May import: fleet_plan, fleet_rows, planner, provenance, raycluster, suspects, orchestrator.store,
 workloads.fleet_contract.
 """
 
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from orchestrator import fleet_rows, provenance
 from orchestrator.fleet_plan import PairsChoice, pair_rounds
+from orchestrator.planner import link_env_defaults
 from orchestrator.suspects import Failed, Rule, Verdict, health_reasons, judge
 from workloads.fleet_contract import ComputeRecord
 
@@ -126,7 +127,14 @@ def _measure_link(
 ) -> None:
     from orchestrator.raycluster.fleet import LinkProbes
 
+    env = {**link_env_defaults(env), **env}  # the link's own values win, as in a sweep
     with LinkProbes(list(nodes), env, timeout_s=opts.timeout_s) as probes:
+        t0 = time.perf_counter()
+        broken = probes.start()  # every rank's process up first: no round times start-up
+        wall = time.perf_counter() - t0
+        measured.rounds.append(fleet_rows.round_row(fleet_id, link, "start", 0, len(nodes), wall))
+        for node_id, why in broken.items():
+            say(f"link {link}: ranks on node {node_id} did not start: {why}")
         for w, wave in enumerate(fleet_rows.waves(nodes)):
             t0 = time.perf_counter()
             results = probes.intra([n.node_id for n in wave], msg_bytes, ITERS, WARMUP)

@@ -268,6 +268,16 @@ def linkbench_id_for(sweep_id: str, link: str, placement: str) -> str:
     return f"{sweep_id}-lb-{link}-{placement}"
 
 
+def link_env_defaults(link_env: dict[str, str]) -> dict[str, str]:
+    """What every process measuring over a link gets unless the link sets it (runs and the
+    fleet check alike): ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, and ``NCCL_NVLS_ENABLE=0`` when the
+    link sets ``NCCL_P2P_DISABLE=1`` (see :func:`run_env`)."""
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    if link_env.get("NCCL_P2P_DISABLE", "").strip() == "1":
+        env["NCCL_NVLS_ENABLE"] = "0"
+    return env
+
+
 def run_env(spec: SweepSpec, link: str, run_id: str, cpus_per_rank: int) -> dict[str, str]:
     """Env for every rank of a run: the link's variables, plus NCCL logging unless the link sets
     its own (the user's value wins), plus thread counts matching the rank's CPU share.
@@ -286,9 +296,7 @@ def run_env(spec: SweepSpec, link: str, run_id: str, cpus_per_rank: int) -> dict
     env["NCCL_DEBUG_FILE"] = f"/tmp/linksweep-nccl-{run_id}-%h-%p.log"
     env["OMP_NUM_THREADS"] = str(max(1, cpus_per_rank))
     env["TOKENIZERS_PARALLELISM"] = "false"
-    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    if link_env.get("NCCL_P2P_DISABLE", "").strip() == "1":
-        env["NCCL_NVLS_ENABLE"] = "0"
+    env.update(link_env_defaults(link_env))
     if spec.ranks_per_gpu == 2:
         env["NCCL_HOSTID"] = f"linksweep-rank{RANK_FORM}"
     # Ray starts workers at nice 15; ranks compete with everything else on a shared machine at

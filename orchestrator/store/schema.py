@@ -405,7 +405,7 @@ TABLES: dict[str, str] = {
     "fleet_rounds": """
         fleet_id VARCHAR,
         link VARCHAR,
-        kind VARCHAR,                -- intra | inter | compute | health
+        kind VARCHAR,                -- start (ranks up) | intra | inter | compute | health
         round INTEGER,
         n_pairs INTEGER,
         wall_s DOUBLE

@@ -131,3 +131,11 @@ def test_bad_flags_are_named_before_anything_runs(argv, needle, tmp_path, capsys
 
 def test_fleet_is_a_command():
     assert fleet_cmd.EPILOG.startswith("exit codes")
+
+
+def test_the_fleet_measures_a_link_with_the_env_a_sweep_gives_it():
+    from orchestrator.planner import link_env_defaults
+
+    assert link_env_defaults({}) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert link_env_defaults({"NCCL_P2P_DISABLE": "1"})["NCCL_NVLS_ENABLE"] == "0"
+    assert "NCCL_NVLS_ENABLE" not in link_env_defaults({"NCCL_P2P_DISABLE": "0"})
