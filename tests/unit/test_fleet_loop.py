@@ -1,0 +1,208 @@
+"""The fleet check loop (orchestrator/fleet.py) end to end without Ray: a fake
+``orchestrator.raycluster.fleet`` (the one boundary the loop crosses) returns planted
+measurements; the loop's rounds, waves, rows, verdict and stored status are checked in a real
+DuckDB file. The Ray side is tested in tests/integration/test_fleet_ray.py and on the emulated
+cluster in tests/integration/test_fleet_emulated.py."""
+
+from __future__ import annotations
+
+import statistics
+import types
+from dataclasses import dataclass
+
+import pytest
+
+from orchestrator import fleet
+from orchestrator.fleet_plan import parse_pairs
+from orchestrator.store import Q, Reader
+from orchestrator.store.live import LiveStore
+from workloads.fleet_contract import ComputeRecord, HealthRecord
+
+GOOD, BAD = 1.0, 0.1
+
+
+@dataclass(frozen=True)
+class Node:
+    node_id: str
+    ip: str
+    hostname: str
+    cpus: float = 2.0
+    gpus: float = 0.0
+
+
+@dataclass(frozen=True)
+class Result:
+    kind: str
+    node_a: str
+    node_b: str
+    world_size: int
+    backend: str | None
+    ifname: str | None
+    msg_bytes: int
+    times_s: tuple
+    time_s: float | None
+    busbw_gbps: float | None
+    status: str
+    error: str | None
+    wall_s: float
+
+
+def fake_ray_side(nodes, *, slow=(), failed_pair=None, interrupt_round=None, log=None):
+    """A stand-in module for orchestrator.raycluster.fleet with planted figures."""
+    log = log if log is not None else []
+
+    def result(kind, a, b, msg_bytes, busbw):
+        ok = busbw is not None
+        return Result(
+            kind, a, b, 2, "gloo", "eth0", msg_bytes, (0.1,), 0.1 if ok else None,
+            busbw, "ok" if ok else "failed", None if ok else "Connection reset by peer", 0.1,
+        )  # fmt: skip
+
+    class LinkProbes:
+        def __init__(self, nodes_, env, timeout_s=120.0):
+            log.append(("probes", tuple(n.node_id for n in nodes_), dict(env)))
+            self.rounds = 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            log.append(("closed",))
+
+        def start(self):
+            return {}
+
+        def intra(self, node_ids, msg_bytes, iters=5, warmup=2):
+            log.append(("intra", tuple(node_ids)))
+            return [result("intra", n, n, msg_bytes, 5.0) for n in node_ids]
+
+        def round(self, pairs, msg_bytes, iters=5, warmup=2):
+            if self.rounds == interrupt_round:
+                raise KeyboardInterrupt
+            self.rounds += 1
+            log.append(("round", tuple(pairs)))
+            out = []
+            for a, b in pairs:
+                busbw = BAD if set(slow) & {a, b} else GOOD
+                out.append(
+                    result("inter", a, b, msg_bytes, None if {a, b} == failed_pair else busbw)
+                )
+            return out
+
+    def compute_probe(wave, timeout_s=300.0):
+        log.append(("compute", tuple(n.node_id for n in wave)))
+        return {
+            n.node_id: ComputeRecord("cpu", "gpt2-tiny", "fp32", 128, 4, 2, (0.5,) * 6, 1024.0)
+            for n in wave
+        }
+
+    def read_health(nodes_, timeout_s=60.0):
+        return {n.node_id: HealthRecord(note="no GPU: NVML checks do not apply") for n in nodes_}
+
+    mod = types.ModuleType("orchestrator.raycluster.fleet")
+    mod.fleet_nodes = lambda: (list(nodes), [{"node_id": "head", "why": "0 CPUs"}])
+    mod.LinkProbes, mod.compute_probe, mod.read_health = LinkProbes, compute_probe, read_health
+    return mod, log
+
+
+def four(hostnames=("h0", "h1", "h2", "h3")):
+    return [Node(f"n{i}", f"10.0.0.{i + 1}", h) for i, h in enumerate(hostnames)]
+
+
+def check(monkeypatch, tmp_path, nodes, links=None, **plant):
+    mod, log = fake_ray_side(nodes, **plant)
+    monkeypatch.setitem(__import__("sys").modules, "orchestrator.raycluster.fleet", mod)
+    db = str(tmp_path / "f.duckdb")
+    opts = fleet.FleetOptions(links=links or {"default": {}}, pairs=parse_pairs("all"))
+    said: list[str] = []
+    fleet_id = fleet.run_fleet(LiveStore(db), opts, "10.0.0.1:6379", said.append)
+    return db, fleet_id, log, said
+
+
+def read(db, fleet_id):
+    with Reader(db) as r:
+        return {
+            name: r.rows(q, fleet_id=fleet_id)
+            for name, q in (
+                ("check", Q.FLEET_CHECK),
+                ("nodes", Q.FLEET_NODES),
+                ("pairs", Q.FLEET_PAIRS),
+                ("rounds", Q.FLEET_ROUNDS),
+                ("suspects", Q.FLEET_SUSPECTS),
+            )
+        }
+
+
+def test_a_slow_node_is_stored_as_the_one_suspect(monkeypatch, tmp_path):
+    db, fleet_id, log, said = check(monkeypatch, tmp_path, four(), slow=("n2",))
+    got = read(db, fleet_id)
+    (c,) = got["check"]
+    assert (c["status"], c["n_nodes"], c["n_rounds"], c["n_suspects"]) == ("ok", 4, 3, 1)
+    assert c["max_mb"] == 4.0 and c["pairs_mode"] == "all"
+    assert [(s["kind"], s["node_id"], s["ip"]) for s in got["suspects"]] == [
+        ("node", "n2", "10.0.0.3")
+    ]
+    inter = [p for p in got["pairs"] if p["kind"] == "inter"]
+    assert len(inter) == 6 and {p["round"] for p in inter} == {0, 1, 2}
+    assert all(p["slow"] == ("n2" in (p["node_a"], p["node_b"])) for p in inter)
+    assert not any(p["suspect"] for p in inter)  # explained by n2
+    assert {p["node_a"] for p in got["pairs"] if p["kind"] == "intra"} == {"n0", "n1", "n2", "n3"}
+    kinds = [r["kind"] for r in got["rounds"]]
+    assert kinds.count("inter") == 3 and kinds.count("start") == 1
+    # four machines: every node check of a stage in one wave
+    assert [e for e in log if e[0] == "intra"] == [("intra", ("n0", "n1", "n2", "n3"))]
+    assert [e for e in log if e[0] == "compute"] == [("compute", ("n0", "n1", "n2", "n3"))]
+    assert any("round 3/3" in s for s in said)
+
+
+def test_nodes_of_one_machine_take_turns_for_node_checks(monkeypatch, tmp_path):
+    db, fleet_id, log, _ = check(monkeypatch, tmp_path, four(("vm",) * 4))
+    assert [e for e in log if e[0] == "compute"] == [("compute", (f"n{i}",)) for i in range(4)]
+    assert len([e for e in log if e[0] == "intra"]) == 4
+    got = read(db, fleet_id)
+    assert got["suspects"] == [] and got["check"][0]["n_suspects"] == 0
+    assert "share a machine" in " ".join(__import__("json").loads(got["check"][0]["notes"]))
+
+
+def test_a_failed_pair_is_a_row_and_a_suspect_with_its_error(monkeypatch, tmp_path):
+    db, fleet_id, _, _ = check(monkeypatch, tmp_path, four(), failed_pair={"n0", "n1"})
+    got = read(db, fleet_id)
+    failed = [p for p in got["pairs"] if p["status"] == "failed"]
+    assert len(failed) == 1 and "Connection reset by peer" in failed[0]["error"]
+    assert [(s["kind"], s["node_id"], s["partner_id"]) for s in got["suspects"]] == [
+        ("pair", "n0", "n1")
+    ]
+
+
+def test_each_link_is_measured_with_a_fresh_set_of_ranks_and_its_env(monkeypatch, tmp_path):
+    links = {"nvlink": {}, "pcie": {"NCCL_P2P_DISABLE": "1"}}
+    db, fleet_id, log, _ = check(monkeypatch, tmp_path, four(), links=links)
+    envs = [e[2] for e in log if e[0] == "probes"]
+    assert len(envs) == 2 and log.count(("closed",)) == 2
+    assert envs[1]["NCCL_P2P_DISABLE"] == "1" and envs[1]["NCCL_NVLS_ENABLE"] == "0"
+    assert all(e["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" for e in envs)
+    got = read(db, fleet_id)
+    assert {p["link"] for p in got["pairs"]} == {"nvlink", "pcie"}
+
+
+def test_a_stop_keeps_what_was_measured_without_a_verdict(monkeypatch, tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        check(monkeypatch, tmp_path, four(), slow=("n1",), interrupt_round=1)
+    db = str(tmp_path / "f.duckdb")
+    with Reader(db) as r:
+        (fleet_id,) = (row["fleet_id"] for row in r.rows(Q.LATEST_FLEET))
+    got = read(db, fleet_id)
+    c = got["check"][0]
+    assert c["status"] == "interrupted" and c["n_suspects"] is None
+    inter = [p for p in got["pairs"] if p["kind"] == "inter"]
+    assert len(inter) == 2 and all(p["slow"] is None for p in inter)  # one round, no verdict
+    assert got["suspects"] == []
+
+
+def test_message_bytes_is_a_power_of_two_within_the_mib_asked():
+    assert fleet.message_bytes(4) == 4 * 2**20
+    assert fleet.message_bytes(48) == 32 * 2**20
+    assert fleet.message_bytes(0.000001) == 4
+    sizes = [fleet.message_bytes(x) for x in (1, 3, 5, 100, 1000)]
+    assert all(s & (s - 1) == 0 for s in sizes)
+    assert statistics.median(sizes) == 4 * 2**20
