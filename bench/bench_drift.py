@@ -27,9 +27,8 @@ interface ``ls-s500`` or ``ls-s200``), three ``linksweep run`` against it, then 
 each sweep stores the tc rate of its links (``link_overview``); with a cluster already recorded
 there the bench exits 77. The full run (3 repeats, 4 timed steps, the link microbenchmark up to
 2 MiB) took 18 min on 2 cores under load 2-8 from other jobs (each sweep 5.3-7 min);
-``--smoke`` (DDP only, 1 repeat, 1 timed step and no warmup, seq_len 32, micro-batch 1, no
-microbenchmark) 2.3 min under load 2-3 (3.1 min with 2 steps at seq_len 64, the former smoke):
-it checks that the bench runs, its figures mean nothing.
+``--smoke`` (DDP only, 1 repeat, 2 timed steps, no microbenchmark) 3.7 min under load 7-9: it
+checks that the bench runs, its figures mean nothing.
 
 Needs root, ``ip`` and ``tc`` (network namespaces), and the subnet 198.18.0.0/24 free (no other
 emulated cluster up): otherwise it says why and exits 77 (skipped). Exit 0 when every run
@@ -114,27 +113,21 @@ REPEATS = 3
 STEPS = 4
 WARMUP = 1
 LINKBENCH_MAX_MB = 2
-SIZES = {"seq_len": 64, "micro_batch_size": 2, "warmup_steps": WARMUP}
-SMOKE_SIZES = {"seq_len": 32, "micro_batch_size": 1, "warmup_steps": 0}
-"""``--smoke`` (1 repeat, 1 timed step) checks that the bench runs end to end and its figures
-mean nothing: the least compute a step can have, no warmup step. Each sweep's time is then
-mostly its first run (the fork servers' imports on both nodes)."""
 RUN_TIMEOUT_S = 300.0
 """Per-run hang guard (linksweep's run_timeout_s)."""
 
 
-def sweep_doc(
-    slow_iface: str, strategies: list[str], repeats: int, steps: int, smoke: bool = False
-) -> dict:
-    """The sweep file; baseline and candidate differ only in the interface ``slow`` names.
-    ``smoke``: the least compute per step and no microbenchmark (``SMOKE_SIZES``)."""
+def sweep_doc(slow_iface: str, strategies: list[str], repeats: int, steps: int, linkbench: bool):
+    """The sweep file; baseline and candidate differ only in the interface ``slow`` names."""
     doc = {
         "name": "drift-emulated",
         "model": "gpt2-tiny",
         "dataset": "builtin",
         "precision": "fp32",
-        **(SMOKE_SIZES if smoke else SIZES),
+        "seq_len": 64,
+        "micro_batch_size": 2,
         "steps": steps,
+        "warmup_steps": WARMUP,
         "repeats": repeats,
         "world_size": 2,
         "run_timeout_s": RUN_TIMEOUT_S,
@@ -142,9 +135,9 @@ def sweep_doc(
             "fast": {"GLOO_SOCKET_IFNAME": IFACE_PREFIX + "fast"},
             "slow": {"GLOO_SOCKET_IFNAME": IFACE_PREFIX + slow_iface},
         },
-        "grid": {"strategy": strategies, "placement": ["spread"], "linkbench": not smoke},
+        "grid": {"strategy": strategies, "placement": ["spread"], "linkbench": linkbench},
     }
-    if not smoke:
+    if linkbench:
         doc["linkbench_max_mb"] = LINKBENCH_MAX_MB
     return doc
 
@@ -318,14 +311,14 @@ def report(t: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--smoke", action="store_true", help="tiny sweeps (~2.5 min): does it run?")
+    p.add_argument("--smoke", action="store_true", help="tiny sweeps (~1.5 min): does it run?")
     p.add_argument("--repeats", type=int, default=None, help=f"default {REPEATS} (smoke: 1)")
     p.add_argument("--steps", type=int, default=None, help=f"timed steps, default {STEPS}")
     p.add_argument("--json", help="write the figures (FIGURES) here")
     p.add_argument("--keep", action="store_true", help="keep the temp folder (sweeps, databases)")
     args = p.parse_args(argv)
     repeats = args.repeats or (1 if args.smoke else REPEATS)
-    steps = args.steps or (1 if args.smoke else STEPS)
+    steps = args.steps or (2 if args.smoke else STEPS)
     if repeats < 1 or steps < 1:
         p.error("--repeats and --steps must be >= 1")
     if why := unavailable():
@@ -337,8 +330,8 @@ def main(argv: list[str] | None = None) -> int:
 
     strategies = ["ddp"] if args.smoke else ["ddp", "zero3"]
     docs = {
-        "baseline": sweep_doc(BASELINE_SLOW, strategies, repeats, steps, args.smoke),
-        "candidate": sweep_doc(CANDIDATE_SLOW, strategies, repeats, steps, args.smoke),
+        "baseline": sweep_doc(BASELINE_SLOW, strategies, repeats, steps, not args.smoke),
+        "candidate": sweep_doc(CANDIDATE_SLOW, strategies, repeats, steps, not args.smoke),
     }
     context = {**provenance(), "sweeps": docs, "smoke": args.smoke}
     print(f"bench_drift: {context['date']} cpus={context['cpus']} {context['versions']}")
