@@ -4,16 +4,26 @@ fail or not run for each check from the facts the command stored and read back (
 
 A check that needs what this cluster lacks is ``not run`` with the reason (``no CUDA``), never
 passed: a GPU result is never faked. The command (``orchestrator/commands/selftest.py``) does the
-I/O: it runs doctor, the probes and the sweeps, then reads the database with :data:`RUNS_SQL`
-and :data:`DIAGNOSTICS_SQL` into :class:`Facts`.
+I/O: it runs doctor, the probes, a fleet check and the sweeps, then reads the database with
+:data:`RUNS_SQL`, :data:`DIAGNOSTICS_SQL` and the fleet SQL (``orchestrator/selftest_fleet.py``,
+which also decides the ``fleet`` and ``fleet_gpu`` checks) into :class:`Facts`.
 
-May import: nothing (the standard library only).
+May import: selftest_fleet.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
+
+from orchestrator.selftest_fleet import (
+    FleetFacts,
+    fleet_detail,
+    fleet_gpu_detail,
+    fleet_gpu_problems,
+    fleet_problems,
+    suspects_text,
+)
 
 Needs = Literal["", "cuda", "2 gpus"]
 Result = Literal["pass", "fail", "not run"]
@@ -40,6 +50,20 @@ CHECKS: tuple[Check, ...] = (
         "cuda",
         None,
         "nvidia-smi topo -m and -q captured here; NVML lists as many GPUs as CUDA sees per node",
+    ),
+    Check(
+        "fleet",
+        "",
+        None,
+        "linksweep fleet (default network, --pairs all) finishes: every node's compute probe, "
+        "intra-node and inter-node all_reduce, health; suspects are listed, not failed",
+    ),
+    Check(
+        "fleet_gpu",
+        "cuda",
+        None,
+        "the fleet check's GPU paths: compute probe on CUDA, NVML PCIe gen/width idle and under "
+        "load, intra-node all_reduce over NCCL on nodes with 2+ GPUs",
     ),
     Check(
         "one_rank",
@@ -97,6 +121,8 @@ CHECKS: tuple[Check, ...] = (
     ),
 )
 CHECK_NAMES = tuple(c.name for c in CHECKS)
+FLEET_CHECKS = ("fleet", "fleet_gpu")
+"""Decided from the selftest's fleet check (:class:`Facts` ``fleet``), not from a sweep."""
 
 # The facts, read back with orchestrator.store.read_query from the selftest's own database (it
 # holds only the selftest's sweeps, so no parameter is needed).
@@ -199,6 +225,8 @@ class Facts:
     sweeps: dict[str, SweepFacts] = field(default_factory=dict)
     diagnostics: tuple[dict, ...] = ()
     """Rows of :data:`DIAGNOSTICS_SQL` (has_stack, has_nccl_trace per run and rank)."""
+    fleet: FleetFacts | None = None
+    """The selftest's fleet check; None: not run (``--quick``)."""
 
 
 @dataclass(frozen=True)
@@ -323,6 +351,16 @@ def _decide_one(check: Check, facts: Facts) -> tuple[Result, str]:
             if n["cuda_available"] and n["nvml_gpus"] != n["cuda_device_count"]
         ]
         return _result(problems, ", ".join(facts.captures) + " captured; NVML matches CUDA")
+    if name in FLEET_CHECKS:
+        if facts.fleet is None:
+            return "fail", "the fleet check was not run"
+        if name == "fleet":  # suspects never fail it: they are named either way
+            if problems := fleet_problems(facts.fleet):
+                return "fail", "; ".join([*problems, suspects_text(facts.fleet)])
+            return "pass", fleet_detail(facts.fleet)
+        if problems := fleet_gpu_problems(facts.fleet):
+            return "fail", "; ".join(problems)
+        return "pass", fleet_gpu_detail(facts.fleet)
     if name == "one_rank":
         problems = _trained(runs) or _expect(runs, ["ddp"], [1])
         figures = [f"{_n(r['tokens_per_s'])} tokens/s ({r['backend']})" for r in runs]
@@ -375,7 +413,8 @@ def _decide_one(check: Check, facts: Facts) -> tuple[Result, str]:
 
 
 QUICK_SWEEPS = ("one_rank",)
-"""The sweeps ``--quick`` runs (besides doctor and the probes, which always run)."""
+"""The sweeps ``--quick`` runs (besides doctor and the probes, which always run; the fleet check
+does not run)."""
 
 
 def decide(facts: Facts, quick: bool = False) -> list[Verdict]:
@@ -384,7 +423,8 @@ def decide(facts: Facts, quick: bool = False) -> list[Verdict]:
     out = []
     for check in CHECKS:
         why = lacking(check.needs, facts.cuda, facts.n_gpus)
-        if why is None and quick and check.sweep is not None and check.sweep not in QUICK_SWEEPS:
+        skipped = check.name in FLEET_CHECKS or check.sweep not in (None, *QUICK_SWEEPS)
+        if why is None and quick and skipped:
             why = "--quick"
         result, detail = ("not run", why) if why else _decide_one(check, facts)
         out.append(Verdict(check.name, result, detail))

@@ -6,6 +6,7 @@ the sweep files each mode writes are valid sweep files, a check needing CUDA rea
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -62,6 +63,41 @@ def _node(cuda=False, n=0, nvml=None) -> dict:
             "nvml_gpus": n if nvml is None else nvml}  # fmt: skip
 
 
+def _fleet_node(i=1, gpus=0, **over) -> dict:
+    gpu = {"pcie_gen_current": 5, "pcie_width_current": 16, "pcie_gen_max": 5}
+    health = {
+        "idle": {"gpus": [gpu] * gpus, "note": None if gpus else "no GPU"},
+        "under_load": {"gpus": [gpu | {"under_load": True}] * gpus} if gpus else None,
+    }
+    return {"fleet_id": "f1", "node_id": f"id{i}", "hostname": f"n{i}", "ip": f"10.0.0.{i}",
+            "gpus": float(gpus), "compute_status": "ok", "compute_error": None,
+            "compute_tokens_per_s": 9000.0 if gpus else 800.0,
+            "compute_device": "cuda:0" if gpus else "cpu", "health": json.dumps(health),
+            "health_note": None if gpus else "no GPU: NVML checks do not apply"} | over  # fmt: skip
+
+
+def _pair(a, b=None, **over) -> dict:
+    return {"fleet_id": "f1", "link": "default", "kind": "intra" if b is None else "inter",
+            "node_a": a, "node_b": b or a, "backend": "gloo", "status": "ok", "error": None,
+            "busbw_gbps": 1.5} | over  # fmt: skip
+
+
+def fleet_facts(n_nodes=1, gpus=0, **over) -> plan.FleetFacts:
+    """A clean fleet check: ``n_nodes`` nodes of ``gpus`` GPUs, every pair of them measured."""
+    nodes = tuple(_fleet_node(i, gpus) for i in range(1, n_nodes + 1))
+    intra_over = {0: {}, 1: {"status": "skipped", "backend": None, "busbw_gbps": None}}
+    intra = [_pair(n["node_id"], **intra_over.get(gpus, {"backend": "nccl"})) for n in nodes]
+    inter = [
+        _pair(a["node_id"], b["node_id"], backend="nccl" if gpus else "gloo")
+        for i, a in enumerate(nodes)
+        for b in nodes[i + 1 :]
+    ]
+    check = {"fleet_id": "f1", "status": "ok", "error": None, "n_nodes": n_nodes,
+             "pairs_mode": "all", "wall_s": 21.0, "n_suspects": 0}  # fmt: skip
+    facts = plan.FleetFacts(True, checks=(check,), nodes=nodes, pairs=(*intra, *inter))
+    return dataclasses.replace(facts, **over)
+
+
 def cpu_facts(**over) -> plan.Facts:
     two = [_run("two_rank", s, g) for s in plan.STRATEGIES for g in plan.GRAD_ACCUMS]
     hang = _run("hang", status="failed", error="run timed out after 20 s", n_steps=None)
@@ -79,6 +115,7 @@ def cpu_facts(**over) -> plan.Facts:
             "hang": plan.SweepFacts(True, runs=(hang,)),
         },
         diagnostics=(_stack(hang["run_id"], 0), _stack(hang["run_id"], 1)),
+        fleet=fleet_facts(),
     )
     return dataclasses.replace(facts, **over)
 
@@ -101,6 +138,7 @@ def gpu_facts(n_gpus=1, **over) -> plan.Facts:
         captures={"nvidia-smi topo -m": "ok", "nvidia-smi -q": "ok"},
         sweeps=sweeps,
         diagnostics=(_stack(hang_id, 0, trace=True), _stack(hang_id, 1)),
+        fleet=fleet_facts(gpus=n_gpus),
     )
     return dataclasses.replace(facts, **over)
 
@@ -116,6 +154,7 @@ def test_the_table_names_each_check_once_and_every_sweep_it_reads():
     gpu_only = {c.name for c in plan.CHECKS if c.needs}
     assert gpu_only == {
         "gpu_captures",
+        "fleet_gpu",
         "one_rank_gpu_figures",
         "rehearsal_shared_gpu",
         "two_gpu",
@@ -277,9 +316,90 @@ def test_a_sweep_that_never_ran_fails_and_nothing_run_is_not_ok():
 
 
 def test_quick_leaves_out_every_sweep_but_one_rank_as_not_run():
-    only_one = cpu_facts(sweeps={"one_rank": cpu_facts().sweeps["one_rank"]})
+    only_one = cpu_facts(sweeps={"one_rank": cpu_facts().sweeps["one_rank"]}, fleet=None)
     v = by_check(plan.decide(only_one, quick=True))
     assert [c for c, x in v.items() if x.result == "pass"] == ["doctor", "topo", "one_rank"]
+    assert v["fleet"].line() == "not run: --quick"
     assert v["hang"].line() == "not run: --quick" and v["two_rank_ddp"].detail == "--quick"
     assert v["gpu_captures"].detail == "no CUDA"  # what CUDA lacks is said first
     assert plan.exit_ok(list(v.values()))
+
+
+def _fleet(facts: plan.Facts) -> tuple[plan.Verdict, plan.Verdict]:
+    v = by_check(plan.decide(facts))
+    return v["fleet"], v["fleet_gpu"]
+
+
+def test_fleet_passes_on_a_clean_check_and_names_suspects_without_failing():
+    fleet, fleet_gpu = _fleet(cpu_facts())
+    assert fleet.result == "pass" and fleet_gpu.line() == "not run: no CUDA"
+    assert "1 node(s), compute 800-800 tokens/s" in fleet.detail
+    assert fleet.detail.endswith("suspects: none")
+    three = fleet_facts(3, suspects=({"kind": "node", "hostname": "n2", "ip": "10.0.0.2",
+                                      "partner_ip": None, "link": None,
+                                      "why": "compute 40% under the median"},))  # fmt: skip
+    fleet, _ = _fleet(cpu_facts(fleet=three))
+    assert fleet.result == "pass" and "3 inter-node pair(s)" in fleet.detail
+    assert "suspects (1, see fleet.txt): node n2 (compute 40% under the median)" in fleet.detail
+
+
+def test_fleet_fails_on_a_failed_pair_probe_or_check_naming_it():
+    f = fleet_facts(2)
+    failed_pair = tuple(
+        p | {"status": "failed", "error": "gloo timeout\ntrace"} if p["kind"] == "inter" else p
+        for p in f.pairs
+    )
+    fleet, _ = _fleet(cpu_facts(fleet=dataclasses.replace(f, pairs=failed_pair)))
+    assert fleet.result == "fail" and "pair n1-n2 (default): failed: gloo timeout" in fleet.detail
+    no_inter = tuple(p for p in f.pairs if p["kind"] == "intra")
+    fleet, _ = _fleet(cpu_facts(fleet=dataclasses.replace(f, pairs=no_inter)))
+    assert "0 inter-node pair(s), expected 1" in fleet.detail
+    probe = (
+        _fleet_node(1, compute_status="failed", compute_error="OOM", compute_tokens_per_s=None),
+    )
+    fleet, _ = _fleet(cpu_facts(fleet=fleet_facts(nodes=probe)))
+    assert (fleet.result, fleet.detail) == ("fail", "n1: compute probe failed: OOM; suspects: none")
+    (check,) = f.checks
+    crashed = check | {"status": "failed", "error": "RuntimeError: actor died"}
+    fleet, _ = _fleet(cpu_facts(fleet=dataclasses.replace(f, ran=False, checks=(crashed,))))
+    assert fleet.result == "fail" and "status failed: RuntimeError: actor died" in fleet.detail
+    never = plan.FleetFacts(False, "no alive Ray node can run a probe")
+    fleet, fleet_gpu = _fleet(gpu_facts(fleet=never))
+    assert "0 fleet checks stored, expected 1 (no alive Ray node" in fleet.detail
+    assert fleet_gpu.result == "fail"
+    unhealthy = (_fleet_node(1, health=None, health_note=None),)
+    fleet, _ = _fleet(cpu_facts(fleet=fleet_facts(nodes=unhealthy)))
+    assert "n1: no health read" in fleet.detail
+    skipped_cpu = tuple(p | {"status": "skipped"} for p in fleet_facts().pairs)
+    fleet, _ = _fleet(cpu_facts(fleet=fleet_facts(pairs=skipped_cpu)))
+    assert "n1: intra-node skipped with 0.0 GPU(s)" in fleet.detail
+
+
+@pytest.mark.parametrize("n_gpus", [1, 2, 8])
+def test_fleet_gpu_passes_on_cuda_probe_pcie_readings_and_nccl_intra(n_gpus):
+    fleet, fleet_gpu = _fleet(gpu_facts(n_gpus=n_gpus))
+    assert (fleet.result, fleet_gpu.result) == ("pass", "pass"), (fleet, fleet_gpu)
+    backend = "nccl" if n_gpus >= 2 else "-"  # one GPU: intra-node skipped, nothing to measure
+    assert fleet_gpu.detail.endswith(f"probe on cuda:0, PCIe read idle and under load, "
+                                     f"intra-node over {backend}")  # fmt: skip
+
+
+def test_fleet_gpu_fails_on_a_cpu_probe_missing_pcie_or_gloo_intra():
+    f = fleet_facts(gpus=2)
+    on_cpu = (_fleet_node(1, 2, compute_device="cpu"),)
+    _, v = _fleet(gpu_facts(n_gpus=2, fleet=dataclasses.replace(f, nodes=on_cpu)))
+    assert (v.result, v.detail) == ("fail", "n1: compute probe on cpu, expected cuda")
+    health = json.loads(f.nodes[0]["health"])
+    health["idle"]["gpus"][1] = health["idle"]["gpus"][1] | {"pcie_width_current": None}
+    health["under_load"] = None
+    no_pcie = (f.nodes[0] | {"health": json.dumps(health)},)
+    _, v = _fleet(gpu_facts(n_gpus=2, fleet=dataclasses.replace(f, nodes=no_pcie)))
+    assert "n1: idle health of 2 GPU(s): no per-GPU PCIe gen/width" in v.detail
+    assert "n1: no under-load PCIe reading (0 GPU(s))" in v.detail
+    gloo = tuple(p | {"backend": "gloo"} for p in f.pairs)
+    fleet, v = _fleet(gpu_facts(n_gpus=2, fleet=dataclasses.replace(f, pairs=gloo)))
+    assert fleet.result == "pass"  # the fleet itself measured; the GPU path is what failed
+    assert v.detail == "n1: intra-node (default) backend gloo, expected nccl"
+    cpu_only = fleet_facts(gpus=0)
+    _, v = _fleet(gpu_facts(n_gpus=2, fleet=cpu_only))
+    assert v.detail == "no fleet node has a GPU (Ray num_gpus 0 everywhere)"
