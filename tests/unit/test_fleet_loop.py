@@ -206,3 +206,29 @@ def test_message_bytes_is_a_power_of_two_within_the_mib_asked():
     sizes = [fleet.message_bytes(x) for x in (1, 3, 5, 100, 1000)]
     assert all(s & (s - 1) == 0 for s in sizes)
     assert statistics.median(sizes) == 4 * 2**20
+
+
+def test_fake_nvml_pcie_x8_and_a_throttled_gpu_are_suspects_with_the_reason(monkeypatch, tmp_path):
+    """The issue's fake-NVML acceptance, through the real NVML reader, the rule and the store."""
+    from tests.unit.fake_nvml import FakeNvml, health_gpu, thermally_throttled_gpu, x8_of_x16_gpu
+    from workloads.fleet_probe import read_node_health
+
+    nodes = [Node(f"n{i}", f"10.0.0.{i + 1}", f"h{i}", gpus=2.0) for i in range(4)]
+    gpus = {
+        "n0": [health_gpu(0), health_gpu(1)],
+        "n1": [health_gpu(0), x8_of_x16_gpu(1)],
+        "n2": [thermally_throttled_gpu(0), health_gpu(1)],
+        "n3": [health_gpu(0), health_gpu(1)],
+    }
+    mod, _ = fake_ray_side(nodes)
+    mod.read_health = lambda nodes_, timeout_s=60.0: {
+        n.node_id: read_node_health(FakeNvml(gpus[n.node_id]), expect_gpus=True) for n in nodes_
+    }
+    monkeypatch.setitem(__import__("sys").modules, "orchestrator.raycluster.fleet", mod)
+    db = str(tmp_path / "f.duckdb")
+    opts = fleet.FleetOptions(links={"default": {}}, pairs=parse_pairs("all"))
+    fleet_id = fleet.run_fleet(LiveStore(db), opts, "addr", lambda s: None)
+    suspects = {s["node_id"]: s["why"] for s in read(db, fleet_id)["suspects"]}
+    assert sorted(suspects) == ["n1", "n2"]
+    assert "x8 of x16" in suspects["n1"] and "GPU1" in suspects["n1"]
+    assert "HwThermalSlowdown" in suspects["n2"] and "GPU0" in suspects["n2"]
