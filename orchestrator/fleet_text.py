@@ -189,6 +189,15 @@ def _by_id(nodes: Sequence[dict]) -> dict[str, dict]:
     return {str(n.get("node_id")): n for n in nodes}
 
 
+def labelled(text: str, labels: dict[str, str]) -> str:
+    """``text`` (a stored why or note, which names nodes by Ray node id) with each node id
+    replaced by the node's label, for reading; the stored text keeps the ids."""
+    for node_id, label in sorted(labels.items(), key=lambda kv: -len(kv[0])):
+        if node_id and node_id != label:
+            text = text.replace(node_id, label)
+    return text
+
+
 def suspects_text(suspect_rows: Sequence[dict], nodes: Sequence[dict]) -> str:
     """One line per suspect (view ``fleet_suspects``): a node with its label, IP, hostname and
     why; a pair with both labels, its link and why. "no suspect" when there is none."""
@@ -199,7 +208,7 @@ def suspects_text(suspect_rows: Sequence[dict], nodes: Sequence[dict]) -> str:
     for s in suspect_rows:
         a = str(s.get("node_id"))
         la = labels.get(a, _base(s))
-        why = s.get("why") or "(no reason stored)"
+        why = labelled(s.get("why") or "(no reason stored)", labels)
         if s.get("kind") == "pair":
             b = str(s.get("partner_id"))
             lb = labels.get(b, str(s.get("partner_ip") or b[:ID_PREFIX]))
@@ -280,7 +289,7 @@ def node_rows(
                 *(_cell(intra.get((i, ln)), False) for ln in links),
                 n.get("health_note") or ("ok" if n.get("health") else "-"),
                 _verdict(n),
-                n.get("why") or "",
+                labelled(n.get("why") or "", labels),
             )
         )
     return cols, rows
@@ -363,7 +372,7 @@ def summary_text(
     if notes or skipped:
         out += (
             ["", "Notes"]
-            + [f"  - {n}" for n in notes]
+            + [f"  - {labelled(n, node_labels(nodes))}" for n in notes]
             + [f"  - skipped node: {s}" for s in skipped]
         )
     out += ["", f"Suspects ({len(suspects)})"]

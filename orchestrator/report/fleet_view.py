@@ -30,6 +30,7 @@ from orchestrator.fleet_text import (
     header_lines,
     json_cell,
     judged,
+    labelled,
     link_names,
     msg_size,
     node_labels,
@@ -201,7 +202,7 @@ def suspects_html(suspects: Sequence[dict], nodes: Sequence[dict]) -> str:
             if s.get("partner_id")
             else None,
             "link": s.get("link"),
-            "why": s.get("why"),
+            "why": labelled(str(s.get("why") or ""), labels),
         }
         for s in suspects
     ]
@@ -283,11 +284,13 @@ def render_fleet_html(
         box += missing(f"The check stopped with an error: {check['error']}")
     cols, rows = node_rows(nodes, pairs, links)
     notes = json_cell(check.get("notes"))
+    labels = node_labels(nodes)
     note_items = notes if isinstance(notes, list) else ([notes] if notes else [])
     notes_html = (
         "<ul>"
         + "".join(
-            f"<li>{esc(n if isinstance(n, str) else fmt_value('', n))}</li>" for n in note_items
+            f"<li>{esc(labelled(n, labels) if isinstance(n, str) else fmt_value('', n))}</li>"
+            for n in note_items
         )
         + "</ul>"
         if note_items

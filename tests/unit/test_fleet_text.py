@@ -277,3 +277,15 @@ def test_a_check_that_stopped_has_no_verdict():
     assert "error: ValueError: boom" in text
     node_line = next(ln for ln in text.splitlines() if ln.startswith("198.18.0.1 "))
     assert "ok" not in node_line.split()
+
+
+def test_stored_texts_name_nodes_by_label_when_read():
+    from orchestrator.fleet_text import labelled
+
+    a, b = "ab" * 28, "cd" * 28
+    labels = {a: "10.0.0.1", b: "10.0.0.2"}
+    text = f"a single slow pair: {a} and {b} are fine with their other partners"
+    assert labelled(text, labels) == (
+        "a single slow pair: 10.0.0.1 and 10.0.0.2 are fine with their other partners"
+    )
+    assert labelled("no node here", labels) == "no node here"
