@@ -1,11 +1,14 @@
 """``linksweep selftest [--out DIR] [--address ADDR] [--quick]``: the acceptance run for a node.
 
-One command runs doctor, the node probes (topo, NVML), and the selftest's sweeps (one rank, two
-ranks over DDP and ZeRO-1/2/3 at grad_accum 1 and 8, NVMe offload, a forced hang), each through
-the sweep machinery ``linksweep run`` uses, into one folder:
+One command runs doctor, the node probes (topo, NVML), one fleet check (``linksweep fleet`` on
+the default network, ``--pairs all``), and the selftest's sweeps (one rank, two ranks over DDP
+and ZeRO-1/2/3 at grad_accum 1 and 8, NVMe offload, a forced hang), each through the machinery
+``linksweep fleet`` and ``linksweep run`` use, into one folder:
 
     checks.csv            check, result (pass | fail | not run), detail: one row per check
-    results.duckdb        every run of every selftest sweep (``linksweep query --db``)
+    results.duckdb        every run of every selftest sweep and the fleet check's rows
+                          (fleet_* tables), for ``linksweep query --db``
+    fleet.txt             the fleet check's summary: nodes, busbw, health notes, suspects
     sweeps/*.yaml         the sweep files it ran (``orchestrator/selftest_plan.sweep_specs``)
     doctor.txt            ``linksweep doctor``'s output
     nodes.json            each node's probe report (topo text, NVML inventory, CUDA, versions)
@@ -20,9 +23,10 @@ Which checks exist, which need CUDA, and how each is decided is ``orchestrator/s
 the cluster cannot be joined or ``--out`` already holds a selftest.
 
 May import: doctor, shared, orchestrator.cli_help, orchestrator.discovery, orchestrator.ds_check,
-orchestrator.errors, orchestrator.preflight, orchestrator.raycluster.session,
-orchestrator.selftest_plan, orchestrator.spec, orchestrator.stopping, orchestrator.store,
-orchestrator.sweep, orchestrator.ui, workloads.probe, yaml.
+orchestrator.errors, orchestrator.fleet, orchestrator.fleet_plan, orchestrator.fleet_rows,
+orchestrator.fleet_text, orchestrator.preflight, orchestrator.raycluster.session,
+orchestrator.selftest_fleet, orchestrator.selftest_plan, orchestrator.spec, orchestrator.stopping,
+orchestrator.store, orchestrator.sweep, orchestrator.ui, workloads.probe, yaml.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from orchestrator import selftest_fleet as fleet_plan
 from orchestrator import selftest_plan as plan
 from orchestrator.cli_help import ADDRESS_HELP
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, err
@@ -49,8 +54,9 @@ from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, err
 def add_parser(sub) -> None:
     s = sub.add_parser(
         "selftest",
-        help="acceptance run for a node: doctor, topo, training, ZeRO, NVMe, a forced hang",
-        description="Run doctor, the node probes and short sweeps (one rank; two ranks over DDP "
+        help="acceptance run for a node: doctor, topo, fleet, training, ZeRO, NVMe, a forced hang",
+        description="Run doctor, the node probes, one fleet check (fleet.txt) and short sweeps "
+        "(one rank; two ranks over DDP "
         "and ZeRO-1/2/3 at grad_accum 1 and 8; NVMe offload; a forced hang) and write one "
         "folder: raw captures, the results database and checks.csv (check, pass|fail|not run, "
         "detail). Checks needing CUDA read 'not run: no CUDA' on a CPU machine.",
@@ -68,7 +74,7 @@ def add_parser(sub) -> None:
     s.add_argument(
         "--quick",
         action="store_true",
-        help="doctor, topo and the one-rank run only (default: every check)",
+        help="doctor, topo and the one-rank run only: no fleet check (default: every check)",
     )
     s.set_defaults(func=main)
 
@@ -113,6 +119,7 @@ def _selftest(out: Path, label: str, address: str | None, quick: bool) -> list[p
     if quick:
         specs = {k: v for k, v in specs.items() if k in plan.QUICK_SWEEPS}
     db = str(out / "results.duckdb")
+    fleet = None if quick else _run_fleet(out, db, label)
     sweeps = {key: _run_sweep(out, db, label, key, spec) for key, spec in specs.items()}
     runs, diagnostics = _read_back(out, db)
     facts = plan.Facts(
@@ -130,6 +137,7 @@ def _selftest(out: Path, label: str, address: str | None, quick: bool) -> list[p
             for name in [plan.sweep_name(k)]
         },
         diagnostics=tuple(diagnostics),
+        fleet=fleet,
     )
     verdicts = plan.decide(facts, quick)
     _write_checks(out, verdicts)
@@ -197,6 +205,74 @@ def _capture_nvidia_smi(out: Path) -> dict[str, str]:
     return status
 
 
+def _run_fleet(out: Path, db: str, label: str) -> fleet_plan.FleetFacts:
+    """One fleet check on the joined cluster (the default network, every pair, the default
+    size) into the selftest's database, as ``linksweep fleet`` runs it; its summary into
+    fleet.txt; its rows read back. A check that raises fails the ``fleet`` check, with why."""
+    from orchestrator.fleet import FleetOptions, run_fleet
+    from orchestrator.fleet_plan import parse_pairs
+    from orchestrator.fleet_rows import DEFAULT_LINK
+    from orchestrator.store import StoreError, check_writable
+    from orchestrator.store.live import LiveStore
+
+    def say(msg: str) -> None:
+        print(f"selftest: {msg}", file=sys.stderr, flush=True)
+
+    ran, why_not = True, ""
+    try:
+        check_writable(db)
+        store = LiveStore(db)
+        store.recover()
+        run_fleet(
+            store, FleetOptions(links={DEFAULT_LINK: {}}, pairs=parse_pairs("all")), label, say
+        )
+    except StoreError as exc:
+        ran, why_not = False, str(exc)
+    except Exception as exc:  # noqa: BLE001 - run_fleet stored it as a failed check; go on
+        ran, why_not = False, f"{type(exc).__name__}: {exc}"
+    if why_not:
+        err(f"selftest: the fleet check failed: {why_not}")
+    text = _fleet_text(db) or f"no fleet check stored: {why_not}"
+    (out / "fleet.txt").write_text(text + "\n")
+    if not os.path.exists(db):
+        return fleet_plan.FleetFacts(ran, why_not)
+    return fleet_plan.FleetFacts(
+        ran,
+        why_not,
+        checks=tuple(_rows(db, fleet_plan.FLEET_CHECKS_SQL)),
+        nodes=tuple(_rows(db, fleet_plan.FLEET_NODES_SQL)),
+        pairs=tuple(_rows(db, fleet_plan.FLEET_PAIRS_SQL)),
+        suspects=tuple(_rows(db, fleet_plan.FLEET_SUSPECTS_SQL)),
+    )
+
+
+def _fleet_text(db: str) -> str | None:
+    """The stored fleet check's summary as ``linksweep fleet`` prints it; None when none."""
+    from orchestrator.fleet_text import summary_text
+    from orchestrator.store import Q, Reader
+
+    if not os.path.exists(db):
+        return None
+    with Reader(db) as r:
+        latest = r.rows(Q.LATEST_FLEET)
+        if not latest:
+            return None
+        fid = latest[0]["fleet_id"]
+        check = r.rows(Q.FLEET_CHECK, fleet_id=fid)[0]
+        nodes = r.rows(Q.FLEET_NODES, fleet_id=fid)
+        pairs = r.rows(Q.FLEET_PAIRS, fleet_id=fid)
+        rounds = r.rows(Q.FLEET_ROUNDS, fleet_id=fid)
+        suspects = r.rows(Q.FLEET_SUSPECTS, fleet_id=fid)
+    return summary_text(check, nodes, pairs, rounds, suspects)
+
+
+def _rows(db: str, sql: str) -> list[dict]:
+    from orchestrator.store import read_query
+
+    cols, values = read_query(db, sql)
+    return [dict(zip(cols, v, strict=True)) for v in values]
+
+
 def _run_sweep(out: Path, db: str, label: str, key: str, spec_dict: dict) -> plan.SweepFacts:
     """One selftest sweep through ``execute_sweep``, as ``linksweep run`` runs it, on the
     cluster already joined; a sweep refused before running (``preflight``: no async_io for
@@ -241,20 +317,15 @@ def _read_back(out: Path, db: str) -> tuple[list[dict], list[dict]]:
 
     if not os.path.exists(db):
         return [], []
-
-    def rows(sql: str) -> list[dict]:
-        cols, values = read_query(db, sql)
-        return [dict(zip(cols, v, strict=True)) for v in values]
-
-    runs = rows(plan.RUNS_SQL)
-    diagnostics = rows(plan.DIAGNOSTICS_SQL)
+    runs = _rows(db, plan.RUNS_SQL)
+    diagnostics = _rows(db, plan.DIAGNOSTICS_SQL)
     (out / "nccl").mkdir(exist_ok=True)
     cols, values = read_query(db, plan.TRANSPORTS_SQL)
     with open(out / "nccl" / "transports.csv", "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(cols)
         w.writerows(values)
-    for log in rows(plan.NCCL_LOGS_SQL):
+    for log in _rows(db, plan.NCCL_LOGS_SQL):
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{log['run_id']}-{log['source']}")
         (out / "nccl" / f"{name}.log").write_text(log["text"])
     (out / "hang").mkdir(exist_ok=True)

@@ -2,7 +2,8 @@
 embedded Ray (no --address, no RAY_ADDRESS), so it never touches the session test cluster.
 
 One run (about 2.5 min on 2 cores) checks the exit code, the folder's files, the database it
-wrote, and that every check needing CUDA reads ``not run: no CUDA`` while every other passed.
+wrote, and that every check needing CUDA reads ``not run: no CUDA`` while every other passed;
+the fleet check on the embedded one-node cluster (no pairs: intra-node, compute probe, health).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def selftest_out(tmp_path_factory):
         env=env,
         capture_output=True,
         text=True,
-        timeout=540,
+        timeout=720,  # 153 s alone; 449 s once on a loaded machine (load 4 on 2 cores)
     )
     return p, out
 
@@ -54,7 +55,8 @@ def test_cpu_selftest_exits_0_and_says_not_run_for_every_gpu_check(selftest_out)
 
 def test_the_folder_holds_captures_sweeps_and_the_database(selftest_out):
     _, out = selftest_out
-    for name in ("doctor.txt", "nodes.json", "nvml-inventory.json", "nccl/transports.csv"):
+    for name in ("doctor.txt", "nodes.json", "nvml-inventory.json", "nccl/transports.csv",
+                 "fleet.txt"):  # fmt: skip
         assert (out / name).is_file(), name
     assert sorted(p.stem for p in (out / "sweeps").glob("*.yaml")) == sorted(
         plan.sweep_specs(cuda=False, n_gpus=0)
@@ -76,3 +78,23 @@ def test_the_folder_holds_captures_sweeps_and_the_database(selftest_out):
     stacks = sorted((out / "hang").glob("*.stack.txt"))
     assert len(stacks) == 2  # both ranks of the hung run
     assert any("_maybe_fault" in s.read_text() for s in stacks)  # rank 1, where it hangs
+
+
+def test_the_fleet_check_ran_on_the_one_node_and_its_summary_is_in_fleet_txt(selftest_out):
+    _, out = selftest_out
+    with open(out / "checks.csv", newline="") as f:
+        rows = {r["check"]: r for r in csv.DictReader(f)}
+    assert rows["fleet"]["result"] == "pass", rows["fleet"]
+    assert (
+        "1 node(s)" in rows["fleet"]["detail"] and "0 inter-node pair(s)" in rows["fleet"]["detail"]
+    )
+    assert (rows["fleet_gpu"]["result"], rows["fleet_gpu"]["detail"]) == ("not run", "no CUDA")
+    db = str(out / "results.duckdb")
+    _, checks = read_query(db, "SELECT fleet_id, status, n_nodes, wall_s FROM fleet_checks")
+    ((fleet_id, status, n_nodes, wall_s),) = checks
+    assert (status, n_nodes) == ("ok", 1) and wall_s > 0
+    _, pairs = read_query(db, "SELECT kind, backend, status FROM fleet_pairs")
+    assert pairs == [("intra", "gloo", "ok")]
+    text = (out / "fleet.txt").read_text()
+    assert f"fleet check {fleet_id}" in text
+    print(f"fleet check wall_s {wall_s:.1f}")  # what the fleet adds to the selftest (-s shows it)

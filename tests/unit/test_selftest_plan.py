@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from types import SimpleNamespace
 
 import pytest
 
+from orchestrator import fleet_rows
 from orchestrator import selftest_plan as plan
 from orchestrator.spec import parse_spec
+from workloads.fleet_contract import ComputeRecord, HealthRecord
 
 
 def _run(sweep, strategy="ddp", ga=1, **over) -> dict:
@@ -403,3 +406,22 @@ def test_fleet_gpu_fails_on_a_cpu_probe_missing_pcie_or_gloo_intra():
     cpu_only = fleet_facts(gpus=0)
     _, v = _fleet(gpu_facts(n_gpus=2, fleet=cpu_only))
     assert v.detail == "no fleet node has a GPU (Ray num_gpus 0 everywhere)"
+
+
+def test_fleet_gpu_reads_the_health_json_as_fleet_rows_stores_it():
+    """The stored layout, not a copy of it: rows built by fleet_rows.node_rows from the records
+    a GPU node's probes return."""
+    node = SimpleNamespace(node_id="id1", ip="10.0.0.1", hostname="n1", cpus=16.0, gpus=2.0)
+
+    def stored(pcie_gen):
+        gpu = {"index": 0, "pcie_gen_current": pcie_gen, "pcie_width_current": 16}
+        idle = HealthRecord(gpus=(gpu, gpu | {"index": 1}))
+        probe = ComputeRecord("cuda:0", "gpt2", "bf16", 1024, 8, 5, (0.1,), 81920.0,
+                              health_under_load=HealthRecord(gpus=(gpu | {"under_load": True},)))  # fmt: skip
+        (row,) = fleet_rows.node_rows("f1", [node], {"id1": probe}, {"id1": idle}, None)
+        return dataclasses.replace(fleet_facts(gpus=2), nodes=(row,))
+
+    _, v = _fleet(gpu_facts(n_gpus=2, fleet=stored(5)))
+    assert v.result == "pass", v
+    _, v = _fleet(gpu_facts(n_gpus=2, fleet=stored(None)))
+    assert "n1: idle health of 2 GPU(s)" in v.detail and "under-load" in v.detail
