@@ -170,8 +170,13 @@ def ray_env(cluster_id: str) -> dict[str, str]:
     # `ray start --address` does not, and the nodes are then refused by their own head.
     env["RAY_AUTH_MODE"] = "disabled"
     env[MARKER_ENV] = cluster_id
-    bin_dir = str(Path(sys.executable).parent)  # the venv's bin, unresolved
-    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+    # The venv's bin (unresolved) goes last: its tools are found, but a program also on the
+    # system PATH is the system's, as for a sweep on the embedded cluster. Above all `ninja`:
+    # DeepSpeed builds its ops with the first ninja on PATH, and two ninja versions (the
+    # system's 1.11, the venv's 1.13) hash build commands differently, so each rebuilt the
+    # other's op (41-52 s a time) whenever emulated and embedded runs took turns.
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = env.get("PATH", "") + os.pathsep + bin_dir if env.get("PATH") else bin_dir
     return env
 
 

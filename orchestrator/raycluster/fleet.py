@@ -15,7 +15,8 @@ records; the measurements become :class:`BenchResult` here, with bandwidth from
   actors are killed, to be restarted by the next call that needs them.
 - :func:`compute_probe` and :func:`read_health`: one task per node, all at once.
 
-May import: nodes, orchestrator.comm_model, orchestrator.errors, workloads.fleet_contract,
+May import: nodes, orchestrator.comm_model, orchestrator.errors, orchestrator.planner,
+workloads.fleet_contract,
 workloads.fleet_probe, ray.
 """
 
@@ -31,6 +32,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator import comm_model
 from orchestrator.errors import first_line
+from orchestrator.planner import link_env_defaults
 from orchestrator.raycluster.nodes import alive_nodes
 from workloads.fleet_contract import CollectiveTimes, ComputeRecord, HealthRecord
 from workloads.fleet_probe import (
@@ -44,8 +46,6 @@ from workloads.fleet_probe import (
 ONE_GPU = "one GPU: nothing to measure inside the node"
 CPU_INTRA_RANKS = 2
 """Ranks of a CPU node's intra check: two processes, gloo over loopback."""
-BASE_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-"""Unless the link sets it: CUDA index i is NVML index i (``orchestrator/planner.run_env``)."""
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,8 @@ class LinkProbes:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         self._nodes = {n.node_id: n for n in nodes}
-        self._env = {**BASE_ENV, **env}
+        # what a sweep's ranks get over this link, unless the link sets it (one rule, planner's)
+        self._env = {**link_env_defaults(env), **env}
         self.timeout_s = timeout_s
         self._actors: dict[str, list] = {}
         self._gpu_ids: dict[str, list[str]] = {}
@@ -426,7 +427,7 @@ def _on_each_node(
             scheduling_strategy=_pin(n.node_id),
             num_cpus=0,
             num_gpus=1 if gpu(n) else 0,
-            runtime_env={"env_vars": dict(BASE_ENV)},
+            runtime_env={"env_vars": link_env_defaults({})},
         ).remote(*args(n))
         for n in nodes
     }
