@@ -54,12 +54,14 @@ def test_v2_database_upgrades_to_the_current_version_keeping_rows(tmp_path):
     with Store(db) as s:
         _fill(s)
     as_v2(db)  # what linksweep v2 wrote: no link model tables, no v3 columns, version 2
-    assert SCHEMA_VERSION == 4
     with Store(db) as s:
         assert s.query("SELECT count(*) FROM runs")[1] == [(8,)]
         assert s.query("SELECT count(*) FROM link_model")[1] == [(0,)]
         assert s.query("SELECT count(*) FROM link_model_check")[1] == [(0,)]
-    assert read_query(db, "SELECT value FROM meta")[1] == [("4",)]
+        # v5: the fleet check's tables, and the nodes a sweep kept off (NULL for older sweeps)
+        assert s.query("SELECT count(*) FROM fleet_suspects")[1] == [(0,)]
+        assert s.query("SELECT count(*) FROM sweeps WHERE excluded_nodes IS NULL")[1][0][0] > 0
+    assert read_query(db, "SELECT value FROM meta")[1] == [(str(SCHEMA_VERSION),)]
 
 
 def test_refresh_link_model_fills_one_group(tmp_path):
