@@ -11,7 +11,7 @@ The matrix: row and column are nodes; a cell is the inter-node all_reduce busbw 
 in brackets; ``*`` slow (below the suspect rule's bound), ``FAIL`` failed, ``skip`` skipped,
 ``-`` not measured; ``!`` before a label marks a suspect node.
 
-May import: ui, orchestrator.report.fmt.
+May import: ui, orchestrator.report.fmt, orchestrator.store.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.report.fmt import fmt_msg_size, fmt_seconds, sig3
+from orchestrator.store import json_value
 from orchestrator.ui import format_table
 
 ID_PREFIX = 8
@@ -75,20 +76,10 @@ def node_label(node_row: dict, nodes: Sequence[dict] = ()) -> str:
 # --- small readers ----------------------------------------------------------------------------
 
 
-def json_cell(value: Any) -> Any:
-    """A JSON cell: decoded by the loader; text that is JSON (rows read raw) decoded here."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
 def link_names(check: dict, pairs: Sequence[dict]) -> list[str]:
     """The links in the order checked (``fleet_checks.links``), then any other in the pairs."""
     names = []
-    for item in json_cell(check.get("links")) or []:
+    for item in json_value(check.get("links")) or []:
         name = item.get("name") if isinstance(item, dict) else item
         if name is not None and str(name) not in names:
             names.append(str(name))
@@ -296,7 +287,7 @@ def node_rows(
 
 
 def _note_lines(value: Any) -> list[str]:
-    value = json_cell(value)
+    value = json_value(value)
     if not value:
         return []
     if isinstance(value, dict):

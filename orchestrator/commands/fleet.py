@@ -125,26 +125,14 @@ def _options(args: argparse.Namespace):
 def _print_result(db: str, fleet_id: str, fmt: str) -> int | None:
     """Print the stored check; its number of suspects (None when it has no verdict)."""
     from orchestrator.fleet_text import summary_text
-    from orchestrator.store import Q, Reader, json_value
+    from orchestrator.store.snapshot import load_fleet
 
-    with Reader(db) as r:
-        check = r.rows(Q.FLEET_CHECK, fleet_id=fleet_id)[0]
-        nodes = r.rows(Q.FLEET_NODES, fleet_id=fleet_id)
-        pairs = r.rows(Q.FLEET_PAIRS, fleet_id=fleet_id)
-        rounds = r.rows(Q.FLEET_ROUNDS, fleet_id=fleet_id)
-        suspects = r.rows(Q.FLEET_SUSPECTS, fleet_id=fleet_id)
+    rows = load_fleet(db, fleet_id)
     if fmt == "json":
-        doc = {
-            "check": {k: json_value(v) for k, v in check.items()},
-            "nodes": [{k: json_value(v) for k, v in n.items()} for n in nodes],
-            "pairs": pairs,
-            "rounds": rounds,
-            "suspects": suspects,
-        }
-        print(json.dumps(doc, indent=2, default=str))
+        print(json.dumps(rows, indent=2, default=str))
     else:
-        print(summary_text(check, nodes, pairs, rounds, suspects))
-    return check["n_suspects"]
+        print(summary_text(**rows))
+    return rows["check"]["n_suspects"]
 
 
 def main(args: argparse.Namespace) -> int:

@@ -58,41 +58,21 @@ FLEET_PAGE = "fleet.html"
 
 def load_fleet(db: str, fleet_id: str) -> dict[str, list[dict] | dict]:
     """One fleet check's rows, as ``fleet_text`` and ``fleet_view`` take them (keyword
-    arguments check, nodes, pairs, rounds, suspects), JSON cells decoded. ``fleet_id``
-    'latest': the latest check. Raises StoreError (unreadable database) or ReportError naming
-    --fleet (no such check)."""
+    arguments check, nodes, pairs, rounds, suspects; ``store.snapshot.load_fleet``).
+    ``fleet_id`` 'latest': the latest check. Raises StoreError (unreadable database) or
+    ReportError naming --fleet (no such check)."""
     from orchestrator.report.data import ReportError
-    from orchestrator.store import Q, Reader, json_value
+    from orchestrator.store.snapshot import NoSuchFleet
+    from orchestrator.store.snapshot import load_fleet as read_fleet
 
-    with Reader(db) as reader:
-        recent = reader.rows(Q.RECENT_FLEETS, limit=10)
+    try:
+        return read_fleet(db, fleet_id)
+    except NoSuchFleet as exc:
         if fleet_id == "latest":
-            if not recent:
-                raise ReportError(
-                    f"--fleet: {db} holds no fleet check yet; run one first (linksweep fleet "
-                    f"--db {db})"
-                )
-            fleet_id = str(recent[0]["fleet_id"])
-        found = reader.rows(Q.FLEET_CHECK, fleet_id=fleet_id)
-        if not found:
-            known = ", ".join(str(r["fleet_id"]) for r in recent) or "none"
             raise ReportError(
-                f"--fleet {fleet_id}: no such fleet check in {db}; recent fleet checks: {known}"
-            )
-        rows = {
-            name: reader.rows(query, fleet_id=fleet_id)
-            for name, query in (
-                ("nodes", Q.FLEET_NODES),
-                ("pairs", Q.FLEET_PAIRS),
-                ("rounds", Q.FLEET_ROUNDS),
-                ("suspects", Q.FLEET_SUSPECTS),
-            )
-        }
-    check = dict(found[0])
-    for col in ("versions", "links", "rule", "skipped_nodes", "notes"):
-        check[col] = json_value(check.get(col))
-    rows["nodes"] = [dict(n, health=json_value(n.get("health"))) for n in rows["nodes"]]
-    return {"check": check, **rows}
+                f"--fleet: {db} holds no fleet check yet; run one first (linksweep fleet --db {db})"
+            ) from None
+        raise ReportError(f"--fleet {fleet_id}: {exc}") from None
 
 
 def _writable(out_dir: str) -> bool:
@@ -196,13 +176,7 @@ def main(args: argparse.Namespace) -> int:
 
         html, baseline_png = baseline_section(args.baseline, doc)
         extra.append(("baseline", f"Compared with baseline {args.baseline}", html))
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-    except OSError as exc:
-        err(f"--out {out_dir}: cannot create the folder ({exc.strerror})")
-        return EXIT_BAD_INPUT
-    if not os.access(out_dir, os.W_OK):
-        err(f"--out {out_dir}: folder is not writable")
+    if not _writable(out_dir):
         return EXIT_BAD_INPUT
 
     figures = build_figures(data)

@@ -249,21 +249,14 @@ def _run_fleet(out: Path, db: str, label: str) -> fleet_plan.FleetFacts:
 def _fleet_text(db: str) -> str | None:
     """The stored fleet check's summary as ``linksweep fleet`` prints it; None when none."""
     from orchestrator.fleet_text import summary_text
-    from orchestrator.store import Q, Reader
+    from orchestrator.store.snapshot import NoSuchFleet, load_fleet
 
     if not os.path.exists(db):
         return None
-    with Reader(db) as r:
-        latest = r.rows(Q.LATEST_FLEET)
-        if not latest:
-            return None
-        fid = latest[0]["fleet_id"]
-        check = r.rows(Q.FLEET_CHECK, fleet_id=fid)[0]
-        nodes = r.rows(Q.FLEET_NODES, fleet_id=fid)
-        pairs = r.rows(Q.FLEET_PAIRS, fleet_id=fid)
-        rounds = r.rows(Q.FLEET_ROUNDS, fleet_id=fid)
-        suspects = r.rows(Q.FLEET_SUSPECTS, fleet_id=fid)
-    return summary_text(check, nodes, pairs, rounds, suspects)
+    try:
+        return summary_text(**load_fleet(db, "latest"))
+    except NoSuchFleet:
+        return None
 
 
 def _rows(db: str, sql: str) -> list[dict]:

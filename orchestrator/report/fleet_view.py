@@ -14,7 +14,8 @@ GPUs or CPU ranks) and would squash the inter-node colours.
 Pure apart from matplotlib (imported inside the functions): rows in (see
 ``orchestrator.fleet_text``), HTML and PNG bytes out.
 
-May import: draw, fmt, html, markup, orchestrator.fleet_text, matplotlib, numpy.
+May import: draw, fmt, html, markup, orchestrator.fleet_text, orchestrator.store,
+matplotlib, numpy.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from typing import Any
 from orchestrator.fleet_text import (
     EXCLUDE_HINT,
     header_lines,
-    json_cell,
     judged,
     labelled,
     link_names,
@@ -41,6 +41,7 @@ from orchestrator.report.draw import RC, figure_png, new_figure
 from orchestrator.report.fmt import fmt_value, sig3
 from orchestrator.report.html import CSS
 from orchestrator.report.markup import esc, html_table, missing
+from orchestrator.store import json_value
 
 SLOW_EDGE = "#c53030"
 DIAGONAL_FACE = "#e8ecf2"
@@ -235,7 +236,7 @@ def _kv(rows: Sequence[tuple[str, Any]]) -> str:
 def _json_block(title: str, value: Any) -> str:
     import json
 
-    value = json_cell(value)
+    value = json_value(value)
     if value in (None, "", [], {}):
         return ""
     text = (
@@ -283,7 +284,7 @@ def render_fleet_html(
     if check.get("error"):
         box += missing(f"The check stopped with an error: {check['error']}")
     cols, rows = node_rows(nodes, pairs, links)
-    notes = json_cell(check.get("notes"))
+    notes = json_value(check.get("notes"))
     labels = node_labels(nodes)
     note_items = notes if isinstance(notes, list) else ([notes] if notes else [])
     notes_html = (

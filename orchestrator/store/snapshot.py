@@ -82,3 +82,40 @@ def baseline(path: str, name: str) -> dict[str, Any] | None:
     with Reader(path) as reader:
         rows = reader.rows(Q.BASELINE, name=name)
     return rows[0] if rows else None
+
+
+class NoSuchFleet(StoreError):
+    """The database has no such fleet check (or none at all)."""
+
+
+FLEET_JSON_COLUMNS = ("versions", "links", "rule", "skipped_nodes", "notes")
+
+
+def load_fleet(path: str, fleet_id: str) -> dict[str, Any]:
+    """One fleet check's rows (``linksweep fleet``, ``report --fleet``, ``selftest``): ``check``,
+    ``nodes``, ``pairs``, ``rounds``, ``suspects``, JSON cells decoded; ``fleet_id`` "latest":
+    the newest check. Raises NoSuchFleet naming the recent checks."""
+    with Reader(path) as reader:
+        recent = reader.rows(Q.RECENT_FLEETS, limit=10)
+        if fleet_id == "latest":
+            if not recent:
+                raise NoSuchFleet(f"{path} holds no fleet check yet")
+            fleet_id = str(recent[0]["fleet_id"])
+        found = reader.rows(Q.FLEET_CHECK, fleet_id=fleet_id)
+        if not found:
+            known = ", ".join(str(r["fleet_id"]) for r in recent) or "none"
+            raise NoSuchFleet(f"no such fleet check in {path}; recent fleet checks: {known}")
+        rows = {
+            name: reader.rows(query, fleet_id=fleet_id)
+            for name, query in (
+                ("nodes", Q.FLEET_NODES),
+                ("pairs", Q.FLEET_PAIRS),
+                ("rounds", Q.FLEET_ROUNDS),
+                ("suspects", Q.FLEET_SUSPECTS),
+            )
+        }
+    check = dict(found[0])
+    for col in FLEET_JSON_COLUMNS:
+        check[col] = json_value(check.get(col))
+    rows["nodes"] = [dict(n, health=json_value(n.get("health"))) for n in rows["nodes"]]
+    return {"check": check, **rows}
