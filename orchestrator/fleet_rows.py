@@ -21,10 +21,6 @@ DEFAULT_LINK = "default"
 """The link name of a check without ``--sweep``: the network each node's Ray IP is on."""
 
 
-def node_id_of(node: Any) -> str:
-    return node.node_id
-
-
 def pair_row(fleet_id: str, link: str, result: Any, round_index: int | None) -> dict[str, Any]:
     """One ``fleet_pairs`` row from a ``raycluster.fleet.BenchResult`` (verdict columns empty)."""
     return {
