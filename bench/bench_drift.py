@@ -55,7 +55,6 @@ element):
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import os
 import shutil
@@ -74,8 +73,7 @@ from orchestrator.emulated import (  # noqa: E402
     DEFAULT_STATE_DIR,
     IFACE_PREFIX,
     STATE_FILE,
-    link_subnet,
-    netns_available,
+    cluster_unavailable,
     parse_link_arg,
 )
 from orchestrator.store import Q, Reader  # noqa: E402
@@ -203,26 +201,10 @@ def drift_tables(facts: dict[str, dict]) -> dict:
     }
 
 
-def subnet_in_use() -> str | None:
-    """The root namespace's route overlapping the emulated control subnet, if any."""
-    ctl = link_subnet(0)
-    routes = subprocess.run(["ip", "-4", "route", "show"], capture_output=True, text=True).stdout
-    for line in routes.splitlines():
-        try:
-            if ipaddress.ip_network(line.split()[0], strict=False).overlaps(ctl):
-                return line.strip()
-        except (ValueError, IndexError):  # "default", a blank line
-            continue
-    return None
-
-
 def unavailable() -> str | None:
     """Why the emulated cluster cannot be brought up here, or None."""
-    ok, why = netns_available()
-    if not ok:
+    if why := cluster_unavailable():
         return why
-    if route := subnet_in_use():
-        return f"another emulated cluster holds {link_subnet(0)} ({route})"
     if (Path(DEFAULT_STATE_DIR) / STATE_FILE).exists():
         return f"an emulated cluster is recorded in {DEFAULT_STATE_DIR}"
     return None

@@ -57,7 +57,6 @@ element):
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import os
 import shutil
@@ -74,8 +73,7 @@ sys.path.insert(0, str(REPO))  # run as a script from anywhere: import orchestra
 
 from orchestrator.emulated import (  # noqa: E402
     IFACE_PREFIX,
-    link_subnet,
-    netns_available,
+    cluster_unavailable,
     parse_link_arg,
 )
 from orchestrator.store import Q, Reader  # noqa: E402
@@ -183,19 +181,6 @@ def verdicts(models: list[dict], checks: list[dict], order_ga: int) -> dict:
         "exposure_zero3": zero3,
         "zero3_above_ddp": None if not (ddp and zero3) else zero3["exposure"] > ddp["exposure"],
     }
-
-
-def subnet_in_use() -> str | None:
-    """The root namespace's route overlapping the emulated control subnet, if any."""
-    ctl = link_subnet(0)
-    routes = subprocess.run(["ip", "-4", "route", "show"], capture_output=True, text=True).stdout
-    for line in routes.splitlines():
-        try:
-            if ipaddress.ip_network(line.split()[0], strict=False).overlaps(ctl):
-                return line.strip()
-        except (ValueError, IndexError):  # "default", a blank line
-            continue
-    return None
 
 
 def _linksweep() -> list[str]:
@@ -313,10 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     if repeats < 1 or steps < 1:
         p.error("--repeats and --steps must be >= 1")
 
-    ok, why = netns_available()
-    if ok and (route := subnet_in_use()):
-        ok, why = False, f"another emulated cluster holds {link_subnet(0)} ({route})"
-    if not ok:
+    why = cluster_unavailable()
+    if why is not None:
         print(f"bench_link_model: skipped: {why}", file=sys.stderr)
         return SKIPPED
 

@@ -107,7 +107,12 @@ from orchestrator.emulated.faults import (
     validate_faults,
 )
 from orchestrator.emulated.lifecycle import down, status, up
-from orchestrator.emulated.netns import netns_available, require_root
+from orchestrator.emulated.netns import (
+    cluster_unavailable,
+    netns_available,
+    require_root,
+    subnet_in_use,
+)
 from orchestrator.emulated.plan import EmulatedNode, EmulatedPlan, NodePort, Step, plan_emulated
 from orchestrator.emulated.raynodes import (
     MARKER_ENV,
@@ -166,6 +171,7 @@ __all__ = [
     "egress_commands",
     "link_subnet",
     "measure_link_busbw",
+    "cluster_unavailable",
     "netns_available",
     "parse_link_arg",
     "parse_slow_node_arg",
@@ -176,6 +182,7 @@ __all__ = [
     "ray_start_argv",
     "require_root",
     "status",
+    "subnet_in_use",
     "up",
     "validate_faults",
 ]

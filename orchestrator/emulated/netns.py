@@ -59,6 +59,31 @@ def netns_available() -> tuple[bool, str]:
     return True, "ok"
 
 
+def subnet_in_use() -> str | None:
+    """The root namespace's route overlapping the emulated control subnet (another emulated
+    cluster, or a LAN on 198.18.0.0/24), if any."""
+    ctl = link_subnet(0)
+    routes = subprocess.run(["ip", "-4", "route", "show"], capture_output=True, text=True).stdout
+    for line in routes.splitlines():
+        try:
+            if ipaddress.ip_network(line.split()[0], strict=False).overlaps(ctl):
+                return line.strip()
+        except (ValueError, IndexError):  # "default", a blank line
+            continue
+    return None
+
+
+def cluster_unavailable() -> str | None:
+    """Why an emulated cluster cannot be brought up here now (no namespaces, or the subnet is
+    held), or None: what tests and benchmarks check before they bring one up."""
+    ok, why = netns_available()
+    if not ok:
+        return why
+    if route := subnet_in_use():
+        return f"another emulated cluster holds {link_subnet(0)} in the root namespace ({route})"
+    return None
+
+
 def require_root() -> None:
     """Raise EmulatedError with a clear message unless namespaces can be created."""
     ok, why = netns_available()

@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from orchestrator import cli
-from orchestrator.emulated import link_subnet, netns_available
+from orchestrator.emulated import cluster_unavailable
 from orchestrator.store import read_query
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,13 +102,8 @@ def _run_sweep(doc: dict, path: Path, db: Path, address: str) -> None:
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory):
     """(base.duckdb, both.duckdb, baseline sweep id, candidate sweep id, seconds it took)."""
-    ok, why = netns_available()
-    if not ok:
+    if why := cluster_unavailable():
         pytest.skip(why)
-    routes = subprocess.run(["ip", "-4", "route", "show"], capture_output=True, text=True).stdout
-    held = str(link_subnet(0)).rsplit(".", 1)[0] + "."
-    if any(line.startswith(held) for line in routes.splitlines()):
-        pytest.skip(f"another emulated cluster holds {link_subnet(0)} in the root namespace")
     work = tmp_path_factory.mktemp("compare-emulated")
     state_dir = Path(f"/tmp/{TEST_PREFIX}-{os.getpid()}")  # short: Ray's socket paths
     t0 = time.monotonic()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.emulated import LinkShape, netns_available
+from orchestrator.emulated import LinkShape, cluster_unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = "lsf"  # not "ls" (a user's cluster) nor "lst" (tests/integration/test_emulated.py)
@@ -73,12 +73,8 @@ def _py(args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def root_netns():
-    ok, why = netns_available()
-    if not ok:
+    if why := cluster_unavailable():
         pytest.skip(why)
-    routes = _run(["ip", "-4", "route", "show"])
-    if any(line.startswith("198.18.0.") for line in routes.splitlines()):
-        pytest.skip("another emulated cluster holds 198.18.0.0/24 in the root namespace")
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.emulated import link_subnet, netns_available
+from orchestrator.emulated import cluster_unavailable, link_subnet
 from orchestrator.store import read_query
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,16 +52,6 @@ def _run(args: list[str], timeout_s: float = 900) -> subprocess.CompletedProcess
         text=True,
         timeout=timeout_s,
     )
-
-
-def _skip_unless_possible() -> None:
-    ok, why = netns_available()
-    if not ok:
-        pytest.skip(why)
-    routes = subprocess.run(["ip", "-4", "route", "show"], capture_output=True, text=True).stdout
-    held = str(link_subnet(0)).rsplit(".", 1)[0] + "."
-    if any(line.startswith(held) for line in routes.splitlines()):
-        pytest.skip(f"another emulated cluster holds {link_subnet(0)} in the root namespace")
 
 
 class Cluster:
@@ -126,7 +116,8 @@ def timings(db: Path, fleet_id: str) -> str:
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
-    _skip_unless_possible()
+    if why := cluster_unavailable():
+        pytest.skip(why)
     return tmp_path_factory.mktemp("fleet-emulated")
 
 
