@@ -129,3 +129,20 @@ def pair_rounds(nodes: Sequence[str], choice: PairsChoice, seed: int = 0) -> lis
         return rounds
     drawn = sorted(random.Random(seed).sample(range(len(rounds)), choice.k))
     return [rounds[i] for i in drawn]
+
+
+def disjoint_rounds(pairs: Sequence[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """``pairs`` in rounds with no node twice in a round (greedy, in the order given): for
+    measuring again the few pairs a check found slow."""
+    rounds: list[list[tuple[str, str]]] = []
+    busy: list[set[str]] = []
+    for a, b in pairs:
+        for r, used in zip(rounds, busy, strict=True):
+            if a not in used and b not in used:
+                r.append((a, b))
+                used.update((a, b))
+                break
+        else:
+            rounds.append([(a, b)])
+            busy.append({a, b})
+    return rounds

@@ -36,12 +36,24 @@ def pair_row(fleet_id: str, link: str, result: Any, round_index: int | None) -> 
         "msg_bytes": result.msg_bytes,
         "time_s": result.time_s,
         "busbw_gbps": result.busbw_gbps,
+        "first_busbw_gbps": None,
         "status": result.status,
         "error": result.error,
         "slow": None,
         "suspect": None,
         "why": None,
     }
+
+
+def remeasured(row: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
+    """A pair measured again (``again``, a new row of the same pair): the better of the two
+    measurements, the first one kept in ``first_busbw_gbps``. A fault is slow both times; a
+    moment of contention or a transient on the path is not."""
+    better = again["status"] == "ok" and (
+        row["status"] != "ok" or (again["busbw_gbps"] or 0.0) > (row["busbw_gbps"] or 0.0)
+    )
+    kept = again if better else row
+    return {**kept, "round": row["round"], "first_busbw_gbps": row["busbw_gbps"]}
 
 
 def judged_pair_rows(rows: Sequence[dict[str, Any]], verdict: Verdict) -> list[dict[str, Any]]:

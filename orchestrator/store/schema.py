@@ -395,7 +395,8 @@ TABLES: dict[str, str] = {
         ifname VARCHAR,              -- the interface gloo was bound to (CPU ranks)
         msg_bytes BIGINT,
         time_s DOUBLE,               -- median over timed iterations of the max over ranks
-        busbw_gbps DOUBLE,
+        busbw_gbps DOUBLE,           -- measured again when first slow: the better of the two
+        first_busbw_gbps DOUBLE,     -- the first measurement, when it was measured again
         status VARCHAR,              -- ok | failed
         error VARCHAR,
         slow BOOLEAN,                -- below the rule's bound
@@ -405,7 +406,7 @@ TABLES: dict[str, str] = {
     "fleet_rounds": """
         fleet_id VARCHAR,
         link VARCHAR,
-        kind VARCHAR,                -- start (ranks up) | intra | inter | compute | health
+        kind VARCHAR,                -- start | intra | inter | recheck | compute | health
         round INTEGER,
         n_pairs INTEGER,
         wall_s DOUBLE

@@ -47,7 +47,9 @@ class Result:
     wall_s: float
 
 
-def fake_ray_side(nodes, *, slow=(), failed_pair=None, interrupt_round=None, log=None):
+def fake_ray_side(
+    nodes, *, slow=(), failed_pair=None, interrupt_round=None, transient=None, log=None
+):
     """A stand-in module for orchestrator.raycluster.fleet with planted figures."""
     log = log if log is not None else []
 
@@ -84,6 +86,9 @@ def fake_ray_side(nodes, *, slow=(), failed_pair=None, interrupt_round=None, log
             out = []
             for a, b in pairs:
                 busbw = BAD if set(slow) & {a, b} else GOOD
+                if {a, b} == transient and ("transient", a, b) not in log:
+                    log.append(("transient", a, b))  # slow the first time only
+                    busbw = BAD
                 out.append(
                     result("inter", a, b, msg_bytes, None if {a, b} == failed_pair else busbw)
                 )
@@ -232,3 +237,25 @@ def test_fake_nvml_pcie_x8_and_a_throttled_gpu_are_suspects_with_the_reason(monk
     assert sorted(suspects) == ["n1", "n2"]
     assert "x8 of x16" in suspects["n1"] and "GPU1" in suspects["n1"]
     assert "HwThermalSlowdown" in suspects["n2"] and "GPU0" in suspects["n2"]
+
+
+def test_a_pair_slow_once_is_measured_again_and_not_named(monkeypatch, tmp_path):
+    db, fleet_id, log, said = check(monkeypatch, tmp_path, four(), transient={"n0", "n3"})
+    got = read(db, fleet_id)
+    assert got["suspects"] == [] and got["check"][0]["n_suspects"] == 0
+    (row,) = [p for p in got["pairs"] if (p["node_a"], p["node_b"]) == ("n0", "n3")]
+    assert (row["busbw_gbps"], row["first_busbw_gbps"], row["slow"]) == (GOOD, BAD, False)
+    assert row["round"] is not None  # keeps its tournament round
+    assert [r["kind"] for r in got["rounds"]].count("recheck") == 1
+    assert [e for e in log if e[0] == "round"][-1] == ("round", (("n0", "n3"),))
+    assert any("measured 1 slow or failed pair(s) again" in s for s in said)
+
+
+def test_a_slow_node_stays_slow_when_its_pairs_are_measured_again(monkeypatch, tmp_path):
+    db, fleet_id, log, _ = check(monkeypatch, tmp_path, four(), slow=("n1",))
+    got = read(db, fleet_id)
+    assert [s["node_id"] for s in got["suspects"]] == ["n1"]
+    again = [p for p in got["pairs"] if p["first_busbw_gbps"] is not None]
+    assert len(again) == 3 and all(p["busbw_gbps"] == BAD and p["slow"] for p in again)
+    # three pairs of n1 measured again: n1 can be in one pair per round
+    assert [len(e[1]) for e in log if e[0] == "round"][-3:] == [1, 1, 1]

@@ -133,3 +133,16 @@ def test_pairs_choice_validates_its_fields():
         PairsChoice("all", 3)
     with pytest.raises(ValueError, match="PairsChoice.kind"):
         PairsChoice("star")  # type: ignore[arg-type]
+
+
+def test_disjoint_rounds_put_no_node_twice_in_a_round_and_keep_every_pair():
+    from orchestrator.fleet_plan import disjoint_rounds
+
+    pairs = [("a", "b"), ("a", "c"), ("b", "c"), ("c", "d"), ("e", "f")]
+    rounds = disjoint_rounds(pairs)
+    assert sorted(p for r in rounds for p in r) == sorted(pairs)
+    for r in rounds:
+        nodes = [x for p in r for x in p]
+        assert len(nodes) == len(set(nodes))
+    assert rounds[0] == [("a", "b"), ("c", "d"), ("e", "f")]
+    assert disjoint_rounds([]) == []
