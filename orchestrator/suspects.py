@@ -249,14 +249,18 @@ def _inter_link(
     order = sorted(by_node, key=lambda n: len(by_node[n]) < rule.min_partners)
     for n in order:
         ps = by_node[n]
-        # its pairs against the pairs it is not in: on a noisy network a healthy node's pairs
-        # scatter like everyone's; a bad node's fall below the others' spread
+        # leave the node out: its score against the other nodes' scores, its pairs against the
+        # pairs it is not in. With 4 nodes one bad node and one noisy pair (which drags two
+        # healthy scores) would otherwise widen the MAD past the bad node itself; and on a
+        # noisy network a healthy node's pairs scatter like everyone's.
+        rest = [v for m, v in scores.items() if m != n]
+        score_bound = fleet_bound(rest, rule) if rest else bound
         others = [x for k, (x, err) in busbw.items() if n not in k and err is None]
         loo = fleet_bound(others, rule) if others else bound
-        slow = [p for p, x, failed in ps if failed or (bound.low(x) and loo.low(x))]
+        slow = [p for p, x, failed in ps if failed or loo.low(x)]
         few = len(ps) < rule.min_partners
         most = len(slow) * 2 > len(ps) and len(slow) >= min(rule.min_partners, len(ps))
-        if not bound.low(scores[n]) or not most:
+        if not score_bound.low(scores[n]) or not most:
             continue
         if few and all(p in named for p in slow):
             continue
@@ -265,7 +269,13 @@ def _inter_link(
         what = f"link {link}: slow with {len(slow)} of {len(ps)} partners" + (
             f" ({failed} failed)" if failed else ""
         )
-        reasons[n].append(what + "; " + bound.below_text("its median busbw", scores[n], "GB/s"))
+        reasons[n].append(
+            what + "; " + score_bound.below_text("its median busbw", scores[n], "GB/s")
+        )
+        for p, x, f in ps:  # its slow pairs are slow, whatever the fleet-wide bound says
+            k = (n, p) if (n, p) in out else (p, n)
+            if not f and loo.low(x) and not out[k][0]:
+                out[k] = (True, loo.below_text("busbw", x, "GB/s", f" on link {link}"))
     lonely = sorted(n for n, ps in by_node.items() if len(ps) < rule.min_partners)
     if lonely:
         notes.append(

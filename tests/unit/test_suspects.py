@@ -362,3 +362,19 @@ def test_a_node_is_slow_with_a_partner_only_against_the_pairs_it_is_not_in():
     # the same node four times slower than everyone is named
     bad = {k: (x / 4 if "n3" in k else x) for k, x in NOISY.items()}
     assert _judge(_nodes(4), {LINK: bad}).suspect_nodes() == ["n3"]
+
+
+def test_a_bad_node_is_named_when_a_noisy_pair_drags_two_healthy_scores():
+    # the emulated cluster, 2026-11-24 06:48: node n3 planted at 100mbit, and n0-n1 read 0.499
+    # by noise; over all four scores the MAD (0.16) reached below zero and nobody was named
+    pairs = {
+        ("n0", "n1"): 0.499,
+        ("n0", "n2"): 0.844,
+        ("n0", "n3"): 0.0117,
+        ("n1", "n2"): 0.828,
+        ("n1", "n3"): 0.0119,
+        ("n2", "n3"): 0.0109,
+    }
+    v = _judge(_nodes(4), {LINK: pairs})
+    assert v.suspect_nodes() == ["n3"] and v.suspect_pairs() == []
+    assert all(v.pairs[(LINK, a, b)].slow for a, b in pairs if "n3" in (a, b))
