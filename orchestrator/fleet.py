@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from orchestrator import fleet_rows, provenance
 from orchestrator.fleet_plan import PairsChoice, disjoint_rounds, pair_rounds
 from orchestrator.planner import link_env_defaults
-from orchestrator.suspects import Failed, Rule, Verdict, health_reasons, judge
+from orchestrator.suspects import Failed, Rule, Verdict, default_rule, health_reasons, judge
 from workloads.fleet_contract import ComputeRecord
 
 MAX_MB_GPU = 64.0
@@ -47,7 +47,8 @@ class FleetOptions:
     pairs: PairsChoice
     max_mb: float | None = None
     """None: MAX_MB_GPU when every node has a GPU, else MAX_MB_CPU."""
-    rule: Rule = field(default_factory=Rule)
+    rule: Rule | None = None
+    """None: ``suspects.default_rule`` (0.15 when every node has a GPU, else CPU_REL)."""
     sweep_file: str | None = None
     seed: int = 0
     timeout_s: float = 180.0
@@ -122,6 +123,7 @@ def _measure_link(
     rounds: list[list[tuple[str, str]]],
     msg_bytes: int,
     opts: FleetOptions,
+    rule: Rule,
     measured: _Measured,
     say: Callable[[str], None],
 ) -> None:
@@ -156,10 +158,10 @@ def _measure_link(
                 f"link {link}: round {i + 1}/{len(rounds)}, {len(pairs)} pair(s) in {wall:.1f} s"
                 + (f", {failed} failed" if failed else "")
             )
-        _recheck(fleet_id, link, nodes, probes, msg_bytes, measured, say)
+        _recheck(fleet_id, link, nodes, probes, msg_bytes, rule, measured, say)
 
 
-def _recheck(fleet_id, link, nodes, probes, msg_bytes, measured: _Measured, say) -> None:
+def _recheck(fleet_id, link, nodes, probes, msg_bytes, rule, measured: _Measured, say) -> None:
     """Measure again, once, every pair of this link the rule finds slow or failed, and keep the
     better of the two: a pair is named only when it is slow twice. On a busy network (or the
     emulated cluster, whose pairs share 2 cores) a round can be slow as a whole for a moment:
@@ -170,7 +172,7 @@ def _recheck(fleet_id, link, nodes, probes, msg_bytes, measured: _Measured, say)
         if r["link"] == link and r["kind"] == "inter"
     }
     inter, _ = fleet_rows.measured_values([measured.pairs[i] for i in rows.values()])
-    first = judge([n.node_id for n in nodes], inter, {}, {}, {})
+    first = judge([n.node_id for n in nodes], inter, {}, {}, {}, rule=rule)
     slow = [(a, b) for (_, a, b), v in first.pairs.items() if v.slow]
     for i, pairs in enumerate(disjoint_rounds(slow)):
         t0 = time.perf_counter()
@@ -219,6 +221,7 @@ def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None
     gpu_fleet = all(n.gpus >= 1 for n in nodes)
     max_mb = opts.max_mb or (MAX_MB_GPU if gpu_fleet else MAX_MB_CPU)
     msg_bytes = message_bytes(max_mb)
+    rule = opts.rule or default_rule(gpu_fleet)
     ctx = provenance.context()
     started = time.perf_counter()
     check = {
@@ -234,7 +237,7 @@ def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None
         "links": json.dumps([{"name": k, "env": v} for k, v in opts.links.items()]),
         "pairs_mode": opts.pairs.label(),
         "max_mb": msg_bytes / 2**20,
-        "rule": json.dumps(opts.rule.to_dict()),
+        "rule": json.dumps(rule.to_dict()),
         "n_nodes": len(nodes),
         "n_rounds": len(rounds),
         "skipped_nodes": json.dumps(skipped),
@@ -250,10 +253,10 @@ def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None
     status, error, verdict = "ok", None, None
     try:
         for link, env in opts.links.items():
-            _measure_link(fleet_id, link, env, nodes, rounds, msg_bytes, opts, measured, say)
+            _measure_link(fleet_id, link, env, nodes, rounds, msg_bytes, opts, rule, measured, say)
         say("compute probe and health on every node")
         _measure_nodes(fleet_id, nodes, opts, measured)
-        verdict = verdict_of(nodes, measured, opts.rule)
+        verdict = verdict_of(nodes, measured, rule)
     except KeyboardInterrupt:
         status, error = "interrupted", "stopped before the end: measured rows kept, no verdict"
         raise

@@ -72,7 +72,8 @@ def add_parser(sub) -> None:
         default=None,
         metavar="REL",
         help="a value is low when below the fleet median by more than REL (and by more than "
-        "3 scaled MADs) (default: 0.15)",
+        "3 scaled MADs) (default: 0.15 when every node has a GPU, 0.5 when one has none: gloo over "
+        "sockets on CPUs scatters by tens of percent)",
     )
     fp.add_argument(
         "--format",
@@ -98,7 +99,7 @@ def _options(args: argparse.Namespace):
         err(str(exc))
         return None
     try:
-        rule = Rule() if args.threshold is None else Rule(rel=args.threshold)
+        rule = None if args.threshold is None else Rule(rel=args.threshold)
     except ValueError as exc:
         err(f"--threshold {args.threshold}: {exc} (a fraction, e.g. 0.15 for 15%)")
         return None

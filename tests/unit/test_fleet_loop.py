@@ -259,3 +259,14 @@ def test_a_slow_node_stays_slow_when_its_pairs_are_measured_again(monkeypatch, t
     assert len(again) == 3 and all(p["busbw_gbps"] == BAD and p["slow"] for p in again)
     # three pairs of n1 measured again: n1 can be in one pair per round
     assert [len(e[1]) for e in log if e[0] == "round"][-3:] == [1, 1, 1]
+
+
+def test_the_rule_defaults_by_fleet_kind_and_is_stored_with_the_check(monkeypatch, tmp_path):
+    import json
+
+    db, fleet_id, _, _ = check(monkeypatch, tmp_path, four())
+    assert json.loads(read(db, fleet_id)["check"][0]["rule"])["rel"] == 0.5  # CPU nodes
+    gpus = [Node(f"n{i}", f"10.0.0.{i + 1}", f"h{i}", gpus=2.0) for i in range(4)]
+    (tmp_path / "g").mkdir()
+    db, fleet_id, _, _ = check(monkeypatch, tmp_path / "g", gpus)
+    assert json.loads(read(db, fleet_id)["check"][0]["rule"])["rel"] == 0.15

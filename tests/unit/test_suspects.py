@@ -12,7 +12,16 @@ from itertools import combinations
 import pytest
 
 from orchestrator.fleet_plan import pair_rounds, parse_pairs
-from orchestrator.suspects import Failed, Rule, fleet_bound, health_reasons, judge, low
+from orchestrator.suspects import (
+    CPU_REL,
+    Failed,
+    Rule,
+    default_rule,
+    fleet_bound,
+    health_reasons,
+    judge,
+    low,
+)
 
 LINK = "net"
 GOOD_GBPS = 0.050
@@ -378,3 +387,35 @@ def test_a_bad_node_is_named_when_a_noisy_pair_drags_two_healthy_scores():
     v = _judge(_nodes(4), {LINK: pairs})
     assert v.suspect_nodes() == ["n3"] and v.suspect_pairs() == []
     assert all(v.pairs[(LINK, a, b)].slow for a, b in pairs if "n3" in (a, b))
+
+
+# CI, 2026-11-24, the emulated cluster with no fault planted: n0-n2 read 16% below the other
+# pairs twice in a row (the better of both kept), just past 3 scaled MADs of their tight spread.
+CI_CLEAN = {
+    ("n0", "n1"): 0.829,
+    ("n0", "n2"): 0.726,
+    ("n0", "n3"): 0.843,
+    ("n1", "n2"): 0.909,
+    ("n1", "n3"): 0.869,
+    ("n2", "n3"): 0.874,
+}
+
+
+def test_a_cpu_fleet_is_judged_with_the_cpu_rel_and_a_gpu_fleet_with_15_percent():
+    assert default_rule(gpu_fleet=True) == Rule() and Rule().rel == 0.15
+    assert default_rule(gpu_fleet=False) == Rule(rel=CPU_REL) and CPU_REL == 0.5
+    # 15% names CPU noise a single slow pair; the CPU rel does not
+    strict = _judge(_nodes(4), {LINK: CI_CLEAN}, rule=Rule())
+    assert strict.suspect_pairs() == [(LINK, "n0", "n2")]
+    assert _judge(_nodes(4), {LINK: CI_CLEAN}, rule=default_rule(False)).suspect_pairs() == []
+
+
+@pytest.mark.parametrize("factor", [0.3, 0.078, 0.0078])
+def test_the_cpu_rel_still_names_the_faults_the_emulated_tests_plant(factor):
+    # 500mbit and 50mbit of ~0.8 GB/s pairs (0.0625 and 0.00625 GB/s), and a node at 30%
+    bad = {k: (x * factor if "n1" in k else x) for k, x in CI_CLEAN.items()}
+    v = _judge(_nodes(4), {LINK: bad}, rule=default_rule(False))
+    assert v.suspect_nodes() == ["n1"] and v.suspect_pairs() == []
+    pair = {**CI_CLEAN, ("n0", "n3"): 0.843 * factor}
+    v = _judge(_nodes(4), {LINK: pair}, rule=default_rule(False))
+    assert v.suspect_nodes() == [] and v.suspect_pairs() == [(LINK, "n0", "n3")]
