@@ -32,7 +32,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator import comm_model
 from orchestrator.errors import first_line
-from orchestrator.planner import link_env_defaults
+from orchestrator.planner import link_env_defaults, rank_env_for
 from orchestrator.raycluster.nodes import alive_nodes
 from workloads.fleet_contract import CollectiveTimes, ComputeRecord, HealthRecord
 from workloads.fleet_probe import (
@@ -110,6 +110,20 @@ def _gpu_count(node: FleetNode) -> int:
     return int(node.gpus)
 
 
+def rank_envs(nodes: list[FleetNode], env: dict[str, str]) -> dict[str, list[dict[str, str]]]:
+    """The env of each rank process of a check, per node: one rank per GPU, else
+    CPU_INTRA_RANKS gloo ranks. ``{rank}`` in a link value (a sweep's per-rank form,
+    ``planner.rank_env_for``) becomes a number unique to each process: nodes in the order
+    given, then the node's local ranks."""
+    out: dict[str, list[dict[str, str]]] = {}
+    first = 0
+    for n in nodes:
+        count = _gpu_count(n) or CPU_INTRA_RANKS
+        out[n.node_id] = [rank_env_for(env, first + j) for j in range(count)]
+        first += count
+    return out
+
+
 @dataclass
 class _Group:
     """The ranks of one measurement: (node id, actor index on that node) per rank."""
@@ -140,6 +154,7 @@ class LinkProbes:
         self._nodes = {n.node_id: n for n in nodes}
         # what a sweep's ranks get over this link, unless the link sets it (one rule, planner's)
         self._env = {**link_env_defaults(env), **env}
+        self._rank_envs = rank_envs(nodes, self._env)
         self.timeout_s = timeout_s
         self._actors: dict[str, list] = {}
         self._gpu_ids: dict[str, list[str]] = {}
@@ -179,16 +194,14 @@ class LinkProbes:
         for node_id in todo:
             self._broken.pop(node_id, None)
             n_gpus = _gpu_count(self._nodes[node_id])
-            opts = {
-                "scheduling_strategy": _pin(node_id),
-                "runtime_env": {"env_vars": dict(self._env)},
-            }
-            if n_gpus:
-                opts.update(num_cpus=0, num_gpus=1)
-            else:
-                opts.update(num_cpus=0)
             actors = [
-                self._remote.options(**opts).remote() for _ in range(n_gpus or CPU_INTRA_RANKS)
+                self._remote.options(
+                    scheduling_strategy=_pin(node_id),
+                    runtime_env={"env_vars": rank_env},
+                    num_cpus=0,
+                    **({"num_gpus": 1} if n_gpus else {}),
+                ).remote()
+                for rank_env in self._rank_envs[node_id]
             ]
             self._actors[node_id] = actors
             refs[node_id] = [a.ready.remote() for a in actors]

@@ -139,3 +139,21 @@ def test_the_fleet_measures_a_link_with_the_env_a_sweep_gives_it():
     assert link_env_defaults({}) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert link_env_defaults({"NCCL_P2P_DISABLE": "1"})["NCCL_NVLS_ENABLE"] == "0"
     assert "NCCL_NVLS_ENABLE" not in link_env_defaults({"NCCL_P2P_DISABLE": "0"})
+
+
+def test_rank_form_in_a_link_value_is_unique_per_rank_process_of_the_check():
+    from orchestrator.raycluster.fleet import FleetNode, rank_envs
+
+    nodes = [
+        FleetNode("a", "10.0.0.1", "h0", cpus=8.0, gpus=2.0),
+        FleetNode("b", "10.0.0.2", "h1", cpus=8.0, gpus=0.0),
+        FleetNode("c", "10.0.0.3", "h2", cpus=8.0, gpus=4.0),
+    ]
+    envs = rank_envs(nodes, {"NCCL_DEBUG_FILE": "/tmp/n-{rank}.log", "X": "1"})
+    got = {k: [e["NCCL_DEBUG_FILE"] for e in v] for k, v in envs.items()}
+    assert got == {
+        "a": ["/tmp/n-0.log", "/tmp/n-1.log"],
+        "b": ["/tmp/n-2.log", "/tmp/n-3.log"],  # a CPU node: two gloo ranks
+        "c": [f"/tmp/n-{r}.log" for r in (4, 5, 6, 7)],
+    }
+    assert all(e["X"] == "1" for v in envs.values() for e in v)
