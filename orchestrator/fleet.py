@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import platform
+import os
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from orchestrator import fleet_rows, provenance
 from orchestrator.fleet_plan import PairsChoice, disjoint_rounds, pair_rounds
 from orchestrator.planner import link_env_defaults
+from orchestrator.store import liveness
 from orchestrator.suspects import Failed, Rule, Verdict, default_rule, health_reasons, judge
 from workloads.fleet_contract import ComputeRecord
 
@@ -229,7 +230,9 @@ def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None
         "started_at": _now(),
         "status": "running",
         "ray_address": address,
-        "driver_host": platform.node(),
+        "driver_host": liveness.this_host(),
+        "driver_pid": os.getpid(),
+        "heartbeat_at": _now(),
         "git_sha": ctx["git_sha"],
         "git_dirty": ctx["git_dirty"],
         "versions": json.dumps(ctx["versions"]),
@@ -251,6 +254,7 @@ def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None
     )
     measured = _Measured()
     status, error, verdict = "ok", None, None
+    heartbeat = store.heartbeat(fleet_id, table="fleet_checks")  # a killed driver: interrupted
     try:
         for link, env in opts.links.items():
             _measure_link(fleet_id, link, env, nodes, rounds, msg_bytes, opts, rule, measured, say)
@@ -264,6 +268,7 @@ def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None
         status, error = "failed", f"{type(exc).__name__}: {exc}"
         raise
     finally:
+        heartbeat.stop()
         _store_result(store, fleet_id, nodes, measured, verdict, status, error, started)
     return fleet_id
 

@@ -6,12 +6,11 @@ intact. Everyone else reads through :class:`Reader` (``read_only=True``) with th
 of ``orchestrator/store/queries.py``; ``read_query`` runs a user's own SQL (``linksweep query``).
 
 Where data changes, by name: ``Store.insert``/``update``/``delete`` in a transaction (the driver),
-``Store.commit_spooled`` (spooled runs, ``spool.py``), ``Store.mark_interrupted`` (sweeps whose
-driver is gone), ``Store.import_link_bench`` (``linksweep import``), and ``bring_up_to_date``,
-the one write a reading command makes before it reads. Opening for writing (``Store``) creates
-or upgrades the schema in a transaction (``migrations.MIGRATIONS``) and nothing else; opening
-read-only never writes. A newer or foreign database is refused with a clear message and left
-unchanged.
+``Store.commit_spooled`` (spooled runs, ``spool.py``), ``Store.mark_interrupted`` (sweeps and
+fleet checks whose driver is gone), ``Store.import_link_bench`` (``linksweep import``), and
+``bring_up_to_date`` (a reading command's one write). Opening for writing (``Store``) creates or
+upgrades the schema in a transaction (``migrations.MIGRATIONS``) and nothing else; opening
+read-only never writes. A newer or foreign database is refused, unchanged, with a clear message.
 
 May import: columnar, liveness, migrations, queries, schema, spool, duckdb.
 """
@@ -83,6 +82,13 @@ def _table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
         "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
     ).fetchone()
     return bool(row and row[0])
+
+
+_RUNNING = (
+    ("sweeps", "sweep_id", Q.RUNNING_SWEEPS, {}),
+    ("fleet_checks", "fleet_id", Q.RUNNING_FLEETS, {"error": "its driver stopped before the end"}),
+)
+"""What has a driver and a heartbeat: table, key, its ``running`` rows, what else it is told."""
 
 
 def _schema_version(con: duckdb.DuckDBPyConnection) -> int | None:
@@ -201,17 +207,16 @@ class Store(_Handle):
         return committed
 
     def mark_interrupted(self) -> list[str]:
-        """Sweeps still ``running`` whose driver is gone (``liveness.driver_gone``) become
+        """Sweeps and fleet checks still ``running`` whose driver is gone (``liveness``) become
         ``interrupted``, finished at their last heartbeat; returns their ids."""
         now, host = dt.datetime.now(dt.timezone.utc), liveness.this_host()
-        gone = [s for s in self.rows(Q.RUNNING_SWEEPS) if liveness.driver_gone(s, host, now)]
-        for sweep in gone:
-            self.update(
-                "sweeps",
-                {"sweep_id": sweep["sweep_id"], "status": "running"},
-                {"status": "interrupted", "finished_at": sweep.get("heartbeat_at") or now},
-            )
-        return [s["sweep_id"] for s in gone]
+        gone = []
+        for table, key, query, also in _RUNNING:
+            for row in (r for r in self.rows(query) if liveness.driver_gone(r, host, now)):
+                values = {"status": "interrupted", "finished_at": row.get("heartbeat_at") or now}
+                self.update(table, {key: row[key], "status": "running"}, {**values, **also})
+                gone.append(row[key])
+        return gone
 
     def import_link_bench(
         self, rows: Sequence[dict[str, Any]], new_sweep: dict[str, Any] | None, record: dict
@@ -351,13 +356,14 @@ def _needs_write(con: duckdb.DuckDBPyConnection, path: str, version: int) -> boo
     if version < SCHEMA_VERSION or spool.pending(path):
         return True
     now, host = dt.datetime.now(dt.timezone.utc), liveness.this_host()
-    return any(liveness.driver_gone(s, host, now) for s in _rows(con, Q.RUNNING_SWEEPS, {}))
+    rows = [r for _, _, q, _ in _RUNNING for r in _rows(con, q, {})]
+    return any(liveness.driver_gone(r, host, now) for r in rows)
 
 
 def bring_up_to_date(path: str, wait_s: float = 2.0) -> None:
     """The one write a reading command makes, before it opens the database read-only, so every
     reader sees the same truth: an older schema upgraded, spooled runs committed
-    (:meth:`Store.commit_spooled`), sweeps whose driver is gone marked ``interrupted``.
+    (:meth:`Store.commit_spooled`), sweeps and fleet checks of dead drivers ``interrupted``.
 
     Looks first (read-only) and writes only when one of those is due. When the database cannot
     be written now (a sweep is committing, a read-only file) it is read as it is, except an older

@@ -130,16 +130,23 @@ class LiveStore:
             store.commit_spooled()
             store.mark_interrupted()
 
-    def heartbeat(self, sweep_id: str, every_s: float = liveness.HEARTBEAT_S) -> Heartbeat:
-        return Heartbeat(self, sweep_id, every_s)
+    def heartbeat(
+        self, sweep_id: str, every_s: float = liveness.HEARTBEAT_S, table: str = "sweeps"
+    ) -> Heartbeat:
+        """A sweep's heartbeat; with ``table="fleet_checks"``, a fleet check's (its id)."""
+        return Heartbeat(self, sweep_id, every_s, table)
+
+
+_KEYS = {"sweeps": "sweep_id", "fleet_checks": "fleet_id"}
 
 
 class Heartbeat:
-    """Every ``every_s``, the sweep's ``heartbeat_at`` = now (skipped while the database is
+    """Every ``every_s``, the row's ``heartbeat_at`` = now (skipped while the database is
     busy: a missed beat costs nothing, the rule allows many). ``stop()`` ends it."""
 
-    def __init__(self, store: LiveStore, sweep_id: str, every_s: float):
+    def __init__(self, store: LiveStore, sweep_id: str, every_s: float, table: str = "sweeps"):
         self.store, self.sweep_id, self.every_s = store, sweep_id, every_s
+        self.table, self.key = table, _KEYS[table]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="linksweep-heartbeat", daemon=True)
         self._thread.start()
@@ -148,7 +155,7 @@ class Heartbeat:
         values = {"heartbeat_at": dt.datetime.now(dt.timezone.utc), "driver_pid": os.getpid()}
         try:
             with self.store.open("heartbeat", wait_s=1.0) as s:
-                s.update("sweeps", {"sweep_id": self.sweep_id}, values)
+                s.update(self.table, {self.key: self.sweep_id}, values)
         except StoreLocked:
             pass
 

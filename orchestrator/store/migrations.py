@@ -158,4 +158,11 @@ MIGRATIONS: dict[int, list[str]] = {
     # v5 (issue 24, fleet check): a sweep records the nodes placement kept off. The fleet
     # tables are new: created from TABLES.
     5: ["ALTER TABLE sweeps ADD COLUMN excluded_nodes JSON"],
+    # v6: a fleet check's driver and heartbeat, so a check whose driver died reads interrupted.
+    # A v4 database has no fleet_checks yet (v5 created it from TABLES, after the migrations).
+    6: [
+        f"CREATE TABLE IF NOT EXISTS fleet_checks ({TABLES['fleet_checks']})",
+        "ALTER TABLE fleet_checks ADD COLUMN IF NOT EXISTS driver_pid INTEGER",
+        "ALTER TABLE fleet_checks ADD COLUMN IF NOT EXISTS heartbeat_at TIMESTAMPTZ",
+    ],
 }

@@ -54,6 +54,11 @@ RUNNING_SWEEPS = _q(
     """SELECT sweep_id, status, driver_host, driver_pid, heartbeat_at, started_at
        FROM sweeps WHERE status = 'running'""",
 )
+RUNNING_FLEETS = _q(
+    "running_fleets",
+    """SELECT fleet_id, status, driver_host, driver_pid, heartbeat_at, started_at
+       FROM fleet_checks WHERE status = 'running'""",
+)
 LATEST_SWEEP_NAMED = _q(
     "latest_sweep_named",
     """SELECT * FROM sweeps WHERE name = $name AND n_runs_planned > 0

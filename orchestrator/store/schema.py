@@ -1,17 +1,15 @@
-"""The database schema, in one place, with its version: tables, views and migrations.
-
-Pure data (SQL text); ``orchestrator/store/db.py`` applies it. Figures (run, variant, slowdown)
-are computed by ``orchestrator/stats.py`` and stored in ``runs``, ``variant_stats`` and
+"""The database schema, in one place, with its version: tables and views (the migrations:
+``migrations.py``). Pure data (SQL text); ``orchestrator/store/db.py`` applies it. Figures are
+computed by ``orchestrator/stats.py`` and stored in ``runs``, ``variant_stats`` and
 ``sensitivity_stats``; the views select them and add nothing but joins and renames, except
-``step_times`` (per-step max over ranks, for reading step distributions) and ``link_bandwidth``
-(the microbenchmark's medians, the one place they are computed).
+``step_times`` (per-step max over ranks) and ``link_bandwidth`` (the microbenchmark's medians).
 
 May import: nothing (the standard library only).
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 TABLES: dict[str, str] = {
     "meta": """
@@ -348,6 +346,8 @@ TABLES: dict[str, str] = {
         status VARCHAR,              -- running | ok | failed | interrupted
         ray_address VARCHAR,
         driver_host VARCHAR,
+        driver_pid INTEGER,          -- with driver_host, heartbeat_at: as sweeps (liveness.py)
+        heartbeat_at TIMESTAMPTZ,
         git_sha VARCHAR,
         git_dirty BOOLEAN,
         versions JSON,

@@ -270,3 +270,60 @@ def test_the_rule_defaults_by_fleet_kind_and_is_stored_with_the_check(monkeypatc
     (tmp_path / "g").mkdir()
     db, fleet_id, _, _ = check(monkeypatch, tmp_path / "g", gpus)
     assert json.loads(read(db, fleet_id)["check"][0]["rule"])["rel"] == 0.15
+
+
+def test_a_check_whose_driver_is_gone_reads_interrupted_and_a_live_one_running(
+    monkeypatch, tmp_path
+):
+    import datetime as dt
+    import os
+    from pathlib import Path
+
+    from orchestrator.store import Store, bring_up_to_date, liveness
+
+    db, fleet_id, _, _ = check(monkeypatch, tmp_path, four())
+    (c,) = read(db, fleet_id)["check"]
+    assert (c["driver_pid"], c["driver_host"]) == (os.getpid(), liveness.this_host())
+    assert c["heartbeat_at"] is not None
+    dead_pid = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process has it
+    now = dt.datetime.now(dt.timezone.utc)
+    row = {"driver_host": liveness.this_host(), "heartbeat_at": now, "started_at": now}
+    with Store(db) as s:
+        s.insert(
+            "fleet_checks",
+            [{"fleet_id": "dead", "status": "running", "driver_pid": dead_pid, **row}],
+        )
+        s.insert(
+            "fleet_checks",
+            [{"fleet_id": "live", "status": "running", "driver_pid": os.getpid(), **row}],
+        )
+    bring_up_to_date(db)  # what every reading command does first (report --fleet, query, ...)
+    with Reader(db) as r:
+        got = {x["fleet_id"]: x for x in r.rows(Q.RECENT_FLEETS, limit=10)}
+    assert (got["dead"]["status"], got["live"]["status"], got[fleet_id]["status"]) == (
+        "interrupted",
+        "running",
+        "ok",
+    )
+    (dead,) = read(db, "dead")["check"]
+    assert "driver stopped before the end" in dead["error"] and dead["n_suspects"] is None
+
+
+def test_a_v5_database_gets_the_fleet_driver_columns_keeping_its_checks(monkeypatch, tmp_path):
+    import duckdb
+
+    from orchestrator.store import SCHEMA_VERSION, Store
+
+    db, fleet_id, _, _ = check(monkeypatch, tmp_path, four())
+    con = duckdb.connect(db)  # what linksweep v5 wrote: no driver_pid, heartbeat_at
+    for col in ("driver_pid", "heartbeat_at"):
+        con.execute(f"ALTER TABLE fleet_checks DROP COLUMN {col}")
+    con.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+    con.close()
+    with Store(db) as s:
+        assert s.query("SELECT value FROM meta WHERE key = 'schema_version'")[1] == [
+            (str(SCHEMA_VERSION),)
+        ]
+        assert s.query("SELECT fleet_id, status, driver_pid FROM fleet_checks")[1] == [
+            (fleet_id, "ok", None)
+        ]
