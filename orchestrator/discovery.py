@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,8 +103,9 @@ def _check_topo(report: NodeReport) -> NodeReport:
     return report
 
 
-def discover_nodes(timeout_s: float = 120.0) -> list[NodeReport]:
-    """Probe every alive Ray node once, in parallel; one report per node, sorted by hostname.
+def discover_nodes(timeout_s: float = 120.0, skip: Collection[str] = ()) -> list[NodeReport]:
+    """Probe every alive Ray node once (but those in ``skip``: node ids a sweep keeps off, never
+    touched), in parallel; one report per node, sorted by hostname.
 
     Assumes a Ray connection (``raycluster.session.connect``). A probe that raises, lands on a dead node
     or has not answered after ``timeout_s`` becomes a report with ``error`` set.
@@ -113,7 +114,7 @@ def discover_nodes(timeout_s: float = 120.0) -> list[NodeReport]:
     from workloads.probe import probe_node
 
     reports = []
-    for answer in run_on_every_node(probe_node, timeout_s):
+    for answer in run_on_every_node(probe_node, timeout_s, skip):
         n = answer.node
         base = {k: n[k] for k in ("node_id", "hostname", "ip", "cpus", "gpus")}
         if answer.error is not None:

@@ -71,7 +71,7 @@ def execute_sweep(
     launchers = None
     with sweep_life(store, sweep_id, ui):
         try:
-            topo_links, gpu_uuids = discover_topology(store, sweep_id)
+            topo_links, gpu_uuids = discover_topology(store, sweep_id, avoid)
             record_links(store, spec, sweep_id, address)
             ui.sweep_started(spec, sweep_id, len(slots))
             prices = (
@@ -117,11 +117,12 @@ def execute_linkbench(
     nodes. Returns the sweep id."""
     sweep_id = new_sweep_id()
     longsweep.start_sweep(store, spec, sweep_id, address, 0, excluded)
+    avoid = excluded_node_ids(excluded)
     with sweep_life(store, sweep_id, ui):
-        discover_topology(store, sweep_id)
+        discover_topology(store, sweep_id, avoid)
         record_links(store, spec, sweep_id, address)
         ui.sweep_started(spec, sweep_id, 0)
-        run_linkbenches(spec, store, sweep_id, bundle, ui, excluded_node_ids(excluded))
+        run_linkbenches(spec, store, sweep_id, bundle, ui, avoid)
     return sweep_id
 
 
@@ -176,11 +177,12 @@ def run_one(
             shutil.rmtree(cfg.nvme_dir, ignore_errors=True)
 
 
-def discover_topology(store, sweep_id: str) -> tuple[dict, dict]:
-    """One probe per node: nvidia-smi topo -m and NVML inventory -> nodes, gpus, gpu_links.
-    Returns each node's links (``discovery.links_by_node``) and GPU UUIDs -> indices
-    (``rows.gpu_uuids_by_node``), what a run's link class is read from."""
-    tables = node_rows(sweep_id, discover_nodes())
+def discover_topology(store, sweep_id: str, avoid: Sequence[str] = ()) -> tuple[dict, dict]:
+    """One probe per node but the ``avoid`` ones (excluded: never touched): nvidia-smi topo -m
+    and NVML inventory -> nodes, gpus, gpu_links. Returns each node's links
+    (``discovery.links_by_node``) and GPU UUIDs -> indices (``rows.gpu_uuids_by_node``), what a
+    run's link class is read from."""
+    tables = node_rows(sweep_id, discover_nodes(skip=avoid))
     with store.transaction():
         for table, table_rows in tables.items():
             store.delete(table, {"sweep_id": sweep_id})  # a resumed sweep: the cluster now

@@ -117,7 +117,7 @@ def _text(value: Any) -> str | None:
 
 def _gpu_facts(nvml: Any, index: int, under_load: bool) -> dict[str, Any]:
     """One GPU's health dict (keys: ``fleet_contract.HealthRecord.gpus``)."""
-    from workloads.telemetry import _REASON_FNS  # the new reasons call, then its older name
+    from workloads.telemetry import REASON_FNS  # the new reasons call, then its older name
 
     unanswered = _errors(
         nvml, "NVMLError_NotSupported", "NVMLError_NoPermission", "NVMLError_FunctionNotFound"
@@ -136,7 +136,7 @@ def _gpu_facts(nvml: Any, index: int, under_load: bool) -> dict[str, Any]:
             return None
 
     reasons = None
-    for fn_name in _REASON_FNS:
+    for fn_name in REASON_FNS:
         if hasattr(nvml, fn_name) and (value := read(fn_name)) is not None:
             reasons = int(value)
             break

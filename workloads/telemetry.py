@@ -85,7 +85,7 @@ _PERF_POLICIES = {
     "power": ("NVML_PERF_POLICY_POWER", 0),
     "thermal": ("NVML_PERF_POLICY_THERMAL", 1),
 }
-_REASON_FNS = (
+REASON_FNS = (
     "nvmlDeviceGetCurrentClocksEventReasons",  # drivers >= 535
     "nvmlDeviceGetCurrentClocksThrottleReasons",  # the older name of the same bits
 )
@@ -188,7 +188,7 @@ class NvmlSampler:
         self._violations_start: dict[str, int] = {}
         self._t0 = 0.0
         self._error: str | None = None
-        self._reason_fns = [n for n in _REASON_FNS if hasattr(self._nvml, n)]
+        self._reason_fns = [n for n in REASON_FNS if hasattr(self._nvml, n)]
         # A reading this GPU or driver cannot give is None, not an error that ends sampling.
         self._unanswered = _errors(
             self._nvml,

@@ -12,7 +12,7 @@ May import: reach, orchestrator.errors, orchestrator.planner, ray.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import ray
@@ -54,13 +54,16 @@ class NodeAnswer:
     error: str | None = None
 
 
-def run_on_every_node(fn: Callable[[], object], timeout_s: float) -> list[NodeAnswer]:
-    """Run ``fn`` once on every alive node, in parallel (a task pinned to the node, 0 CPUs).
+def run_on_every_node(
+    fn: Callable[[], object], timeout_s: float, skip: Collection[str] = ()
+) -> list[NodeAnswer]:
+    """Run ``fn`` once on every alive node but those in ``skip`` (node ids), in parallel (a task
+    pinned to the node, 0 CPUs).
 
     Never raises for a node: a task that raises, lands on a dead node or has not answered after
     ``timeout_s`` becomes an answer with ``error`` set (and is cancelled).
     """
-    nodes = alive_nodes()
+    nodes = [n for n in alive_nodes() if n["node_id"] not in skip]
     remote_fn = ray.remote(num_cpus=0, max_retries=0)(fn)
     refs = [
         remote_fn.options(

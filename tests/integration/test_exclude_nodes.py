@@ -97,6 +97,7 @@ def test_exclude_nodes_keeps_every_rank_off_the_node(node_ids, tmp_path, capsys)
     assert "excluded node " + head[:12] in capsys.readouterr().err
     assert q(db, "SELECT count(*) FROM runs WHERE status = 'ok'") == [(2,)]
     assert rank_nodes(db) == {worker}
+    assert q(db, "SELECT node_id FROM nodes") == [(worker,)]  # not even probed for topology
     ((excluded, spec),) = q(db, "SELECT excluded_nodes, spec FROM sweeps")
     (r,) = json.loads(excluded)
     assert (r["entry"], r["source"], r["node_id"]) == (head, "exclude_nodes", head)
@@ -202,3 +203,4 @@ def test_linkbench_command_records_its_exclusions(node_ids, tmp_path):
     ((excluded,),) = q(db, "SELECT excluded_nodes FROM sweeps")
     assert [r["node_id"] for r in json.loads(excluded)] == [head]
     assert q(db, "SELECT DISTINCT status FROM link_bench") == [("ok",)]
+    assert head not in {r[0] for r in q(db, "SELECT node_id FROM nodes")}
