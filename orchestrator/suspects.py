@@ -6,8 +6,9 @@ short, per check:
 - **Robust reference**: the fleet's median and median absolute deviation (MAD) of per-node
   figures. A value is *low* when it is below both ``median * (1 - rel)`` and
   ``median - mad_k * 1.4826 * MAD`` (``Rule``; 1.4826 scales a MAD to a standard deviation for
-  normal data). The relative bound keeps a tight fleet's small dips quiet; the MAD bound keeps a
-  noisy fleet's ordinary spread quiet.
+  normal data), or below ``median * floor`` (4x slower) whatever the spread. The relative bound
+  keeps a tight fleet's small dips quiet; the MAD bound keeps a noisy fleet's ordinary spread
+  quiet; the floor keeps a MAD over a handful of noisy values from hiding a gross fault.
 - **Inter-node pairs, per link**: a node's score is the median busbw of its pairs (a failed
   pair counts as 0; of an even count the upper middle value, ``upper_median``); the reference is
   taken over node scores, never over pairs, because a bad node touches N-1 of the N(N-1)/2 pairs
@@ -70,6 +71,12 @@ class Rule:
     min_partners: int = 2
     """A node is named from pairs only when slow with at least min(this, its partners) partners
     (and most of them): one slow partner could be that partner's fault."""
+    floor: float = 0.25
+    """A figure below median * floor (4x slower) is low whatever the spread: the MAD of the
+    handful of values a small fleet compares with can reach below zero (the emulated cluster,
+    2026-11-24: pairs 0.50, 0.76, 0.98 GB/s put the MAD bound at -0.24, and a node at 0.012,
+    98% below, went unnamed). No noise seen here came near it (the lowest healthy pair read 57%
+    of the others' median). Never above ``1 - rel``: it only lifts a bound the MAD dragged down."""
 
     def __post_init__(self) -> None:
         if not 0 < self.rel < 1:
@@ -80,6 +87,8 @@ class Rule:
             raise ValueError(f"Rule.min_partners: {self.min_partners!r} must be an int >= 1")
         if self.min_partners < 1:
             raise ValueError(f"Rule.min_partners: {self.min_partners!r} must be an int >= 1")
+        if not 0 <= self.floor < 1:
+            raise ValueError(f"Rule.floor: {self.floor!r} must be >= 0 and < 1")
 
     def to_dict(self) -> dict[str, Any]:
         """The parameters as ``fleet_checks.rule`` stores them."""
@@ -107,7 +116,7 @@ class Bound:
     median: float
     mad: float
     value: float
-    """min(median * (1 - rel), median - mad_k * 1.4826 * MAD)."""
+    """min(median * (1 - rel), median - mad_k * 1.4826 * MAD), at least median * floor."""
     n: int
     """How many node figures the median and MAD were taken over."""
 
@@ -141,8 +150,11 @@ def low(x: float, ref: float, mad: float, rule: Rule) -> bool:
 
 
 def bound_of(ref: float, mad: float, rule: Rule) -> float:
-    """The figure below which a value is low: the lower of the relative and the MAD bound."""
-    return min(ref * (1 - rule.rel), ref - rule.mad_k * MAD_TO_SIGMA * mad)
+    """The figure below which a value is low: the lower of the relative and the MAD bound, but
+    never under ``ref * floor`` (capped at the relative bound)."""
+    rel_bound = ref * (1 - rule.rel)
+    bound = min(rel_bound, ref - rule.mad_k * MAD_TO_SIGMA * mad)
+    return max(bound, min(ref * rule.floor, rel_bound))
 
 
 def upper_median(xs: Sequence[float]) -> float:
