@@ -302,6 +302,21 @@ def _note_lines(value: Any) -> list[str]:
     return [str(value)]
 
 
+def rule_text(rule: object) -> str:
+    """``low when 50% below the median and 3 scaled MADs, or under 25% of it; a node slow with
+    2+ partners``: the stored rule (``fleet_checks.rule``) in words, or ``-``."""
+    if not isinstance(rule, dict) or "rel" not in rule:
+        return "-"
+    k = rule.get("mad_k")
+    k = f"{k:g}" if isinstance(k, (int, float)) else "-"
+    text = f"low when {rule['rel']:.0%} below the median and {k} scaled MADs"
+    if rule.get("floor"):
+        text += f", or under {rule['floor']:.0%} of it"
+    if rule.get("min_partners") is not None:
+        text += f"; a node slow with {rule['min_partners']}+ partners"
+    return text
+
+
 def header_lines(
     check: dict, nodes: Sequence[dict], pairs: Sequence[dict], rounds: Sequence[dict]
 ) -> list[str]:
@@ -333,6 +348,7 @@ def header_lines(
             else ""
         ),
         f"inter-node rounds per link: {check.get('n_rounds') if check.get('n_rounds') is not None else '-'}",
+        f"rule: {rule_text(json_value(check.get('rule')))}",
         f"wall time: {fmt_seconds(float(wall)) if wall is not None else '-'}",
         f"per inter-node round: {per_round}",
         *([f"time per stage (sum of wall_s): {stages}"] if stages else []),

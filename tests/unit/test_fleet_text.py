@@ -3,6 +3,7 @@ tables fleet_checks, fleet_nodes, fleet_pairs, fleet_rounds and the view fleet_s
 
 from __future__ import annotations
 
+import json
 import re
 
 from orchestrator.fleet_text import (
@@ -289,3 +290,21 @@ def test_stored_texts_name_nodes_by_label_when_read():
         "a single slow pair: 10.0.0.1 and 10.0.0.2 are fine with their other partners"
     )
     assert labelled("no node here", labels) == "no node here"
+
+
+def test_the_header_says_the_rule_the_check_was_judged_by():
+    from orchestrator.fleet_text import rule_text
+    from orchestrator.suspects import default_rule
+
+    cpu = rule_text(default_rule(gpu_fleet=False).to_dict())
+    assert cpu == (
+        "low when 50% below the median and 3 scaled MADs, or under 25% of it; "
+        "a node slow with 2+ partners"
+    )
+    assert rule_text(json.loads(json.dumps(default_rule(True).to_dict()))).startswith(
+        "low when 15% below"
+    )
+    assert rule_text(None) == "-" and rule_text({"x": 1}) == "-"
+    f = fleet(4, slow=2)
+    f["check"]["rule"] = json.dumps(default_rule(False).to_dict())
+    assert f"rule: {cpu}" in summary_text(**f)
