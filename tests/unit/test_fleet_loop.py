@@ -16,6 +16,7 @@ from orchestrator import fleet
 from orchestrator.fleet_plan import parse_pairs
 from orchestrator.store import Q, Reader
 from orchestrator.store.live import LiveStore
+from orchestrator.store.snapshot import load_fleet
 from workloads.fleet_contract import ComputeRecord, HealthRecord
 
 GOOD, BAD = 1.0, 0.1
@@ -124,24 +125,10 @@ def check(monkeypatch, tmp_path, nodes, links=None, **plant):
     return db, fleet_id, log, said
 
 
-def read(db, fleet_id):
-    with Reader(db) as r:
-        return {
-            name: r.rows(q, fleet_id=fleet_id)
-            for name, q in (
-                ("check", Q.FLEET_CHECK),
-                ("nodes", Q.FLEET_NODES),
-                ("pairs", Q.FLEET_PAIRS),
-                ("rounds", Q.FLEET_ROUNDS),
-                ("suspects", Q.FLEET_SUSPECTS),
-            )
-        }
-
-
 def test_a_slow_node_is_stored_as_the_one_suspect(monkeypatch, tmp_path):
     db, fleet_id, log, said = check(monkeypatch, tmp_path, four(), slow=("n2",))
-    got = read(db, fleet_id)
-    (c,) = got["check"]
+    got = load_fleet(db, fleet_id)
+    c = got["check"]
     assert (c["status"], c["n_nodes"], c["n_rounds"], c["n_suspects"]) == ("ok", 4, 3, 1)
     assert c["max_mb"] == 4.0 and c["pairs_mode"] == "all"
     assert [(s["kind"], s["node_id"], s["ip"]) for s in got["suspects"]] == [
@@ -164,14 +151,14 @@ def test_nodes_of_one_machine_take_turns_for_node_checks(monkeypatch, tmp_path):
     db, fleet_id, log, _ = check(monkeypatch, tmp_path, four(("vm",) * 4))
     assert [e for e in log if e[0] == "compute"] == [("compute", (f"n{i}",)) for i in range(4)]
     assert len([e for e in log if e[0] == "intra"]) == 4
-    got = read(db, fleet_id)
-    assert got["suspects"] == [] and got["check"][0]["n_suspects"] == 0
-    assert "share a machine" in " ".join(__import__("json").loads(got["check"][0]["notes"]))
+    got = load_fleet(db, fleet_id)
+    assert got["suspects"] == [] and got["check"]["n_suspects"] == 0
+    assert "share a machine" in " ".join(got["check"]["notes"])
 
 
 def test_a_failed_pair_is_a_row_and_a_suspect_with_its_error(monkeypatch, tmp_path):
     db, fleet_id, _, _ = check(monkeypatch, tmp_path, four(), failed_pair={"n0", "n1"})
-    got = read(db, fleet_id)
+    got = load_fleet(db, fleet_id)
     failed = [p for p in got["pairs"] if p["status"] == "failed"]
     assert len(failed) == 1 and "Connection reset by peer" in failed[0]["error"]
     assert [(s["kind"], s["node_id"], s["partner_id"]) for s in got["suspects"]] == [
@@ -186,7 +173,7 @@ def test_each_link_is_measured_with_a_fresh_set_of_ranks_and_its_env(monkeypatch
     assert len(envs) == 2 and log.count(("closed",)) == 2
     assert envs[1]["NCCL_P2P_DISABLE"] == "1" and envs[1]["NCCL_NVLS_ENABLE"] == "0"
     assert all(e["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" for e in envs)
-    got = read(db, fleet_id)
+    got = load_fleet(db, fleet_id)
     assert {p["link"] for p in got["pairs"]} == {"nvlink", "pcie"}
 
 
@@ -194,10 +181,8 @@ def test_a_stop_keeps_what_was_measured_without_a_verdict(monkeypatch, tmp_path)
     with pytest.raises(KeyboardInterrupt):
         check(monkeypatch, tmp_path, four(), slow=("n1",), interrupt_round=1)
     db = str(tmp_path / "f.duckdb")
-    with Reader(db) as r:
-        (fleet_id,) = (row["fleet_id"] for row in r.rows(Q.LATEST_FLEET))
-    got = read(db, fleet_id)
-    c = got["check"][0]
+    got = load_fleet(db, "latest")
+    c = got["check"]
     assert c["status"] == "interrupted" and c["n_suspects"] is None
     inter = [p for p in got["pairs"] if p["kind"] == "inter"]
     assert len(inter) == 2 and all(p["slow"] is None for p in inter)  # one round, no verdict
@@ -233,7 +218,7 @@ def test_fake_nvml_pcie_x8_and_a_throttled_gpu_are_suspects_with_the_reason(monk
     db = str(tmp_path / "f.duckdb")
     opts = fleet.FleetOptions(links={"default": {}}, pairs=parse_pairs("all"))
     fleet_id = fleet.run_fleet(LiveStore(db), opts, "addr", lambda s: None)
-    suspects = {s["node_id"]: s["why"] for s in read(db, fleet_id)["suspects"]}
+    suspects = {s["node_id"]: s["why"] for s in load_fleet(db, fleet_id)["suspects"]}
     assert sorted(suspects) == ["n1", "n2"]
     assert "x8 of x16" in suspects["n1"] and "GPU1" in suspects["n1"]
     assert "HwThermalSlowdown" in suspects["n2"] and "GPU0" in suspects["n2"]
@@ -241,8 +226,8 @@ def test_fake_nvml_pcie_x8_and_a_throttled_gpu_are_suspects_with_the_reason(monk
 
 def test_a_pair_slow_once_is_measured_again_and_not_named(monkeypatch, tmp_path):
     db, fleet_id, log, said = check(monkeypatch, tmp_path, four(), transient={"n0", "n3"})
-    got = read(db, fleet_id)
-    assert got["suspects"] == [] and got["check"][0]["n_suspects"] == 0
+    got = load_fleet(db, fleet_id)
+    assert got["suspects"] == [] and got["check"]["n_suspects"] == 0
     (row,) = [p for p in got["pairs"] if (p["node_a"], p["node_b"]) == ("n0", "n3")]
     assert (row["busbw_gbps"], row["first_busbw_gbps"], row["slow"]) == (GOOD, BAD, False)
     assert row["round"] is not None  # keeps its tournament round
@@ -253,7 +238,7 @@ def test_a_pair_slow_once_is_measured_again_and_not_named(monkeypatch, tmp_path)
 
 def test_a_slow_node_stays_slow_when_its_pairs_are_measured_again(monkeypatch, tmp_path):
     db, fleet_id, log, _ = check(monkeypatch, tmp_path, four(), slow=("n1",))
-    got = read(db, fleet_id)
+    got = load_fleet(db, fleet_id)
     assert [s["node_id"] for s in got["suspects"]] == ["n1"]
     again = [p for p in got["pairs"] if p["first_busbw_gbps"] is not None]
     assert len(again) == 3 and all(p["busbw_gbps"] == BAD and p["slow"] for p in again)
@@ -262,14 +247,12 @@ def test_a_slow_node_stays_slow_when_its_pairs_are_measured_again(monkeypatch, t
 
 
 def test_the_rule_defaults_by_fleet_kind_and_is_stored_with_the_check(monkeypatch, tmp_path):
-    import json
-
     db, fleet_id, _, _ = check(monkeypatch, tmp_path, four())
-    assert json.loads(read(db, fleet_id)["check"][0]["rule"])["rel"] == 0.5  # CPU nodes
+    assert load_fleet(db, fleet_id)["check"]["rule"]["rel"] == 0.5  # CPU nodes
     gpus = [Node(f"n{i}", f"10.0.0.{i + 1}", f"h{i}", gpus=2.0) for i in range(4)]
     (tmp_path / "g").mkdir()
     db, fleet_id, _, _ = check(monkeypatch, tmp_path / "g", gpus)
-    assert json.loads(read(db, fleet_id)["check"][0]["rule"])["rel"] == 0.15
+    assert load_fleet(db, fleet_id)["check"]["rule"]["rel"] == 0.15
 
 
 def test_a_check_whose_driver_is_gone_reads_interrupted_and_a_live_one_running(
@@ -282,7 +265,7 @@ def test_a_check_whose_driver_is_gone_reads_interrupted_and_a_live_one_running(
     from orchestrator.store import Store, bring_up_to_date, liveness
 
     db, fleet_id, _, _ = check(monkeypatch, tmp_path, four())
-    (c,) = read(db, fleet_id)["check"]
+    c = load_fleet(db, fleet_id)["check"]
     assert (c["driver_pid"], c["driver_host"]) == (os.getpid(), liveness.this_host())
     assert c["heartbeat_at"] is not None
     dead_pid = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process has it
@@ -305,7 +288,7 @@ def test_a_check_whose_driver_is_gone_reads_interrupted_and_a_live_one_running(
         "running",
         "ok",
     )
-    (dead,) = read(db, "dead")["check"]
+    dead = load_fleet(db, "dead")["check"]
     assert "driver stopped before the end" in dead["error"] and dead["n_suspects"] is None
 
 
