@@ -84,11 +84,11 @@ def _table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     return bool(row and row[0])
 
 
-_RUNNING = (
-    ("sweeps", "sweep_id", Q.RUNNING_SWEEPS, {}),
-    ("fleet_checks", "fleet_id", Q.RUNNING_FLEETS, {"error": "its driver stopped before the end"}),
-)
-"""What has a driver and a heartbeat: table, key, its ``running`` rows, what else it is told."""
+DRIVEN = {
+    "sweeps": ("sweep_id", Q.RUNNING_SWEEPS, {}),
+    "fleet_checks": ("fleet_id", Q.RUNNING_FLEETS, {"error": "its driver stopped before the end"}),
+}
+"""Tables with a driver and heartbeat per row: key, running rows, what a dead driver's row gets."""
 
 
 def _schema_version(con: duckdb.DuckDBPyConnection) -> int | None:
@@ -211,7 +211,7 @@ class Store(_Handle):
         ``interrupted``, finished at their last heartbeat; returns their ids."""
         now, host = dt.datetime.now(dt.timezone.utc), liveness.this_host()
         gone = []
-        for table, key, query, also in _RUNNING:
+        for table, (key, query, also) in DRIVEN.items():
             for row in (r for r in self.rows(query) if liveness.driver_gone(r, host, now)):
                 values = {"status": "interrupted", "finished_at": row.get("heartbeat_at") or now}
                 self.update(table, {key: row[key], "status": "running"}, {**values, **also})
@@ -356,7 +356,7 @@ def _needs_write(con: duckdb.DuckDBPyConnection, path: str, version: int) -> boo
     if version < SCHEMA_VERSION or spool.pending(path):
         return True
     now, host = dt.datetime.now(dt.timezone.utc), liveness.this_host()
-    rows = [r for _, _, q, _ in _RUNNING for r in _rows(con, q, {})]
+    rows = [r for _, q, _ in DRIVEN.values() for r in _rows(con, q, {})]
     return any(liveness.driver_gone(r, host, now) for r in rows)
 
 

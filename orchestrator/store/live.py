@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from orchestrator.store import liveness, spool
-from orchestrator.store.db import Store, StoreLocked
+from orchestrator.store.db import DRIVEN, Store, StoreLocked
 from orchestrator.store.queries import Query
 
 LOCK_WAIT_S = 120.0
@@ -131,22 +131,19 @@ class LiveStore:
             store.mark_interrupted()
 
     def heartbeat(
-        self, sweep_id: str, every_s: float = liveness.HEARTBEAT_S, table: str = "sweeps"
+        self, row_id: str, every_s: float = liveness.HEARTBEAT_S, table: str = "sweeps"
     ) -> Heartbeat:
-        """A sweep's heartbeat; with ``table="fleet_checks"``, a fleet check's (its id)."""
-        return Heartbeat(self, sweep_id, every_s, table)
-
-
-_KEYS = {"sweeps": "sweep_id", "fleet_checks": "fleet_id"}
+        """A sweep's heartbeat; with ``table="fleet_checks"``, a fleet check's (``db.DRIVEN``)."""
+        return Heartbeat(self, row_id, every_s, table)
 
 
 class Heartbeat:
     """Every ``every_s``, the row's ``heartbeat_at`` = now (skipped while the database is
     busy: a missed beat costs nothing, the rule allows many). ``stop()`` ends it."""
 
-    def __init__(self, store: LiveStore, sweep_id: str, every_s: float, table: str = "sweeps"):
-        self.store, self.sweep_id, self.every_s = store, sweep_id, every_s
-        self.table, self.key = table, _KEYS[table]
+    def __init__(self, store: LiveStore, row_id: str, every_s: float, table: str = "sweeps"):
+        self.store, self.row_id, self.every_s = store, row_id, every_s
+        self.table, self.key = table, DRIVEN[table][0]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="linksweep-heartbeat", daemon=True)
         self._thread.start()
@@ -155,7 +152,7 @@ class Heartbeat:
         values = {"heartbeat_at": dt.datetime.now(dt.timezone.utc), "driver_pid": os.getpid()}
         try:
             with self.store.open("heartbeat", wait_s=1.0) as s:
-                s.update(self.table, {self.key: self.sweep_id}, values)
+                s.update(self.table, {self.key: self.row_id}, values)
         except StoreLocked:
             pass
 
