@@ -116,7 +116,8 @@ class Bound:
     median: float
     mad: float
     value: float
-    """min(median * (1 - rel), median - mad_k * 1.4826 * MAD), at least median * floor."""
+    """min(median * (1 - rel), median - mad_k * 1.4826 * MAD), lifted to median * floor when
+    below it (never above the relative bound): ``bound_of``."""
     n: int
     """How many node figures the median and MAD were taken over."""
 
