@@ -30,9 +30,11 @@ Cost to know about: the first ``deepspeed.initialize`` on a fresh CPU machine JI
 Units: DeepSpeed's ZeRO bucket sizes (``reduce_bucket_size``, ``allgather_bucket_size``,
 ``stage3_prefetch_bucket_size``) count ELEMENTS, not bytes (``zero/config.py``: they size
 ``torch.empty(int(self.reduce_bucket_size), dtype=...)`` buffers and are compared with
-``param.numel()``). Our ``bucket_mb`` is megabytes (1e6 bytes) of the gradient dtype, so
-``elements = bucket_mb * 1e6 / bytes_per_element`` (4 for fp32, 2 for bf16): a 25 MB bucket is
-6.25 M fp32 elements or 12.5 M bf16 elements, the same bytes on the link either way.
+``param.numel()``). Our ``bucket_mb`` is MiB (2**20 bytes), the unit of DDP's ``bucket_cap_mb``
+(torch 2.13 ``nn/parallel/distributed.py``: ``_MB_TO_BYTES = 1024 * 1024``), so one grid value
+is one byte count in both frameworks: ``elements = bucket_mb * 2**20 / bytes_per_element`` (4 for
+fp32, 2 for bf16, the dtype ZeRO's gradient buckets are allocated in): a 25 MiB bucket is
+6,553,600 fp32 elements or 13,107,200 bf16 elements, 26,214,400 bytes either way, as DDP's.
 
 May import: nothing (the standard library only).
 """
@@ -47,6 +49,7 @@ __all__ = [
     "DDP_DEFAULT_BUCKET_MB",
     "DS_DEFAULT_BUCKET_ELEMENTS",
     "HARNESS_KEYS",
+    "MIB",
     "OFFLOADS",
     "OVERLAP_CHOICES",
     "PRECISIONS",
@@ -77,7 +80,10 @@ False for 1/2); true/false set ``zero_optimization.overlap_comm``. DDP: default/
 overlapped bucketed all-reduce, false all-reduces the gradients after backward."""
 
 DDP_DEFAULT_BUCKET_MB = 25
-"""torch DDP's ``bucket_cap_mb`` default (torch/nn/parallel/distributed.py)."""
+"""torch DDP's ``bucket_cap_mb`` default, in MiB (torch/nn/parallel/distributed.py)."""
+
+MIB = 1024 * 1024
+"""Bytes in the unit of ``bucket_mb``: DDP's ``bucket_cap_mb`` is MiB (``_MB_TO_BYTES``)."""
 
 DS_DEFAULT_BUCKET_ELEMENTS = 500_000_000
 """DeepSpeed 0.19.8's default reduce_bucket_size and allgather_bucket_size (5e8 elements,
@@ -92,7 +98,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # parameter gathered, so the comms logger's per-op times and the textbook byte counts
     # (comm_model.py: ZeRO-3 gathers every parameter in forward and again in backward) hold.
     # For studying the communication schedule itself, not for "what users get". Buckets come
-    # from bucket_mb (DDP's 25 MB unless the grid says otherwise); see deepspeed_config.
+    # from bucket_mb (DDP's 25 MiB unless the grid says otherwise); see deepspeed_config.
     "serialized": {
         "zero_optimization": {
             "overlap_comm": False,
@@ -145,12 +151,13 @@ HARNESS_KEYS: dict[str, str] = {
 
 
 def bucket_elements(bucket_mb: int, precision: str) -> int:
-    """Number of elements of the ``precision`` dtype that fill ``bucket_mb`` megabytes (1e6 B)."""
+    """Number of elements of the ``precision`` dtype that fill ``bucket_mb`` MiB (2**20 B), the
+    bytes DDP's ``bucket_cap_mb`` of the same value holds."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r} is not one of {sorted(PRECISIONS)}")
     if bucket_mb <= 0:
         raise ValueError(f"bucket_mb must be > 0, got {bucket_mb!r}")
-    return int(bucket_mb * 1_000_000 // PRECISIONS[precision])
+    return int(bucket_mb * MIB // PRECISIONS[precision])
 
 
 def _get(block: dict | None, dotted: str) -> Any:
@@ -171,15 +178,16 @@ def _has(block: dict | None, dotted: str) -> bool:
 def default_bucket_mb(
     strategy: str, precision: str, block: dict | None = None, preset: str | None = None
 ) -> int:
-    """``bucket_mb`` a variant gets when the grid says ``default``: DDP's own default (25 MB);
+    """``bucket_mb`` a variant gets when the grid says ``default``: DDP's own default (25 MiB);
     for ZeRO the reduce bucket the run will use (the ``deepspeed:`` block's, else DeepSpeed's
-    5e8 elements), in MB of the gradient dtype; the ``serialized`` preset uses DDP's 25 MB."""
+    5e8 elements), in MiB of the gradient dtype, rounded; the ``serialized`` preset uses DDP's
+    25 MiB."""
     if strategy not in STRATEGIES or preset == "serialized":
         return DDP_DEFAULT_BUCKET_MB
     elements = _get(block, "zero_optimization.reduce_bucket_size")
     if isinstance(elements, bool) or not isinstance(elements, (int, float)) or elements <= 0:
         elements = DS_DEFAULT_BUCKET_ELEMENTS  # absent, or invalid (ds_check refuses it)
-    return max(1, round(int(elements) * PRECISIONS[precision] / 1_000_000))
+    return max(1, round(int(elements) * PRECISIONS[precision] / MIB))
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -243,7 +251,7 @@ def deepspeed_config(
     precision: ``fp32`` (no ``bf16``/``fp16`` block) | ``bf16`` (``{"bf16": {"enabled": True}}``).
     offload: ``none`` | ``cpu`` (optimizer state on host) | ``nvme`` (zero3 only: optimizer
         state and parameters swapped to ``nvme_path``).
-    bucket_mb: reduce / all-gather bucket size in megabytes of the gradient dtype; None leaves
+    bucket_mb: reduce / all-gather bucket size in MiB (as DDP's ``bucket_cap_mb``); None leaves
         DeepSpeed's default (or the ``deepspeed:`` block's value).
     nvme_path: directory for NVMe swap files; required when ``offload == "nvme"``.
     overlap_comm: ``default`` (DeepSpeed's rule for the stage) | ``true`` | ``false``.

@@ -43,7 +43,8 @@ class Variant:
     placement: str
     offload: str = "none"
     bucket_mb: int = 25
-    """MB; with the grid's ``default``, the framework's own (see ``default_bucket_mb``)."""
+    """MiB (as DDP's ``bucket_cap_mb``); with the grid's ``default``, the framework's own (see
+    ``default_bucket_mb``)."""
     overlap_comm: str = "default"
     """default | true | false (see ``ds_config.OVERLAP_CHOICES``)."""
 

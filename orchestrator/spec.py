@@ -85,8 +85,10 @@ class Grid(BaseModel):
     offload: list[Offload] = Field(default=["none"], min_length=1)
     """ZeRO only: where optimizer state (and with zero3 + nvme, parameters) lives."""
     bucket_mb: list[int | Literal["default"]] = Field(default=["default"], min_length=1)
-    """DDP bucket_cap_mb and DeepSpeed reduce/allgather bucket size, in MB of gradient dtype;
-    ``default``: each framework's own (DDP 25 MB, DeepSpeed 5e8 elements)."""
+    """DDP bucket_cap_mb and DeepSpeed reduce/allgather bucket size, in MiB (2**20 bytes, the
+    unit of DDP's ``bucket_cap_mb``): one value is one byte count in both frameworks (DeepSpeed
+    gets ``bucket_mb * 2**20 / bytes per gradient element`` elements); ``default``: each
+    framework's own (DDP 25 MiB, DeepSpeed 5e8 elements)."""
     overlap_comm: list[Overlap] = Field(default=["default"], min_length=1)
     """default: each framework's own (DDP overlaps; DeepSpeed overlaps for ZeRO-3 only);
     true / false: ZeRO's overlap_comm; DDP false all-reduces the gradients after backward."""

@@ -40,9 +40,9 @@ def test_zero2_bf16_cpu_offload_and_given_buckets():
         "train_batch_size": 4,
         "zero_optimization": {
             "stage": 2,
-            # 25 MB of bf16 = 12.5 M elements
-            "reduce_bucket_size": 12_500_000,
-            "allgather_bucket_size": 12_500_000,
+            # 25 MiB of bf16 = 13,107,200 elements (26,214,400 bytes, DDP's bucket_cap_mb 25)
+            "reduce_bucket_size": 13_107_200,
+            "allgather_bucket_size": 13_107_200,
             "offload_optimizer": {"device": "cpu"},
         },
         "bf16": {"enabled": True},
@@ -97,13 +97,13 @@ def test_serialized_preset_pins_the_former_study_config():
 
 def test_default_bucket_mb_per_framework():
     assert default_bucket_mb("ddp", "fp32") == 25
-    assert default_bucket_mb("zero2", "fp32") == 2000  # 5e8 fp32 elements
-    assert default_bucket_mb("zero2", "bf16") == 1000
+    assert default_bucket_mb("zero2", "fp32") == 1907  # 5e8 fp32 elements = 1907.3 MiB
+    assert default_bucket_mb("zero2", "bf16") == 954  # 953.7 MiB
     block = {"zero_optimization": {"reduce_bucket_size": 1_000_000}}
-    assert default_bucket_mb("zero3", "fp32", block) == 4
+    assert default_bucket_mb("zero3", "fp32", block) == 4  # 3.8 MiB
     assert default_bucket_mb("zero3", "fp32", None, "serialized") == 25
     bad = {"zero_optimization": {"reduce_bucket_size": "abc"}}
-    assert default_bucket_mb("zero3", "fp32", bad) == 2000  # ds_check refuses the block
+    assert default_bucket_mb("zero3", "fp32", bad) == 1907  # ds_check refuses the block
 
 
 def test_block_conflicts_name_both_sides():
@@ -180,6 +180,6 @@ def test_invalid_combinations(kwargs, match):
 
 
 def test_bucket_elements():
-    assert bucket_elements(1, "fp32") == 250_000
-    assert bucket_elements(1, "bf16") == 500_000
-    assert bucket_elements(500, "fp32") == 125_000_000
+    assert bucket_elements(1, "fp32") == 262_144  # 1 MiB = 2**20 bytes, as DDP's bucket_cap_mb
+    assert bucket_elements(1, "bf16") == 524_288
+    assert bucket_elements(500, "fp32") == 131_072_000

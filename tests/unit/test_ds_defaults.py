@@ -179,3 +179,22 @@ def test_cli_refuses_a_bad_block_before_anything_and_writes_nothing(tmp_path, ca
     assert "deepspeed.bogus_key: not a DeepSpeed config key" in err
     assert "Traceback" not in err
     assert not db.exists()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("bucket_mb", [1, 25, 50])
+def test_one_bucket_mb_is_one_byte_count_in_ddp_and_zero(bucket_mb, precision):
+    """A grid's ``bucket_mb`` caps DDP's bucket and ZeRO's reduce/all-gather buckets at the
+    same bytes: DDP's own arithmetic (``bucket_cap_mb`` in MiB) against the elements linksweep
+    writes for DeepSpeed times the bytes of each element of the bucket's dtype."""
+    from torch.nn.parallel.distributed import _BucketCapacityConfig
+
+    from orchestrator.ds_config import BYTES_PER_ELEMENT
+
+    ddp_bytes = _BucketCapacityConfig.create(bucket_mb, None, False).bucket_bytes_cap
+    zero = deepspeed_config("zero2", 1, 1, 2, precision, "none", bucket_mb, None)
+    zero_bytes = zero["zero_optimization"]["reduce_bucket_size"] * BYTES_PER_ELEMENT[precision]
+    assert zero_bytes == ddp_bytes
+    assert zero["zero_optimization"]["allgather_bucket_size"] * BYTES_PER_ELEMENT[precision] == (
+        ddp_bytes
+    )

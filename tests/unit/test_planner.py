@@ -201,12 +201,14 @@ def test_place_ranks_without_gpus():
 def test_bucket_default_is_each_frameworks_own_and_a_given_size_applies_to_both():
     s = spec(strategy=["ddp", "zero2"], bucket_mb=["default", 50])
     got = {(v.strategy, v.bucket_mb) for v in expand_grid(s)}
-    assert got == {("ddp", 25), ("ddp", 50), ("zero2", 2000), ("zero2", 50)}  # 5e8 fp32 elements
+    # 5e8 fp32 elements = 1907 MiB
+    assert got == {("ddp", 25), ("ddp", 50), ("zero2", 1907), ("zero2", 50)}
     cfgs = {(v.strategy, v.bucket_mb): run_config(s, v, "r") for v in expand_grid(s)}
     assert cfgs[("ddp", 25)].bucket_mb is None  # DDP's own default (and its small first bucket)
     assert cfgs[("ddp", 50)].bucket_mb == 50
-    assert "reduce_bucket_size" not in cfgs[("zero2", 2000)].ds_config["zero_optimization"]
-    assert cfgs[("zero2", 50)].ds_config["zero_optimization"]["reduce_bucket_size"] == 12_500_000
+    assert "reduce_bucket_size" not in cfgs[("zero2", 1907)].ds_config["zero_optimization"]
+    # 50 MiB of fp32, the bytes of DDP's bucket_cap_mb=50
+    assert cfgs[("zero2", 50)].ds_config["zero_optimization"]["reduce_bucket_size"] == 13_107_200
 
 
 def test_overlap_axis_makes_distinct_variants_and_reaches_the_ranks():
@@ -240,7 +242,7 @@ def test_deepspeed_block_reaches_every_zero_run():
     for z in ("zero1", "zero3"):
         v, cfg = by[z]
         assert cfg.ds_config["zero_optimization"]["reduce_bucket_size"] == 1_000_000
-        assert v.bucket_mb == 4  # the block's bucket, in MB of fp32
+        assert v.bucket_mb == 4  # the block's bucket, in MiB of fp32
 
 
 # --- run env: device order, NVLS with no P2P, the one-GPU rehearsal's host ids ---
