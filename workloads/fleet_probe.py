@@ -225,6 +225,16 @@ GPU_PROBE = ProbeConfig("gpt2", seq_len=1024, micro_batch_size=8, warmup_steps=5
 PROBE_SEED = 0
 
 
+def gpu_precision() -> str:
+    """The compute probe's autocast precision on the current GPU: ``bf16`` where the GPU computes
+    bf16 in hardware (``device.native_bf16``), else ``fp16``. ``torch.cuda.is_bf16_supported()``
+    alone says True on V100 and T4, where bf16 is emulated: the probe would time the emulation,
+    and such a node would read slow against its own fleet for no fault of its own."""
+    from workloads.device import native_bf16
+
+    return "bf16" if native_bf16() else "fp16"
+
+
 def compute_probe(node_gpu_ids: Sequence[str] = ()) -> ComputeRecord:
     """Run the fixed probe on this rank's device and return its record (see module docstring).
 
@@ -252,8 +262,8 @@ def compute_probe(node_gpu_ids: Sequence[str] = ()) -> ComputeRecord:
     cfg = GPU_PROBE if on_gpu else CPU_PROBE
     if on_gpu:
         torch.cuda.set_device(device)
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        precision = "bf16" if dtype == torch.bfloat16 else "fp16"
+        precision = gpu_precision()
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     else:
         torch.set_num_threads(1)  # every CPU node measured on one core: like with like
         dtype, precision = None, "fp32"

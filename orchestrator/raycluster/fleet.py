@@ -13,7 +13,8 @@ records; the measurements become :class:`BenchResult` here, with bandwidth from
   :meth:`LinkProbes.intra` and :meth:`LinkProbes.round`. A group of ranks that fails or does not
   answer within ``timeout_s`` becomes a ``failed`` result, never an exception, and its nodes'
   actors are killed, to be restarted by the next call that needs them.
-- :func:`compute_probe` and :func:`read_health`: one task per node, all at once.
+- :func:`compute_probe` and :func:`read_health`: one task per node, all at once; a compute
+  probe's worker exits after it (``task_options``), a GPU rank's actor when its link is done.
 
 May import: nodes, orchestrator.comm_model, orchestrator.errors, orchestrator.planner,
 workloads.fleet_contract,
@@ -425,24 +426,43 @@ class LinkProbes:
         )
 
 
+def task_options(single_use: bool) -> dict[str, object]:
+    """``ray.remote``'s options for a fleet task. ``single_use``: the worker process exits after
+    this one call (``max_calls=1``), taking with it what the call left in the process (a CUDA
+    context and the caching allocator's memory; ``torch.set_num_threads``; the environment).
+
+    It has to be said here, in the decorator: Ray 2.60 makes a GPU task's worker single-use by
+    itself only when ``num_gpus`` is in the decorator (``RemoteFunction.__init__``), and refuses
+    ``max_calls`` in ``.options()`` (``validate_task_options``: "Setting 'max_calls' is not
+    supported in '.options()'"), where the fleet asks for its GPU node by node."""
+    return {"max_retries": 0, **({"max_calls": 1} if single_use else {})}
+
+
+def call_options(node_id: str, gpu: bool) -> dict[str, object]:
+    """``.options()`` of one fleet task: pinned to its node, no CPU (a fleet check runs alone),
+    one GPU where ``gpu``, and the env a sweep's ranks get."""
+    return {
+        "scheduling_strategy": _pin(node_id),
+        "num_cpus": 0,
+        "num_gpus": 1 if gpu else 0,
+        "runtime_env": {"env_vars": link_env_defaults({})},
+    }
+
+
 def _on_each_node(
     nodes: list[FleetNode],
     fn: Callable,
     args: Callable[[FleetNode], tuple],
     gpu: Callable[[FleetNode], bool],
     timeout_s: float,
+    single_use: bool,
 ) -> dict[str, object]:
     """``fn(*args(node))`` as one task pinned to each node, all at once; per node id the result
-    or the error text (a raise, a dead node, no answer within ``timeout_s``)."""
-    remote = ray.remote(max_retries=0)(fn)
+    or the error text (a raise, a dead node, no answer within ``timeout_s``). ``single_use``:
+    each task's worker exits after it (``task_options``)."""
+    remote = ray.remote(**task_options(single_use))(fn)
     refs = {
-        n.node_id: remote.options(
-            scheduling_strategy=_pin(n.node_id),
-            num_cpus=0,
-            num_gpus=1 if gpu(n) else 0,
-            runtime_env={"env_vars": link_env_defaults({})},
-        ).remote(*args(n))
-        for n in nodes
+        n.node_id: remote.options(**call_options(n.node_id, gpu(n))).remote(*args(n)) for n in nodes
     }
     if refs:
         ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
@@ -464,16 +484,25 @@ def compute_probe(
 ) -> dict[str, ComputeRecord | str]:
     """The fixed compute probe on one rank per node (a GPU where the node has one), all nodes
     at once; per node id its record or the error text. Run it outside a :class:`LinkProbes`
-    (whose actors hold the GPUs)."""
+    (whose actors hold the GPUs). Each probe's worker exits after it: on a GPU its CUDA context
+    and cached memory would otherwise stay on the GPU for the rest of the job (selftest runs
+    its sweeps after the fleet, on the same GPUs); on a CPU its one thread and its
+    ``CUDA_VISIBLE_DEVICES`` would stay with the next task the worker runs."""
     return _on_each_node(
-        nodes, compute_probe_task, lambda n: (), lambda n: _gpu_count(n) > 0, timeout_s
+        nodes,
+        compute_probe_task,
+        lambda n: (),
+        lambda n: _gpu_count(n) > 0,
+        timeout_s,
+        single_use=True,
     )  # type: ignore[return-value]
 
 
 def read_health(nodes: list[FleetNode], timeout_s: float = 60.0) -> dict[str, HealthRecord]:
     """Every node's health at idle; a node that fails to answer gets ``HealthRecord(error=...)``."""
+    # NVML only (no GPU asked for, no CUDA context) and shut down after: nothing stays behind
     answers = _on_each_node(
-        nodes, node_health_task, lambda n: (n.gpus > 0,), lambda n: False, timeout_s
+        nodes, node_health_task, lambda n: (n.gpus > 0,), lambda n: False, timeout_s, False
     )
     return {
         node_id: a if isinstance(a, HealthRecord) else HealthRecord(error=f"health not read: {a}")

@@ -198,3 +198,80 @@ def test_probe_configs_are_the_fixed_ones():
     assert (CPU_PROBE.warmup_steps, CPU_PROBE.timed_steps) == (2, 10)
     assert (GPU_PROBE.model, GPU_PROBE.seq_len, GPU_PROBE.micro_batch_size) == ("gpt2", 1024, 8)
     assert (GPU_PROBE.warmup_steps, GPU_PROBE.timed_steps) == (5, 20)
+
+
+class _RecordingRay:
+    """What ``orchestrator.raycluster.fleet`` asks of Ray for its per-node tasks, recorded: the
+    decorator's options and each call's ``.options()``; each task runs here, at once."""
+
+    def __init__(self):
+        self.decorated: list[dict] = []
+        self.called: list[dict] = []
+        self.exceptions = SimpleNamespace(GetTimeoutError=TimeoutError)
+
+    def remote(self, **decorator):
+        self.decorated.append(decorator)
+
+        def wrap(fn):
+            def options(**call):
+                self.called.append(call)
+                return SimpleNamespace(remote=lambda *a: fn(*a))
+
+            return SimpleNamespace(options=options)
+
+        return wrap
+
+    def wait(self, refs, num_returns, timeout):
+        return refs, []
+
+    def get(self, ref, timeout=None):
+        return ref
+
+
+def test_a_compute_probe_worker_exits_after_its_call_and_a_health_reader_is_reused(monkeypatch):
+    """Ray 2.60 makes a GPU task's worker single-use only when num_gpus is in the decorator, and
+    refuses max_calls in .options(): the fleet asks for the GPU in .options(), so max_calls=1
+    must be in the decorator, or the probe's CUDA context stays on the GPU for the whole job."""
+    from orchestrator.raycluster import fleet as ray_side
+
+    fake = _RecordingRay()
+    monkeypatch.setattr(ray_side, "ray", fake)
+    monkeypatch.setattr(ray_side, "compute_probe_task", lambda: "probed")
+    monkeypatch.setattr(ray_side, "node_health_task", lambda gpus: HealthRecord(note=str(gpus)))
+    nodes = [
+        ray_side.FleetNode("a" * 56, "10.0.0.1", "h1", cpus=8.0, gpus=1.0),
+        ray_side.FleetNode("b" * 56, "10.0.0.2", "h2", cpus=8.0, gpus=0.0),
+    ]
+    g, c = (n.node_id for n in nodes)  # Ray checks a node id is 28 bytes of hex
+    assert ray_side.compute_probe(nodes) == {g: "probed", c: "probed"}
+    assert fake.decorated == [{"max_retries": 0, "max_calls": 1}]
+    assert [c["num_gpus"] for c in fake.called] == [1, 0]
+    assert not any("max_calls" in c for c in fake.called)  # Ray raises on it there
+    assert all(c["num_cpus"] == 0 for c in fake.called)
+    fake.decorated.clear()
+    health = ray_side.read_health(nodes)
+    assert {k: v.note for k, v in health.items()} == {g: "True", c: "False"}
+    assert fake.decorated == [{"max_retries": 0}]  # NVML only: nothing stays in the worker
+    assert ray_side.task_options(single_use=True)["max_calls"] == 1
+
+
+@pytest.mark.parametrize(
+    ("capability", "want"), [((7, 0), "fp16"), ((7, 5), "fp16"), ((8, 0), "bf16"), ((9, 0), "bf16")]
+)
+def test_the_compute_probe_uses_bf16_only_where_the_gpu_has_it_natively(
+    monkeypatch, capability, want
+):
+    """V100 (7.0) and T4 (7.5) emulate bf16: torch's plain is_bf16_supported() says True there,
+    the hardware question (including_emulation=False) says False, as torch answers it."""
+    import torch
+
+    from workloads.fleet_probe import gpu_precision
+
+    def is_bf16_supported(including_emulation=True):
+        return including_emulation or capability >= (8, 0)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert gpu_precision() == want
