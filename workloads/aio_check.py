@@ -15,8 +15,10 @@ needs depends on the node (``deepspeed/ops/op_builder``):
 - On a CPU node: the ``cpu`` accelerator's ``AsyncIOBuilder`` (a ``CPUOpBuilder``): no CUDA.
 
 ``aio_facts`` reads these facts (I/O); ``async_io_missing`` decides what to tell the user (pure).
-Used by ``orchestrator/preflight.py`` (the driver, before anything runs) and by
-``workloads/strategies.py`` when ``deepspeed.initialize`` fails in a rank on a node.
+``node_nvme_facts`` is what ``orchestrator/preflight.py`` runs in a Ray task on every node that
+can run a rank, before anything runs (the async_io facts and whether ``nvme_path`` is writable
+there: the driver's machine is often a GPU-less head that runs no rank); ``workloads/strategies.py``
+uses the same ``async_io_missing`` when ``deepspeed.initialize`` fails in a rank on a node.
 
 May import: deepspeed, torch.
 """
@@ -73,6 +75,41 @@ def async_io_missing(f: AioFacts) -> str | None:
     if not f.ninja:
         missing.append("ninja: pip install ninja")
     return "; ".join(missing) or None
+
+
+@dataclass(frozen=True)
+class NodeNvmeFacts:
+    """What one node answers to the NVMe preflight (crosses Ray: no torch objects)."""
+
+    aio: AioFacts | None
+    """The node's async_io facts; None when reading them failed (``aio_error``)."""
+    aio_error: str | None
+    """Why the facts could not be read (torch or DeepSpeed failed to import, ...)."""
+    nvme_path_error: str | None
+    """Why ``nvme_path`` is not a writable folder on this node (the OS's words); None: it is."""
+
+
+def nvme_path_error(path: str) -> str | None:
+    """Why ``path`` is not a writable folder here, None when it is (creates it, as a run would,
+    and writes and removes one small file)."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, ".linksweep-write-test")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def node_nvme_facts(nvme_path: str) -> NodeNvmeFacts:
+    """This node's answer to the NVMe preflight; never raises (a failed read is an answer)."""
+    try:
+        aio, aio_error = aio_facts(), None
+    except Exception as exc:  # noqa: BLE001 - torch/DeepSpeed cannot even be asked
+        aio, aio_error = None, f"{type(exc).__name__}: {exc}"
+    return NodeNvmeFacts(aio=aio, aio_error=aio_error, nvme_path_error=nvme_path_error(nvme_path))
 
 
 def aio_facts() -> AioFacts:

@@ -55,20 +55,28 @@ class NodeAnswer:
 
 
 def run_on_every_node(
-    fn: Callable[[], object], timeout_s: float, skip: Collection[str] = ()
+    fn: Callable[..., object],
+    timeout_s: float,
+    skip: Collection[str] = (),
+    args: tuple = (),
+    only: Collection[str] | None = None,
 ) -> list[NodeAnswer]:
-    """Run ``fn`` once on every alive node but those in ``skip`` (node ids), in parallel (a task
-    pinned to the node, 0 CPUs).
+    """Run ``fn(*args)`` once on every alive node but those in ``skip`` (node ids), or only on
+    those in ``only`` when given, in parallel (a task pinned to the node, 0 CPUs).
 
     Never raises for a node: a task that raises, lands on a dead node or has not answered after
     ``timeout_s`` becomes an answer with ``error`` set (and is cancelled).
     """
-    nodes = [n for n in alive_nodes() if n["node_id"] not in skip]
+    nodes = [
+        n
+        for n in alive_nodes()
+        if n["node_id"] not in skip and (only is None or n["node_id"] in only)
+    ]
     remote_fn = ray.remote(num_cpus=0, max_retries=0)(fn)
     refs = [
         remote_fn.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["node_id"], soft=False)
-        ).remote()
+        ).remote(*args)
         for n in nodes
     ]
     done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])

@@ -1,5 +1,6 @@
-"""Issue 22 item 8: what NVMe offload's async_io build needs, decided from a node's facts
-(``workloads.aio_check.async_io_missing``), and the preflight message built from it."""
+"""What NVMe offload's async_io build needs, decided from a node's facts
+(``workloads.aio_check.async_io_missing``), what a node answers to the preflight
+(``node_nvme_facts``), and the preflight message built from it."""
 
 from __future__ import annotations
 
@@ -66,9 +67,12 @@ def test_prebuilt_op_needs_nothing():
 
 def test_preflight_names_the_missing_toolkit(monkeypatch, tmp_path):
     """Failed on 24a5ba5: preflight asked only AsyncIOBuilder.is_compatible (libaio) and blamed
-    libaio; on a GPU node without a CUDA toolkit it passed, and the run failed later."""
+    libaio; on a GPU node without a CUDA toolkit it passed, and the run failed later. The node is
+    asked through Ray (faked here at ``raycluster.nodes``' boundary: one GPU node)."""
     from orchestrator import preflight as pf
+    from orchestrator.raycluster.nodes import NodeAnswer
     from orchestrator.spec import SpecError, parse_spec
+    from workloads.aio_check import NodeNvmeFacts
 
     spec = parse_spec(
         {
@@ -77,16 +81,47 @@ def test_preflight_names_the_missing_toolkit(monkeypatch, tmp_path):
             "grid": {"strategy": ["zero3"], "offload": ["nvme"]},
         }
     )
-    gpu_node = facts(cuda=True, libaio=True, ninja=True, torch_cuda="12.8")
-    monkeypatch.setattr(pf, "aio_facts", lambda: gpu_node, raising=False)
+    gpu = {"node_id": "ab" * 28, "hostname": "g5", "ip": "10.0.0.5", "cpus": 8.0, "gpus": 1.0}
+    answers = {"facts": facts(cuda=True, libaio=True, ninja=True, torch_cuda="12.8")}
+    monkeypatch.setattr(pf, "alive_nodes", lambda: [gpu])
+    monkeypatch.setattr(
+        pf, "run_on_every_node",
+        lambda fn, timeout_s, skip=(), args=(), only=None: [
+            NodeAnswer(gpu, NodeNvmeFacts(answers["facts"], None, None))
+        ],
+    )  # fmt: skip
     with pytest.raises(SpecError) as err:
         pf.preflight(spec)
     text = str(err.value)
-    assert "CUDA 12.8 toolkit" in text and "CUDA_HOME" in text
+    assert "CUDA 12.8 toolkit" in text and "CUDA_HOME" in text and "g5" in text
     assert "libaio" not in text
     assert "allowed offloads without it: none, cpu" in text
-    monkeypatch.setattr(pf, "aio_facts", lambda: facts(), raising=False)
-    pf.preflight(spec)  # a CPU node with libaio and ninja: nothing to say
+    answers["facts"] = facts(cuda=True, cuda_home="/usr/local/cuda", nvcc=True, torch_cuda="12.8")
+    pf.preflight(spec)  # a GPU node with the toolkit, libaio and ninja: nothing to say
+
+
+def test_nvme_path_error_is_the_os_reason(tmp_path):
+    from workloads.aio_check import nvme_path_error
+
+    assert nvme_path_error(str(tmp_path / "a" / "b")) is None  # created, as a run would
+    assert (tmp_path / "a" / "b").is_dir() and not any((tmp_path / "a" / "b").iterdir())
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert nvme_path_error(str(blocker / "swap")) == "Not a directory"
+
+
+def test_node_facts_never_raise(monkeypatch, tmp_path):
+    """What a node answers when torch or DeepSpeed cannot even be asked: an answer, not a crash
+    of the Ray task (the preflight then names the node and the reason)."""
+    import workloads.aio_check as aio
+
+    def broken():
+        raise ImportError("No module named 'deepspeed'")
+
+    monkeypatch.setattr(aio, "aio_facts", broken)
+    got = aio.node_nvme_facts(str(tmp_path / "swap"))
+    assert got.aio is None and got.aio_error == "ImportError: No module named 'deepspeed'"
+    assert got.nvme_path_error is None
 
 
 def test_rank_side_error_names_the_missing_toolkit(monkeypatch, tmp_path):
