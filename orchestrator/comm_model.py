@@ -261,6 +261,10 @@ COMM_DTYPE_BYTES = {
 }
 
 
+DDP_GRAD_BYTES = {"fp32": 4, "bf16": 2}
+"""``ddp_grad_dtype`` -> bytes per gradient element DDP all-reduces."""
+
+
 def _zero_bytes_per_param(precision: str, ds_config: dict) -> int | None:
     """Bytes per element DeepSpeed communicates in: its communication_data_type if set, else the
     model's dtype (bf16 models reduce and gather in bf16). None when we cannot tell."""
@@ -301,6 +305,7 @@ def run_expectation(
     world_size: int,
     n_params: int,
     ds_config: dict | None = None,
+    ddp_grad_dtype: str = "fp32",
 ) -> tuple[CommExpectation | None, str | None]:
     """(analytic bytes per optimizer step, note) for one run, following the run's effective
     DeepSpeed config (``runs.ds_config``, what DeepSpeed parsed after its defaults).
@@ -309,7 +314,9 @@ def run_expectation(
     (ZeRO-3 with a persistence threshold, an intermediate reuse distance, an unknown
     communication dtype, or no effective config): measured bytes stay the ground truth.
 
-    DDP reduces fp32 gradients (autocast keeps fp32 master grads), whether it overlaps or not.
+    DDP reduces fp32 gradients (autocast keeps parameters, so gradients, in fp32), whether it
+    overlaps or not; with ``ddp_grad_dtype`` ``bf16`` (torch's ``bf16_compress_hook``) it sends
+    each bucket in bf16, 2 bytes per parameter, as ZeRO does for a bf16 run.
     ZeRO-1 reduces at the accumulation boundary only, with or without ``overlap_comm`` (with it,
     the gradient hooks reduce during the boundary backward: ``stage_1_and_2.py``
     ``reduce_ready_partitions_and_remove_grads``; measured flat in grad_accum on 2 gloo ranks).
@@ -318,8 +325,14 @@ def run_expectation(
     if world_size < 2:
         return None, None
     if strategy == "ddp":
-        exp = expected_comm("ddp", grad_accum, n_params * 4, world_size)
-        return exp, exp.note
+        if ddp_grad_dtype not in DDP_GRAD_BYTES:
+            raise ValueError(
+                f"ddp_grad_dtype={ddp_grad_dtype!r} is not one of {sorted(DDP_GRAD_BYTES)}"
+            )
+        exp = expected_comm(
+            "ddp", grad_accum, n_params * DDP_GRAD_BYTES[ddp_grad_dtype], world_size
+        )
+        return exp, f"{exp.note}; all_reduce in {ddp_grad_dtype}"
     if not ds_config:
         return None, "no effective DeepSpeed config was reported for this run"
     zero = ds_config.get("zero_optimization") or {}

@@ -26,8 +26,35 @@ import torch.distributed as dist
 
 from workloads.contract import CommRecord, RunConfig
 from workloads.device import sync
+from workloads.ds_comms import comm_record, dtype_name
 
 DDP_DEFAULT_BUCKET_MIB = 25  # torch/nn/parallel/distributed.py _DEFAULT_BUCKET_CAP_MB
+
+DDP_GRAD_DTYPES = ("fp32", "bf16")
+"""The dtype DDP all-reduces gradients in (the ``ddp_grad_dtype`` grid axis). ``fp32``: DDP's
+default hook, the gradients' own dtype (fp32 even under bf16 autocast, which keeps parameters
+and so gradients in fp32); ``bf16``: torch's ``bf16_compress_hook``, which casts each bucket to
+bf16 before the all_reduce and back after it: half the bytes, as ZeRO's bf16 collectives."""
+
+
+def ddp_comm_hook(grad_dtype: str):
+    """DDP's own comm hook that all-reduces a bucket in ``grad_dtype`` (``DDP_GRAD_DTYPES``).
+
+    Both are torch's (``torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py``, torch
+    2.13): ``allreduce_hook(process_group, bucket)`` and ``bf16_compress_hook(process_group,
+    bucket)``; ``process_group`` None means the world group.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    hooks = {"fp32": default_hooks.allreduce_hook, "bf16": default_hooks.bf16_compress_hook}
+    if grad_dtype not in hooks:
+        raise ValueError(f"ddp_grad_dtype={grad_dtype!r} is not one of {list(DDP_GRAD_DTYPES)}")
+    return hooks[grad_dtype]
+
+
+def sent_dtype(grad_dtype: str, buffer_dtype: Any) -> str:
+    """The dtype a bucket crosses the link in: bf16 when compressed, else the bucket's own."""
+    return "bf16" if grad_dtype == "bf16" else dtype_name(buffer_dtype)
 
 
 @contextlib.contextmanager
@@ -75,20 +102,21 @@ def group_timeout_s(group: Any) -> float | None:
 
 
 class CommCounter:
-    """Aggregates collectives by (op, msg_bytes): count and total time."""
+    """Aggregates collectives by (op, msg_bytes, dtype): count and total time. ``msg_bytes`` are
+    the bytes sent, in ``dtype`` (a bf16-compressed bucket counts 2 bytes per element)."""
 
     def __init__(self) -> None:
-        self.counts: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0, 0.0])
+        self.counts: dict[tuple[str, int, str], list[float]] = defaultdict(lambda: [0, 0.0])
 
-    def add(self, op: str, msg_bytes: int, time_s: float) -> None:
-        entry = self.counts[(op, msg_bytes)]
+    def add(self, op: str, msg_bytes: int, time_s: float, dtype: str = "fp32") -> None:
+        entry = self.counts[(op, msg_bytes, dtype)]
         entry[0] += 1
         entry[1] += time_s
 
     def records(self) -> tuple[CommRecord, ...]:
         return tuple(
-            CommRecord(op=op, msg_bytes=b, count=int(c), total_time_s=t)
-            for (op, b), (c, t) in sorted(self.counts.items())
+            comm_record(op, b, int(c), t, dtype)
+            for (op, b, dtype), (c, t) in sorted(self.counts.items())
         )
 
 
@@ -100,15 +128,20 @@ class DDPStrategy:
     under ``no_sync()`` and the gradients are all-reduced after the boundary backward has
     finished, in buckets of the same cap (``bucket_mb`` MiB, as DDP's ``bucket_cap_mb``), in
     DDP's order (reverse parameter order), averaged like DDP's hook: the same bytes, exposed.
+
+    ``ddp_grad_dtype`` ``bf16``: each bucket is all-reduced in bf16 (:func:`ddp_comm_hook`), with
+    or without overlap. DDP takes one comm hook; the counting hook below is it, and it calls
+    torch's hook for the dtype, so the profiled pass counts the bytes that hook really sends.
     """
 
     name = "ddp"
 
     def __init__(self, model, device, cfg, autocast_dtype):
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         self.device = device
+        # RunConfig carries the variant's ddp_grad_dtype; a contract without it sends fp32
+        self.grad_dtype = getattr(cfg, "ddp_grad_dtype", "fp32")
         self.grad_accum = cfg.grad_accum
         self.overlap = cfg.overlap_comm != "false"
         # DDP's bucket_cap_mb is MiB; None is DDP's own default, 25 MiB
@@ -119,15 +152,16 @@ class DDPStrategy:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr)
         self.profiling = False
         self.counter = CommCounter()
-        self._allreduce_hook = default_hooks.allreduce_hook
-        # The hook is what DDP does by default (average each bucket with one all_reduce); it is
-        # registered for every run, timed or not, so both passes run the same code path. Only in
-        # the profiled pass does it block on each bucket to time it.
+        self._allreduce_hook = ddp_comm_hook(self.grad_dtype)
+        # The hook is what DDP does for the dtype (average each bucket with one all_reduce, in
+        # fp32 or bf16); it is registered for every run, timed or not, so both passes run the
+        # same code path. Only in the profiled pass does it block on each bucket to time it.
         self.model.register_comm_hook(None, self._hook)
 
     def _hook(self, state, bucket):
         buf = bucket.buffer()
-        msg_bytes = buf.numel() * buf.element_size()
+        dtype = sent_dtype(self.grad_dtype, buf.dtype)
+        msg_bytes = buf.numel() * (2 if dtype == "bf16" else buf.element_size())
         if not self.profiling:
             return self._allreduce_hook(None, bucket)
         sync(self.device)
@@ -135,7 +169,7 @@ class DDPStrategy:
         fut = self._allreduce_hook(None, bucket)
         fut.wait()
         sync(self.device)
-        self.counter.add("all_reduce", msg_bytes, time.perf_counter() - t0)
+        self.counter.add("all_reduce", msg_bytes, time.perf_counter() - t0, dtype)
         return fut
 
     def micro_step(self, batch: torch.Tensor, boundary: bool) -> torch.Tensor:
@@ -175,13 +209,18 @@ class DDPStrategy:
         flats, works = [], []
         for bucket in self._buckets():
             flat = _flatten_dense_tensors(bucket)
+            if self.grad_dtype == "bf16":  # as bf16_compress_hook: the bucket travels in bf16
+                flat = flat.to(torch.bfloat16)
             if self.profiling:
                 sync(self.device)
                 t0 = time.perf_counter()
                 dist.all_reduce(flat)
                 sync(self.device)
                 self.counter.add(
-                    "all_reduce", flat.numel() * flat.element_size(), time.perf_counter() - t0
+                    "all_reduce",
+                    flat.numel() * flat.element_size(),
+                    time.perf_counter() - t0,
+                    dtype_name(flat.dtype),
                 )
                 works.append(None)
             else:
@@ -192,7 +231,7 @@ class DDPStrategy:
                 work.wait()
             flat.div_(world)
             for grad, synced in zip(bucket, _unflatten_dense_tensors(flat, bucket), strict=True):
-                grad.copy_(synced)
+                grad.copy_(synced)  # copy_ casts a bf16 bucket back to the gradient's dtype
 
     def optimizer_step(self) -> None:
         self.optimizer.step()
@@ -203,7 +242,7 @@ class DDPStrategy:
         self.profiling = True
 
     def effective_config(self) -> dict | None:
-        return None  # DDP's settings are the variant's own (bucket_mb, overlap_comm)
+        return None  # DDP's settings are the variant's own (bucket_mb, overlap_comm, grad dtype)
 
     def profile_stop(self) -> tuple[CommRecord, ...]:
         self.profiling = False
