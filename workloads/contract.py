@@ -278,6 +278,12 @@ class DeviceDecision:
     """Ray's GPU id of this rank, what telemetry samples: an index (``"3"``), a UUID
     (``"GPU-..."``) or a MIG id (``"MIG-..."``); None on CPU."""
 
+    @property
+    def cuda_index(self) -> int | None:
+        """The CUDA device index (``cuda:1`` -> 1); None on CPU."""
+        kind, _, index = self.device.partition(":")
+        return int(index) if kind == "cuda" and index else None
+
     def describe(self) -> str:
         """One line for an error text: ``backend=nccl device=cuda:1 CUDA_VISIBLE_DEVICES=0,1
         nvml_id=1``."""

@@ -20,6 +20,21 @@ the backend, the device, the ``CUDA_VISIBLE_DEVICES`` value and the GPU NVML sam
   CPU-only wheel on a GPU node); more ids than CUDA devices, or a local rank without an id: an
   error. The rank raises before ``init_process_group``; the run's stored error says why.
 
+What the rank exports follows the decision (:func:`rank_env`, :func:`pg_init_kwargs`):
+
+- ``LOCAL_RANK`` is the rank's CUDA device index, not its position among the node's ranks:
+  DeepSpeed 0.19.8 sets its device from it (``runtime/engine.py`` ``_set_distributed_vars``:
+  ``set_device(local_rank)``; ZeRO-3's ``partition_parameters.Init`` and ``zero/utils.py``
+  build tensors on ``device_name(LOCAL_RANK)``), and so does torch 2.13's ``DeviceMesh`` when
+  no device is set yet (``get_node_local_rank`` documents it as the device to bind). Two ranks
+  sharing one GPU both export 0 (rank 1 exporting 1 made DeepSpeed ask for a second GPU that
+  is not visible: "invalid device ordinal"). The rank's position stays in
+  ``LINKSWEEP_LOCAL_RANK``. On CPU the two are the same.
+- ``init_process_group`` gets ``device_id`` on NCCL, so the communicator is created there
+  (timed as ``pg_init``) rather than lazily inside the first collective of ``strategy_init``;
+  not for a one-rank group, where DeepSpeed 0.19.8 (``comm/torch.py``) skips it too because
+  binding a device made NCCL's init fail there.
+
 ``sync(device)`` is the one place a rank waits for its GPU: a clock read after queued CUDA work
 would time the launch, not the work (on CPU every op has finished when it returns).
 
@@ -28,6 +43,7 @@ May import: contract, torch.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
@@ -95,6 +111,62 @@ def choose_device(
         cuda_visible_devices=cvd,
         nvml_id=own,
     )
+
+
+TRUE_LOCAL_RANK_ENV = "LINKSWEEP_LOCAL_RANK"
+"""The rank's position among the run's ranks on its node (``LOCAL_RANK`` holds its device)."""
+
+
+def rank_env(
+    decision: DeviceDecision,
+    rank: int,
+    world_size: int,
+    local_rank: int,
+    master_addr: str,
+    master_port: int,
+) -> dict[str, str]:
+    """The launcher variables a rank exports before its process group and DeepSpeed start.
+    Pure. ``LOCAL_RANK``: the decided CUDA index on a GPU rank, else ``local_rank`` (see the
+    module docstring)."""
+    index = decision.cuda_index
+    return {
+        "CUDA_VISIBLE_DEVICES": decision.cuda_visible_devices,
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_RANK": str(local_rank if index is None else index),
+        TRUE_LOCAL_RANK_ENV: str(local_rank),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+    }
+
+
+def pg_init_kwargs(
+    decision: DeviceDecision, world_size: int, accepts_device_id: bool
+) -> dict[str, torch.device]:
+    """Extra ``init_process_group`` arguments: ``device_id`` (the decided GPU) on NCCL with two
+    or more ranks, so NCCL's communicator is created inside ``pg_init``; nothing on gloo, for
+    one rank, or where this torch's ``init_process_group`` lacks the parameter
+    (``accepts_device_id``; torch 2.11 and 2.13 have it). Pure."""
+    index = decision.cuda_index
+    if decision.backend != "nccl" or index is None or world_size < 2 or not accepts_device_id:
+        return {}
+    return {"device_id": torch.device("cuda", index)}
+
+
+def native_bf16(device: int | None = None) -> bool:
+    """Whether this GPU (``device``: a CUDA index; None: the current one) computes bf16 in
+    hardware. ``torch.cuda.is_bf16_supported()`` alone also says True on V100 and T4, where
+    torch emulates bf16 in fp32 (slow, and cuBLAS/cuDNN lack kernels); torch 2.13 answers the
+    hardware question with ``including_emulation=False`` (compute capability 8.0 or newer, or
+    ROCm). A torch without that keyword is asked the same through the capability. False
+    without CUDA."""
+    if not torch.cuda.is_available():
+        return False
+    with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
+        try:
+            return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+        except TypeError:  # an older torch: no including_emulation keyword
+            return bool(torch.version.hip) or torch.cuda.get_device_capability()[0] >= 8
 
 
 def nvml_target(nvml_id: str | None) -> int | str | None:

@@ -13,6 +13,7 @@ transformers.
 from __future__ import annotations
 
 import datetime
+import inspect
 import os
 import socket
 import time
@@ -82,20 +83,11 @@ class Rank:
         find peer GPUs for P2P/NVLink (one visible GPU per process breaks P2P paths). None or
         empty (a CPU bundle, a forked rank): every GPU is hidden (``workloads.device``).
         """
-        from workloads.device import visible_devices
+        from workloads.device import pg_init_kwargs, rank_env, visible_devices
 
         node_gpu_ids = list(node_gpu_ids or ())
         # before anything touches CUDA: device_count and the CUDA context follow this value
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices(node_gpu_ids)
-        os.environ.update(
-            {
-                "RANK": str(rank),
-                "WORLD_SIZE": str(world_size),
-                "LOCAL_RANK": str(local_rank),
-                "MASTER_ADDR": master_addr,
-                "MASTER_PORT": str(master_port),
-            }
-        )
         clock = PhaseClock()
         with clock.phase("imports"):
             import torch
@@ -113,7 +105,12 @@ class Rank:
         # a DeviceError (GPUs assigned, no CUDA in this torch...) fails the run here, before any
         # process group exists, and its text is the run's stored error
         decision = decide_device(local_rank, node_gpu_ids)
+        # LOCAL_RANK names the decided device: DeepSpeed and torch pick their device from it
+        os.environ.update(
+            rank_env(decision, rank, world_size, local_rank, master_addr, master_port)
+        )
         backend, device = decision.backend, torch.device(decision.device)
+        accepts_device_id = "device_id" in inspect.signature(dist.init_process_group).parameters
         armed = Armed(cfg.run_id, rank)  # a hang is diagnosed from this rank's stack
         timeout = datetime.timedelta(seconds=cfg.pg_timeout_s)
         try:
@@ -124,6 +121,7 @@ class Rank:
                     rank=rank,
                     world_size=world_size,
                     timeout=timeout,
+                    **pg_init_kwargs(decision, world_size, accepts_device_id),
                 )
             training, linkbench = self._work(cfg, rank, world_size, device, decision, progress)
         except Exception as exc:

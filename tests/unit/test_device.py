@@ -7,7 +7,15 @@ import pytest
 import torch.distributed as dist
 
 from workloads.contract import DeviceDecision, LinkbenchConfig
-from workloads.device import DeviceError, choose_device, nvml_target, visible_devices
+from workloads.device import (
+    DeviceError,
+    choose_device,
+    native_bf16,
+    nvml_target,
+    pg_init_kwargs,
+    visible_devices,
+)
+from workloads.device import rank_env as exported_env
 
 CUDA_BUILD = ("2.13.0+cu128", "12.8")
 CPU_BUILD = ("2.13.0+cpu", None)
@@ -139,3 +147,97 @@ def test_gpus_assigned_to_a_cpu_torch_fail_before_the_process_group(rank_env):
     with pytest.raises(DeviceError, match=r"Ray assigned GPU 0 .*CPU-only torch wheel"):
         _run(["0"])
     assert rank_env == {}  # init_process_group never called
+
+
+# --- what the rank exports and binds follows its decision (pure) ---
+
+SHARED = [choose_device(["0", "0"], lr, True, 1, *CUDA_BUILD) for lr in (0, 1)]
+
+
+def test_local_rank_is_the_device_and_the_ranks_place_is_kept_apart():
+    # two ranks on one GPU: DeepSpeed sets its device from LOCAL_RANK, so both must say 0
+    for local_rank, decision in enumerate(SHARED):
+        env = exported_env(decision, local_rank, 2, local_rank, "10.0.0.1", 29500)
+        assert env == {
+            "CUDA_VISIBLE_DEVICES": "0",
+            "RANK": str(local_rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": "0",
+            "LINKSWEEP_LOCAL_RANK": str(local_rank),
+            "MASTER_ADDR": "10.0.0.1",
+            "MASTER_PORT": "29500",
+        }
+    own = choose_device(["6", "3"], 1, True, 2, *CUDA_BUILD)  # one GPU each: its position
+    assert exported_env(own, 1, 2, 1, "a", 1)["LOCAL_RANK"] == "1"
+    cpu = choose_device([], 1, False, 0, *CPU_BUILD)
+    env = exported_env(cpu, 3, 4, 1, "a", 1)
+    assert env["LOCAL_RANK"] == env["LINKSWEEP_LOCAL_RANK"] == "1"
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_nccl_binds_the_decided_device_at_init_and_gloo_binds_none():
+    import torch
+
+    assert pg_init_kwargs(SHARED[1], 2, True) == {"device_id": torch.device("cuda", 0)}
+    two = choose_device(["2", "5"], 1, True, 2, *CUDA_BUILD)
+    assert pg_init_kwargs(two, 2, True) == {"device_id": torch.device("cuda", 1)}
+    assert pg_init_kwargs(two, 1, True) == {}  # one rank: no peer, DeepSpeed skips it too
+    assert pg_init_kwargs(two, 2, False) == {}  # a torch without the parameter
+    assert pg_init_kwargs(DeviceDecision("gloo", "cpu", "", None), 2, True) == {}
+
+
+def test_cuda_index_of_a_decision():
+    assert DeviceDecision("nccl", "cuda:3", "0,1,2,3", "3").cuda_index == 3
+    assert DeviceDecision("gloo", "cpu", "", None).cuda_index is None
+
+
+@pytest.fixture
+def cuda_view(monkeypatch):
+    """torch's CUDA view of one GPU of a given compute capability (torch's own
+    is_bf16_supported runs; only the device queries under it are faked)."""
+    import types
+
+    import torch
+
+    def install(major: int, emulates: bool = True):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(
+            torch.cuda, "get_device_properties", lambda d=None: types.SimpleNamespace(major=major)
+        )
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (major, 0))
+        monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda d: emulates)
+        monkeypatch.setattr(torch.version, "hip", None)
+
+    return install
+
+
+@pytest.mark.parametrize(("major", "native"), [(7, False), (8, True), (9, True)])
+def test_native_bf16_asks_for_hardware_not_emulation(cuda_view, major, native):
+    import torch
+
+    cuda_view(major)  # 7: V100 (7.0) and T4 (7.5), which emulate bf16
+    assert torch.cuda.is_bf16_supported() is True  # the question that was asked before
+    assert native_bf16() is native
+
+
+def test_native_bf16_on_a_torch_without_the_keyword(cuda_view, monkeypatch):
+    import torch
+
+    cuda_view(7)
+
+    def old_is_bf16_supported():  # the signature before including_emulation existed
+        return True
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", old_is_bf16_supported)
+    assert native_bf16() is False
+    cuda_view(8)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", old_is_bf16_supported)
+    assert native_bf16() is True
+
+
+def test_native_bf16_without_cuda_is_false(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert native_bf16() is False
