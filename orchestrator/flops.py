@@ -98,6 +98,14 @@ PEAKS: tuple[Peak, ...] = (
         "dense)",
     ),
     Peak(
+        r"\bA800\b",
+        19.5,
+        156.0,
+        312.0,
+        "NVIDIA A800 datasheets (A800 40GB Active; A800 80GB PCIe and SXM: FP32 19.5, TF32 156, "
+        "BF16 312 dense; 312 / 624 with sparsity): the A100's compute, with less NVLink",
+    ),
+    Peak(
         r"\bH100\b.*\bNVL\b",
         60.0,
         417.5,
@@ -157,6 +165,23 @@ PEAKS: tuple[Peak, ...] = (
         "sparsity; halved); the H800 cuts FP64 and NVLink, not tensor math",
     ),
     Peak(
+        r"\bH20\b",
+        44.0,
+        74.0,
+        148.0,
+        "NVIDIA HGX H20 specifications as NVIDIA gave them to partners and the press reported "
+        "them (FP32 44, TF32 74, FP16/BF16 148 dense, FP8 296); there is no H20 datasheet on "
+        "nvidia.com",
+    ),
+    Peak(
+        r"\bGB200\b",
+        80.0,
+        1250.0,
+        2500.0,
+        "NVIDIA GB200 NVL72 specifications, per Blackwell GPU at up to 1,200 W (FP32 80; TF32 "
+        "2.5 PF, FP16/BF16 5 PF with sparsity; halved)",
+    ),
+    Peak(
         r"\bB200\b",
         75.0,
         1100.0,
@@ -171,6 +196,14 @@ PEAKS: tuple[Peak, ...] = (
         183.0,
         362.05,
         "NVIDIA L40S datasheet (TF32 183, BF16 362.05 dense; 366 / 733 with sparsity)",
+    ),
+    Peak(
+        r"\bL40\b",
+        90.5,
+        90.5,
+        181.05,
+        "NVIDIA L40 datasheet (FP32 90.5; TF32 90.5, BF16 181.05 dense; 181 / 362.1 with "
+        "sparsity). The L40S is its own row: 'L40' never matches 'L40S'",
     ),
     Peak(
         r"\bL4\b",
@@ -194,6 +227,24 @@ PEAKS: tuple[Peak, ...] = (
         "AWS's A10G (g5 instances) is a GA102 variant with its own clocks; NVIDIA publishes no "
         "A10G datasheet and AWS no tensor TFLOP/s, so the A10's figures do not apply and there "
         "is no sourced peak",
+    ),
+    Peak(
+        r"\bA40\b",
+        37.4,
+        74.8,
+        149.7,
+        "NVIDIA A40 datasheet (FP32 37.4; TF32 74.8, BF16 with FP32 accumulate 149.7 dense; "
+        "149.6 / 299.4 with sparsity)",
+    ),
+    Peak(
+        r"\bRTX A6000\b",
+        38.7,
+        77.4,
+        154.8,
+        "NVIDIA RTX A6000 datasheet (FP32 38.7; tensor 309.7 = FP16 with sparsity, so 154.8 "
+        "dense; GA102's professional boards run BF16 with FP32 accumulate at the FP16 rate and "
+        "TF32 at half of it, as the A40 datasheet lists them: TF32 77.4 is that ratio, not a "
+        "printed figure). Not the RTX 6000 Ada Generation or the Quadro RTX 6000",
     ),
     Peak(
         r"\bRTX 3090 Ti\b",
@@ -236,6 +287,46 @@ PEAKS: tuple[Peak, ...] = (
         None,
         "NVIDIA TITAN RTX specifications (FP32 16.3 boost); Turing has no TF32 or BF16 tensor "
         "cores",
+    ),
+    Peak(
+        r"\bV100S\b",
+        16.4,
+        None,
+        None,
+        "NVIDIA V100 datasheet, V100S PCIe (FP32 16.4; tensor 130 is FP16 only): Volta has no "
+        "TF32 or BF16 units (torch emulates bf16 on it)",
+    ),
+    Peak(
+        r"\bV100\b.*\bSXM2\b",
+        15.7,
+        None,
+        None,
+        "NVIDIA V100 datasheet, V100 SXM2 (FP32 15.7; tensor 125 is FP16 only): Volta has no "
+        "TF32 or BF16 units (torch emulates bf16 on it)",
+    ),
+    Peak(
+        r"\bV100\b.*\bPCIE\b",
+        14.0,
+        None,
+        None,
+        "NVIDIA V100 datasheet, V100 PCIe (FP32 14; tensor 112 is FP16 only): Volta has no TF32 "
+        "or BF16 units (torch emulates bf16 on it)",
+    ),
+    Peak(
+        r"\bV100\b",
+        None,
+        None,
+        None,
+        "a V100 board the V100 datasheet does not list (SXM3, FHHL, DGXS: other clocks and "
+        "power); Volta has no TF32 or BF16 units in any case",
+    ),
+    Peak(
+        r"\bT4\b",
+        8.1,
+        None,
+        None,
+        "NVIDIA T4 datasheet (FP32 8.1; mixed-precision FP16/FP32 tensor 65): Turing has no TF32 "
+        "or BF16 units (torch emulates bf16 on it)",
     ),
 )
 

@@ -160,3 +160,59 @@ def test_cpu_has_tflops_but_no_mfu():
     assert out["mfu"] is None and out["peak_tflops"] is None
     failed = _eff(n_params=None)
     assert set(failed.values()) == {None}
+
+
+# GPUs with a datasheet that the table used to answer "not in the peak table" for: each NVML name
+# resolves to its own row, dense figures, and a mode the GPU has no units for says so.
+DATASHEET_PEAKS = [
+    ("NVIDIA L40", 90.5, 90.5, 181.05, "L40 datasheet"),
+    ("NVIDIA A40", 37.4, 74.8, 149.7, "A40 datasheet"),
+    ("NVIDIA RTX A6000", 38.7, 77.4, 154.8, "RTX A6000 datasheet"),
+    ("Tesla V100-SXM2-32GB", 15.7, None, None, "V100 SXM2"),
+    ("Tesla V100-SXM2-16GB", 15.7, None, None, "V100 SXM2"),
+    ("Tesla V100-PCIE-16GB", 14.0, None, None, "V100 PCIe"),
+    ("Tesla V100S-PCIE-32GB", 16.4, None, None, "V100S PCIe"),
+    ("Tesla T4", 8.1, None, None, "T4 datasheet"),
+    ("NVIDIA A800-SXM4-80GB", 19.5, 156.0, 312.0, "A800 datasheets"),
+    ("NVIDIA A800 80GB PCIe", 19.5, 156.0, 312.0, "A800 datasheets"),
+    ("NVIDIA H20", 44.0, 74.0, 148.0, "HGX H20"),
+    ("NVIDIA GB200", 80.0, 1250.0, 2500.0, "GB200 NVL72"),
+]
+
+
+@pytest.mark.parametrize("name,fp32,tf32,bf16,source", DATASHEET_PEAKS)
+def test_datasheet_gpus_resolve_to_their_row(name, fp32, tf32, bf16, source):
+    """Failed before: every one of these answered 'not in the peak table'."""
+    for mode, want in (("fp32", fp32), ("tf32", tf32), ("bf16", bf16)):
+        peak, why = lookup_peak(name, mode)
+        assert peak == want, (name, mode)
+        assert source in why
+        if want is None:  # V100 and T4: no TF32 or BF16 units, said as such
+            assert f"no {mode} units" in why and "not in the peak table" not in why
+        else:
+            assert why.startswith(mode)
+
+
+@pytest.mark.parametrize(
+    "near_miss,not_this",
+    [
+        ("NVIDIA L40S", 181.05),  # the L40's bf16: the L40S keeps its own row
+        ("NVIDIA RTX A400", 149.7),  # "A40" inside "A400"
+        ("NVIDIA RTX A4000", 149.7),  # "A40" inside "A4000"
+        ("NVIDIA RTX 6000 Ada Generation", 154.8),  # not the RTX A6000
+        ("Quadro RTX 6000", 154.8),
+        ("NVIDIA H200", 148.0),  # "H20" inside "H200"
+        ("NVIDIA GH200 480GB", 2500.0),  # not the GB200
+        ("NVIDIA B200", 2500.0),  # "B200" is its own row, not the GB200's
+    ],
+)
+def test_near_miss_names_do_not_take_a_new_row(near_miss, not_this):
+    assert lookup_peak(near_miss, "bf16")[0] != not_this
+
+
+def test_a10g_stays_unknown_and_unlisted_v100_boards_say_why():
+    assert lookup_peak("NVIDIA A10G", "bf16")[0] is None
+    peak, why = lookup_peak("Tesla V100-SXM3-32GB", "fp32")
+    assert peak is None and "does not list" in why and "peak_tflops" in why
+    assert lookup_peak("NVIDIA RTX A4000", "bf16")[0] is None  # no row: not the A40's
+    assert lookup_peak("NVIDIA L40S", "bf16")[0] == 362.05
