@@ -1,0 +1,653 @@
+"""Simulated hardware profiles: a whole cluster's GPUs, faked together from one description.
+
+A GPU decision is right or wrong only next to the others a node makes: linksweep putting two
+ranks on ``cuda:0`` is right alone and wrong beside DeepSpeed picking ``cuda:1`` from
+``LOCAL_RANK``. So a :class:`Profile` describes each node once (its GPUs, what Ray advertises,
+the ``CUDA_VISIBLE_DEVICES`` its raylet started with, its driver, nvidia-smi, toolkit) and
+:func:`installed` fakes, from that one description, every boundary linksweep reads; everything
+between them is linksweep's real code. The boundaries, and nothing else:
+
+- torch's CUDA view (``torch.cuda.is_available``, ``device_count``, ``get_device_name``,
+  ``get_device_capability``, ``get_device_properties``, ``is_bf16_supported`` with
+  ``including_emulation``, ``set_device``, ``current_device``; ``torch.version.cuda``), read
+  from ``CUDA_VISIBLE_DEVICES`` at each call, as the CUDA runtime does at its first call;
+- NVML (``pynvml``): ``tests/unit/fake_nvml.FakeNvml`` per node, with MIG, old drivers and
+  NoPermission as the profile says;
+- ``nvidia-smi``: an executable on ``PATH`` printing a real public capture of ``nvidia-smi
+  topo -m`` (``/work/shared/data``, see its SOURCES.md), absent where the node has none;
+- the CUDA probe's child process (``workloads/probe.py`` runs ``sys.executable -c``): a script
+  printing what torch would see there;
+- Ray: ``ray.nodes()`` (what ``raycluster.nodes.alive_nodes`` reads), tasks pinned to a node
+  (``ray.remote`` / ``wait`` / ``get`` run the function with that node's view installed),
+  ``ray.get_gpu_ids`` and the runtime context of a rank;
+- DeepSpeed's accelerator: :class:`RecordingAccelerator`, installed with DeepSpeed's own
+  ``set_accelerator`` so its real ``DeepSpeedEngine._set_distributed_vars`` picks the device;
+- what building DeepSpeed's async_io reads (``CUDA_HOME``, ninja, DeepSpeed's libaio probe).
+
+Ray is reached through the module object ``orchestrator.raycluster.nodes`` already imported;
+unit tests never start it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import socket
+import sys
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from tests.unit.fake_nvml import FakeNvml
+
+DATA = Path("/work/shared/data")
+TORCH_CUDA = "12.8"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    """What NVML and torch call the GPU (``nvidia-smi --query-gpu=name``)."""
+    capability: tuple[int, int]
+    mig: tuple[str, ...] = ()
+    """MIG instance UUIDs when the GPU is in MIG mode."""
+    mig_profile: str = ""
+    """The instances' profile (``1g.10gb``): torch names a MIG device "<GPU> MIG <profile>"."""
+
+
+@dataclass(frozen=True)
+class Aio:
+    """What building DeepSpeed's async_io finds on a node."""
+
+    libaio: bool = True
+    ninja: bool = True
+    cuda_home: str | None = "/usr/local/cuda"
+    nvcc: bool = True
+
+
+@dataclass(frozen=True)
+class Node:
+    hostname: str
+    ip: str
+    cpus: float
+    gpus: tuple[Gpu, ...] = ()
+    raylet_cvd: str | None = None
+    """``CUDA_VISIBLE_DEVICES`` the raylet started with: Ray's GPUs are its entries."""
+    topo: str | None = None
+    """A capture of ``nvidia-smi topo -m`` under DATA; None: nvidia-smi absent on the node."""
+    nvml_driver: str = "new"
+    nvml_no_permission: bool = False
+    aio: Aio = field(default_factory=Aio)
+
+    @property
+    def node_id(self) -> str:
+        return f"node-{self.hostname}"
+
+    @property
+    def ray_gpu_ids(self) -> tuple[str, ...]:
+        """The GPU ids Ray hands out: the raylet's CUDA_VISIBLE_DEVICES, else 0..n-1."""
+        if self.raylet_cvd is not None:
+            return tuple(x for x in self.raylet_cvd.split(",") if x)
+        return tuple(str(i) for i in range(len(self.gpus)))
+
+    def uuid(self, i: int) -> str:
+        return f"GPU-{zlib.crc32(self.hostname.encode()):08x}-{i:04d}-0000-0000-000000000000"
+
+    def devices(self, cvd: str | None) -> list[tuple[Gpu, str, str]]:
+        """What CUDA enumerates under ``cvd``: (gpu, torch's name, NVML id) per device. Unset: every
+        GPU (a GPU in MIG mode shows its first instance: CUDA enumerates one MIG device); an
+        entry CUDA does not know ends the list, as in the CUDA runtime."""
+        if cvd is None:
+            out = []
+            for i, g in enumerate(self.gpus):
+                out.append(self._mig_device(g, g.mig[0]) if g.mig else (g, g.name, str(i)))
+            return out
+        out = []
+        for entry in (e.strip() for e in cvd.split(",") if e.strip()):
+            found = None
+            for i, g in enumerate(self.gpus):
+                if entry == str(i) or entry == self.uuid(i):
+                    found = (g, g.name, str(i)) if not g.mig else None
+                elif entry in g.mig:
+                    found = self._mig_device(g, entry)
+            if found is None:
+                break
+            out.append(found)
+        return out
+
+    @staticmethod
+    def _mig_device(g: Gpu, mig_id: str) -> tuple[Gpu, str, str]:
+        return g, f"{g.name} MIG {g.mig_profile}", mig_id
+
+    def nvml_gpus(self) -> list[dict]:
+        """FakeNvml's GPU dicts: the physical GPUs (NVML counts a MIG-mode GPU once)."""
+        return [
+            {
+                "name": g.name,
+                "uuid": self.uuid(i),
+                "mig": list(g.mig),
+                "bus_id": f"00000000:{0x18 + i:02X}:00.0",
+                "mem_bytes": 80 * 10**9,
+                "temps": [40, 41, 42],
+                "power_mw": 250_000,
+                "sm_mhz": 1400,
+                "sm_max_mhz": 1410,
+                "reasons": 0x1,
+                "violations": {0: [0], 1: [0]},
+                "gen": 4,
+                "gen_max": 4,
+                "width": 16,
+                "width_max": 16,
+                "limit_mw": 300_000,
+                "default_limit_mw": 300_000,
+                "nvlink": None,
+                "ecc": {"uncorrected": 0, "corrected": 0},
+            }
+            for i, g in enumerate(self.gpus)
+        ]
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    nodes: tuple[Node, ...]
+    driver: str
+    """Hostname of the node that runs ``linksweep`` (the head, on a cluster)."""
+    driver_cvd: str | None = None
+    """``CUDA_VISIBLE_DEVICES`` the user gave the linksweep command."""
+
+    def node(self, hostname: str) -> Node:
+        return next(n for n in self.nodes if n.hostname == hostname)
+
+    @property
+    def gpu_nodes(self) -> list[Node]:
+        return [n for n in self.nodes if n.ray_gpu_ids]
+
+
+ONE_GPU = "constructed:one-gpu"
+"""No public capture of a one-GPU node's ``nvidia-smi topo -m`` is stored: this names the text
+below, built in the captures' layout (header, the GPU's row, the legend's first lines)."""
+ONE_GPU_TEXT = (
+    "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+    "GPU0\t X \t0-3\t0\t\tN/A\n"
+    "\n"
+    "Legend:\n"
+    "\n"
+    "  X    = Self\n"
+)
+
+
+def _topo_path(node: Node, tmp: Path | None = None) -> Path | None:
+    if node.topo is None:
+        return None
+    if node.topo == ONE_GPU:
+        if tmp is None:
+            return None
+        path = tmp / "one-gpu-topo.txt"
+        path.write_text(ONE_GPU_TEXT)
+        return path
+    return DATA / node.topo
+
+
+def captures_missing(profile: Profile) -> list[str]:
+    """Captures a profile reads that are not on this machine (the test skips, saying which)."""
+    return [str(p) for n in profile.nodes if (p := _topo_path(n)) and not p.exists()]
+
+
+# -- the CUDA view --------------------------------------------------------------------------
+
+
+class CudaView:
+    """torch.cuda as one process on ``node`` sees it; devices follow CUDA_VISIBLE_DEVICES now."""
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.current = 0
+        self.set_calls: list[int] = []
+
+    def _devices(self):
+        return self.node.devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+    def _index(self, device) -> int:
+        if device is None:
+            return self.current
+        if isinstance(device, str):
+            device = torch.device(device)
+        if isinstance(device, torch.device):
+            return self.current if device.index is None else device.index
+        return int(device)
+
+    def _dev(self, device):
+        i = self._index(device)
+        devices = self._devices()
+        if not 0 <= i < len(devices):
+            raise RuntimeError("CUDA error: invalid device ordinal")
+        return devices[i]
+
+    def is_available(self) -> bool:
+        return bool(self._devices())
+
+    def device_count(self) -> int:
+        return len(self._devices())
+
+    def get_device_name(self, device=None) -> str:
+        return self._dev(device)[1]
+
+    def get_device_capability(self, device=None) -> tuple[int, int]:
+        return self._dev(device)[0].capability
+
+    def get_device_properties(self, device=None):
+        gpu, name, _ = self._dev(device)
+        major, minor = gpu.capability
+        return SimpleNamespace(name=name, major=major, minor=minor, total_memory=80 * 10**9)
+
+    def is_bf16_supported(self, including_emulation: bool = True) -> bool:
+        """torch 2.13: native from compute capability 8.0; below, a bf16 tensor can still be
+        made (emulation), which is what ``including_emulation=True`` (the default) asks."""
+        if not self.is_available():
+            return False
+        if self.get_device_capability()[0] >= 8:
+            return True
+        return including_emulation
+
+    def set_device(self, device) -> None:
+        i = self._index(device)
+        self.set_calls.append(i)
+        self._dev(i)  # raises as CUDA does for an ordinal it does not have
+        self.current = i
+
+    def current_device(self) -> int:
+        return self.current
+
+    def install(self, mp) -> None:
+        for name in (
+            "is_available",
+            "device_count",
+            "get_device_name",
+            "get_device_capability",
+            "get_device_properties",
+            "is_bf16_supported",
+            "set_device",
+            "current_device",
+        ):
+            mp.setattr(torch.cuda, name, getattr(self, name))
+        mp.setattr(torch.version, "cuda", TORCH_CUDA if self.node.gpus else None)
+
+
+# -- NVML -----------------------------------------------------------------------------------
+
+
+class ProfileNvml(FakeNvml):
+    """FakeNvml with what the node probe also asks: the CUDA version the driver supports, and
+    NVML's names for a MIG instance."""
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return 12040 if self.driver == "new" else 11040
+
+    def nvmlDeviceGetName(self, handle):
+        if isinstance(handle, tuple):
+            return self.gpus[handle[1]]["name"] + " MIG"
+        return super().nvmlDeviceGetName(handle)
+
+
+def nvml_for(node: Node) -> ProfileNvml:
+    return ProfileNvml(
+        node.nvml_gpus(), driver=node.nvml_driver, no_permission=node.nvml_no_permission
+    )
+
+
+class _NoNvml:
+    """pynvml on a node without a driver: nvmlInit fails as NVMLError_LibraryNotFound does."""
+
+    class NVMLError(Exception):
+        pass
+
+    def nvmlInit(self):
+        raise self.NVMLError("NVML Shared Library Not Found")
+
+
+# -- DeepSpeed's accelerator ----------------------------------------------------------------
+
+
+def recording_accelerator():
+    """DeepSpeed's CUDA accelerator, recording every ``set_device`` (and going through the
+    faked ``torch.cuda.set_device``, so an ordinal the process cannot see raises as on a GPU)."""
+    from deepspeed.accelerator.cuda_accelerator import CUDA_Accelerator
+
+    class RecordingAccelerator(CUDA_Accelerator):
+        def __init__(self):  # no pynvml: the real one calls nvmlInit
+            self._name = "cuda"
+            self._communication_backend_name = "nccl"
+            self._compile_backend = "inductor"
+            self._nvtx_domains = {}
+            self.set_calls: list[int] = []
+
+        def set_device(self, device_index):
+            self.set_calls.append(device_index)
+            super().set_device(device_index)
+
+    return RecordingAccelerator()
+
+
+def deepspeed_device(world_size: int, rank: int) -> str:
+    """The device DeepSpeed's engine takes in this process's environment: its real
+    ``_configure_with_arguments`` (LOCAL_RANK) and ``_set_distributed_vars`` on a bare engine,
+    with a :class:`RecordingAccelerator` installed through ``set_accelerator``. ``error: ...``
+    when DeepSpeed's ``set_device`` fails (an ordinal this process cannot see)."""
+    import deepspeed.accelerator.real_accelerator as real
+    import deepspeed.comm as ds_comm
+    from deepspeed.accelerator import set_accelerator
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    saved = real.ds_accelerator
+    accel = recording_accelerator()
+    set_accelerator(accel)
+    try:
+        with _patched(ds_comm, get_world_size=lambda *a: world_size, get_rank=lambda *a: rank):
+            engine = DeepSpeedEngine.__new__(DeepSpeedEngine)
+            torch.nn.Module.__init__(engine)
+            engine._configure_with_arguments(None, None)
+            try:
+                engine._set_distributed_vars(None)
+            except RuntimeError as exc:
+                return f"error: set_device({accel.set_calls[-1]}): {exc}"
+            return str(engine.device)
+    finally:
+        real.ds_accelerator = saved
+
+
+@contextlib.contextmanager
+def _patched(obj, **attrs):
+    saved = {k: getattr(obj, k) for k in attrs}
+    for k, v in attrs.items():
+        setattr(obj, k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(obj, k, v)
+
+
+# -- one node's process view ----------------------------------------------------------------
+
+
+class Cluster:
+    """A profile installed: :meth:`on` a node gives a process there its view."""
+
+    def __init__(self, profile: Profile, mp, tmp: Path):
+        self.profile = profile
+        self.mp = mp
+        self.tmp = tmp
+        self.views: dict[str, CudaView] = {}
+
+    def _bin(self, node: Node) -> Path:
+        """The node's PATH folder: nvidia-smi (when it has one) and the CUDA probe's child."""
+        folder = self.tmp / node.hostname
+        if folder.exists():
+            return folder
+        folder.mkdir(parents=True)
+        path = _topo_path(node, self.tmp)
+        if path is not None:
+            smi = folder / "nvidia-smi"
+            smi.write_text(
+                "#!/bin/sh\n"
+                f'if [ "$1" = topo ]; then cat {path}; exit 0; fi\n'
+                f'echo "==============NVSMI LOG==============" ; echo "Attached GPUs : '
+                f'{len(node.gpus)}"\n'
+            )
+            smi.chmod(0o755)
+        devices = node.devices(None)  # the probe's child drops CUDA_VISIBLE_DEVICES
+        answer = {
+            "cuda_available": bool(devices),
+            "cuda_device_count": len(devices),
+            "p2p": [[None if i == j else True for j in devices] for i in devices] or None,
+            "nccl_version": "2.27.3" if devices else None,
+            "torch_version": "2.13.0+cu128" if node.gpus else "2.13.0+cpu",
+            "torch_cuda": TORCH_CUDA if node.gpus else None,
+            "cuda_status": "ok" if devices else "CUDA not available to torch 2.13.0+cpu",
+        }
+        child = folder / "python-cuda-probe"
+        child.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(answer)}\nEOF\n")
+        child.chmod(0o755)
+        return folder
+
+    @contextlib.contextmanager
+    def on(self, hostname: str, cvd: str | None = None):
+        """A process on ``hostname`` with ``CUDA_VISIBLE_DEVICES=cvd`` (None: unset); its
+        environment, torch, NVML, PATH, hostname and async_io facts are the node's."""
+        node = self.profile.node(hostname)
+        view = self.views.setdefault(hostname, CudaView(node))
+        folder = self._bin(node)
+        saved_env = dict(os.environ)
+        with contextlib.ExitStack() as stack:
+            import _pytest.monkeypatch
+
+            mp = stack.enter_context(_pytest.monkeypatch.MonkeyPatch.context())
+            view.install(mp)
+            mp.setitem(sys.modules, "pynvml", nvml_for(node) if node.gpus else _NoNvml())
+            mp.setenv("PATH", f"{folder}:/usr/bin:/bin")
+            if cvd is None:
+                mp.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+            else:
+                mp.setenv("CUDA_VISIBLE_DEVICES", cvd)
+            mp.setattr(sys, "executable", str(folder / "python-cuda-probe"))
+            mp.setattr(socket, "gethostname", lambda: hostname)
+            self._install_aio(mp, node)
+            try:
+                yield view
+            finally:
+                os.environ.clear()
+                os.environ.update(saved_env)
+
+    @staticmethod
+    def _install_aio(mp, node: Node) -> None:
+        import torch.utils.cpp_extension as cpp_ext
+        from deepspeed.ops.op_builder import AsyncIOBuilder
+
+        mp.setattr(cpp_ext, "CUDA_HOME", node.aio.cuda_home if node.gpus else None)
+        mp.setattr(cpp_ext, "is_ninja_available", lambda: node.aio.ninja)
+        mp.setattr(AsyncIOBuilder, "has_function", lambda self, *a, **k: node.aio.libaio)
+        real_access = os.access
+
+        def access(path, mode, *a, **k):
+            if str(path).endswith("/bin/nvcc"):
+                return node.aio.nvcc and node.aio.cuda_home is not None
+            return real_access(path, mode, *a, **k)
+
+        mp.setattr(os, "access", access)
+
+    # -- Ray --------------------------------------------------------------------------------
+
+    def ray_nodes(self) -> list[dict]:
+        """``ray.nodes()`` as Ray 2.60 returns it for this profile."""
+        out = []
+        for n in self.profile.nodes:
+            resources = {"CPU": n.cpus} if n.cpus else {}
+            if n.ray_gpu_ids:
+                resources["GPU"] = float(len(n.ray_gpu_ids))
+            resources[f"node:{n.ip}"] = 1.0
+            out.append(
+                {
+                    "NodeID": n.node_id,
+                    "Alive": True,
+                    "NodeManagerHostname": n.hostname,
+                    "NodeManagerAddress": n.ip,
+                    "Resources": resources,
+                }
+            )
+        return out
+
+    def install_ray(self) -> None:
+        """Ray's node table, and tasks pinned to a node run there at once (``ray.remote``)."""
+        nodes_mod = importlib.import_module("orchestrator.raycluster.nodes")
+        ray = nodes_mod.ray
+        cluster = self
+
+        class Remote:
+            def __init__(self, fn, node_id=None):
+                self.fn, self.node_id = fn, node_id
+
+            def options(self, scheduling_strategy=None, **_):
+                return Remote(self.fn, scheduling_strategy.node_id)
+
+            def remote(self, *args):
+                node = next(n for n in cluster.profile.nodes if n.node_id == self.node_id)
+                with cluster.on(node.hostname, node.raylet_cvd):
+                    return ("done", self.fn(*args))
+
+        def remote(*args, **kwargs):
+            if args and callable(args[0]):
+                return Remote(args[0])
+            return lambda fn: Remote(fn)
+
+        self.mp.setattr(ray, "nodes", self.ray_nodes)
+        self.mp.setattr(ray, "remote", remote)
+        self.mp.setattr(ray, "wait", lambda refs, **k: (list(refs), []))
+        self.mp.setattr(ray, "get", lambda ref, **k: ref[1])
+        self.mp.setattr(ray, "cancel", lambda *a, **k: None)
+
+    def ray_worker(self, node: Node, gpu_ids: tuple[str, ...]):
+        """The Ray calls a rank actor on ``node`` makes (``workloads/rank.py``), with the GPU ids
+        Ray assigned it; returns the ray module to patch around it."""
+        ray = importlib.import_module("orchestrator.raycluster.nodes").ray
+        self.mp.setattr(ray, "get_gpu_ids", lambda: list(gpu_ids))
+        ctx = SimpleNamespace(get_node_id=lambda: node.node_id)
+        self.mp.setattr(ray, "get_runtime_context", lambda: ctx)
+        self.mp.setattr(ray.util, "get_node_ip_address", lambda: node.ip)
+
+
+@contextlib.contextmanager
+def installed(profile: Profile, mp, tmp: Path):
+    """The profile's cluster, Ray included, for one test; restored by ``mp`` after it."""
+    cluster = Cluster(profile, mp, tmp)
+    cluster.install_ray()
+    threads = torch.get_num_threads()  # a rank sets its thread count (decide_device)
+    try:
+        yield cluster
+    finally:
+        torch.set_num_threads(threads)
+
+
+# -- the profiles ---------------------------------------------------------------------------
+
+A100_PCIE = Gpu("NVIDIA A100 80GB PCIe", (8, 0))
+A100_SXM = Gpu("NVIDIA A100-SXM4-80GB", (8, 0))
+H100_SXM = Gpu("NVIDIA H100 80GB HBM3", (9, 0))
+A10G = Gpu("NVIDIA A10G", (8, 6))
+V100 = Gpu("Tesla V100-SXM2-16GB", (7, 0))
+L4 = Gpu("NVIDIA L4", (8, 9))
+UNKNOWN = Gpu("NVIDIA Graphics Device", (10, 0))
+"""What NVML calls a GPU its driver has no name for (a pre-release board)."""
+MIG_ID = "MIG-3f5c1d2e-0000-5a6b-8c9d-0123456789ab"
+A100_MIG = Gpu("NVIDIA A100-SXM4-80GB", (8, 0), mig=(MIG_ID,), mig_profile="1g.10gb")
+H100_TOPO = "corpus/topo/07_8gpu-h100-sxm-nv18_8nic-legend_gpu-numa-id.txt"
+NO_TOOLKIT = Aio(cuda_home=None, nvcc=False)
+"""A GPU node with the driver and pip torch's CUDA libraries only: no nvcc."""
+NO_LIBAIO = Aio(libaio=False, cuda_home=None, nvcc=False)
+
+
+def _h100(cvd: str | None = None) -> Profile:
+    node = Node("h100-0", "10.1.0.2", 192, (H100_SXM,) * 8, cvd, H100_TOPO, aio=NO_TOOLKIT)
+    name = "h100x8" if cvd is None else "h100x8-cvd0"
+    return Profile(name, (node,), "h100-0", driver_cvd=cvd)
+
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile(  # clusters/aws-gpu.yaml: an m5 head runs linksweep, a g5.xlarge the ranks
+            "a10g-gpuless-head",
+            (
+                Node("ip-10-0-0-10", "10.0.0.10", 8, aio=NO_LIBAIO),
+                Node("ip-10-0-1-20", "10.0.1.20", 4, (A10G,), topo=ONE_GPU),
+            ),
+            "ip-10-0-0-10",
+        ),
+        Profile(  # PCIe through the host bridge: the capture is two TITAN RTX, the same matrix
+            "a100-pcie-x2",
+            (
+                Node(
+                    "a100p-0",
+                    "10.2.0.2",
+                    64,
+                    (A100_PCIE,) * 2,
+                    topo="captures/topo/hf_perf_hardware_phb.txt",
+                ),
+            ),
+            "a100p-0",
+        ),
+        _h100(),
+        _h100("0"),
+        Profile(  # one 1g.10gb instance given to the raylet by its MIG UUID
+            "a100-mig-1g",
+            (Node("mig-0", "10.3.0.2", 8, (A100_MIG,), MIG_ID, ONE_GPU),),
+            "mig-0",
+        ),
+        Profile(  # a DGX-1 with a driver from before the clock-event reason calls
+            "v100x8",
+            (
+                Node(
+                    "dgx1-0",
+                    "10.4.0.2",
+                    80,
+                    (V100,) * 8,
+                    None,
+                    "corpus/topo/05_dgx1-v100-hybrid-cube-mesh_4x-mlx5_tabs.txt",
+                    nvml_driver="ancient",
+                ),
+            ),
+            "dgx1-0",
+        ),
+        Profile(
+            "unknown-gpu",
+            (Node("proto-0", "10.5.0.2", 16, (UNKNOWN,), topo=ONE_GPU),),
+            "proto-0",
+        ),
+        Profile(  # a CPU head and CPU worker beside two 8xA100 nodes
+            "mixed-cpu-a100",
+            (
+                Node("head-0", "10.6.0.1", 8, aio=NO_LIBAIO),
+                Node("cpu-1", "10.6.0.2", 32),
+                Node(
+                    "a100-1",
+                    "10.6.0.3",
+                    96,
+                    (A100_SXM,) * 8,
+                    topo="corpus/topo/06_8gpu-a100-sxm-nv12_10nic-legend_tabs.txt",
+                ),
+                Node(
+                    "a100-2",
+                    "10.6.0.4",
+                    96,
+                    (A100_SXM,) * 8,
+                    topo="corpus/topo/06_8gpu-a100-sxm-nv12_10nic-legend_tabs.txt",
+                ),
+            ),
+            "head-0",
+        ),
+        Profile(  # clusters/kuberay-gpu.yaml: a head pod with 0 CPUs, 0 GPUs, no nvidia-smi
+            "kuberay-no-smi-driver",
+            (
+                Node("head-pod", "10.7.0.1", 0, aio=NO_LIBAIO),
+                Node(
+                    "gpu-pod",
+                    "10.7.0.2",
+                    8,
+                    (L4,) * 2,
+                    topo="corpus/topo/03_2gpu-gtx1080ti-pcie-phb.txt",
+                ),
+            ),
+            "head-pod",
+        ),
+        Profile(  # the CPU path: two CPU nodes, no GPU anywhere
+            "cpu-only",
+            (Node("cpu-a", "10.8.0.1", 4), Node("cpu-b", "10.8.0.2", 4)),
+            "cpu-a",
+        ),
+    )
+}
