@@ -35,6 +35,14 @@ and width as NVML reports them for the device **and system** (``nvmlDeviceGetMax
 / ``...Width``: a gen4 x16 GPU in a gen3 x8 slot reports gen3 x8), the slower of the two GPUs;
 GPU-to-GPU traffic crosses both GPUs' links.
 
+**Measured above rated** (``share_words``): a busbw share over 100% is a reading, shown as it is
+with the reason it can happen, never clipped or called an error. On NVSwitch systems (HGX/DGX
+H100: NV18 at 450 GB/s per direction) NCCL's NVLS algorithm (NVLink SHARP) has the switch add
+the data: each GPU sends its buffer once and reads the sum once, while busbw is computed as if
+the GPUs reduced it themselves (nccl-tests' 2(n-1)/n factor), so all_reduce busbw can exceed
+the per-GPU link rate. On the emulated cluster tc's token bucket lets a burst pass above the
+average rate. Over PCIe the rate is a line rate, so a share above it is worth checking.
+
 **A PCIe link trained below its maximum** (``pcie_training``): a current width below the maximum
 is a fault (the link trained on fewer lanes: a badly seated card or riser; the width does not
 drop at idle) and flagged. A current generation below the maximum is only noted: NVML's current
@@ -113,6 +121,25 @@ def idle_gen_text(idle_gen: Sequence[str]) -> str:
         "(NVML's current generation drops while the GPU idles), a fault only if it stays low "
         "under load"
     )
+
+
+OVER_RATED_WHY: dict[str | None, str] = {
+    "nvlink": "NVLS in-switch reduction can exceed the link rate (NVSwitch adds the data, so "
+    "all_reduce busbw is not bound by each GPU's links)",
+    "tc": "tc's token bucket lets bursts pass above the average rate",
+    "pcie": "above the PCIe line rate: check the link's class and the GPUs' PCIe width",
+}
+"""Why a measured busbw can exceed its rated rate, by ``Rated.source`` (see the docstring)."""
+
+
+def share_words(share: float, rated_source: str | None, of: str) -> str:
+    """``82% of NVLink``; above 100% the share as measured with why that can happen:
+    ``112% of NVLink, above the rated rate: NVLS in-switch reduction can exceed ...``."""
+    text = f"{share:.0%} of {of}"
+    if share <= 1.0 or f"{share:.0%}" == "100%":
+        return text
+    why = OVER_RATED_WHY.get(rated_source, "a reading to check against how the rate was rated")
+    return f"{text}, above the rated rate: {why}"
 
 
 def pcie_gbps(gen: int | None, width: int | None) -> float | None:

@@ -205,3 +205,24 @@ def test_label_shows_busbw_as_a_share_of_the_rated_rate():
     nv = {"kind": "nccl", "rated_gbps": 450.0, "rated_source": "nvlink",
           "measured_busbw_gbps": 370.0, "busbw_share": 370 / 450}  # fmt: skip
     assert link_label("nv", nv) == "nv (NVLink 450 GB/s; measured busbw 370 GB/s = 82% of NVLink)"
+
+
+def test_share_over_100_percent_reads_as_measured_with_its_reason():
+    """NVLS all_reduce on HGX H100 reaches a busbw above NV18's 450 GB/s per direction: the share
+    reads as measured (never clipped to 100%, never an error) and says why it can happen."""
+    from orchestrator.rated import share_words
+
+    nv18 = rated_link("NV18", [gpu(i, H100, gen=5, nvlinks=18) for i in range(2)])
+    assert nv18.gbps == 450.0  # the rate the share is taken of
+    over = share_words(504.0 / nv18.gbps, nv18.source, "NVLink")
+    assert over.startswith("112% of NVLink, above the rated rate: ")
+    assert "NVLS in-switch reduction can exceed the link rate" in over
+    assert share_words(370 / 450, "nvlink", "NVLink") == "82% of NVLink"  # below: no note
+    assert share_words(1.0, "nvlink", "NVLink") == "100% of NVLink"
+    assert share_words(1.004, "pcie", "PCIe") == "100% of PCIe"  # rounds to 100%: no note
+    burst = share_words(0.0650 / 0.0625, "tc", "the tc rate 500mbit")
+    assert burst.startswith("104% of the tc rate 500mbit, above the rated rate: ")
+    assert "token bucket" in burst
+    pcie = share_words(1.2, "pcie", "PCIe")
+    assert pcie.startswith("120% of PCIe") and "check" in pcie
+    assert "a reading to check" in share_words(1.5, None, "the rated rate")
