@@ -29,6 +29,7 @@ __all__ = [
     "Finding",
     "NodeReport",
     "as_report",
+    "capture_on_every_node",
     "discover_nodes",
     "doctor_findings",
     "has_gpus",
@@ -133,6 +134,32 @@ def discover_nodes(timeout_s: float = 120.0, skip: Collection[str] = ()) -> list
         )
         reports.append(_check_topo(merged))
     return sorted(reports, key=lambda r: (r.hostname or "", r.ip or "", r.node_id))
+
+
+def capture_on_every_node(
+    timeout_s: float = 120.0,
+) -> list[tuple[str, dict[str, dict[str, str | None]]]]:
+    """``workloads.probe.capture_nvidia_smi`` on every alive Ray node, in parallel: one
+    ``(hostname, captures)`` per node, sorted by hostname. A node whose task fails or does not
+    answer gets every capture with ``text`` None and the error as its ``status``.
+
+    Assumes a Ray connection. The hostname is the node's own where it answered (the one
+    ``discover_nodes`` reports), Ray's otherwise."""
+    from orchestrator.raycluster.nodes import run_on_every_node
+    from workloads.probe import NVIDIA_SMI_CAPTURES, capture_nvidia_smi
+
+    out = []
+    for answer in run_on_every_node(capture_nvidia_smi, timeout_s):
+        host = answer.node["hostname"] or answer.node["ip"] or answer.node["node_id"]
+        if answer.error is not None:
+            why = answer.error.replace("no answer", "no answer from the capture task", 1)
+            out.append(
+                (host, {name: {"text": None, "status": why} for name, *_ in NVIDIA_SMI_CAPTURES})
+            )
+            continue
+        hostname, captures = answer.result
+        out.append((hostname or host, captures))
+    return sorted(out, key=lambda hc: hc[0])
 
 
 # ---------------------------------------------------------------------------------------------

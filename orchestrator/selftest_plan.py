@@ -1,45 +1,58 @@
-"""``linksweep selftest``'s plan and verdict, pure: which checks exist and which need CUDA
-(:data:`CHECKS`, the one table), the sweep files each mode runs (:func:`sweep_specs`), and pass,
-fail or not run for each check from the facts the command stored and read back (:func:`decide`).
+"""``linksweep selftest``'s plan, pure: which checks exist (:data:`CHECKS`, the one table), and,
+from what each node shows (:class:`NodeFacts`), which of them run, on which nodes and GPUs,
+which are skipped and why, the sweep files they run and how long that takes
+(:func:`plan_selftest` -> :class:`SelftestPlan`). ``linksweep selftest --dry-run`` prints it
+(``orchestrator/selftest_text.py``) and the command runs exactly its sweeps; the verdict after
+the run (pass, fail, not run) is ``orchestrator/selftest_verdict.py``.
 
-A check that needs what this cluster lacks is ``not run`` with the reason (``no CUDA``), never
-passed: a GPU result is never faked. The command (``orchestrator/commands/selftest.py``) does the
-I/O: it runs doctor, the probes, a fleet check and the sweeps, then reads the database with
-:data:`RUNS_SQL`, :data:`DIAGNOSTICS_SQL` and the fleet SQL (``orchestrator/selftest_fleet.py``,
-which also decides the ``fleet`` and ``fleet_gpu`` checks) into :class:`Facts`.
+A node's GPUs count as Ray offers them (``ray.nodes()`` Resources ``GPU``), not as CUDA lists
+them: Ray caps a node's GPUs at the ``CUDA_VISIBLE_DEVICES`` it started with, and a sweep gets
+only what Ray offers, so ``CUDA_VISIBLE_DEVICES=0`` on an 8-GPU box plans one-GPU checks only.
+A check needing what the cluster lacks is skipped with the reason, never passed.
 
-May import: selftest_fleet.
+Time: each sweep's estimate is its runs x (the per-run start cost + (warmup + timed steps) x
+grad_accum x the expected micro-step time of its mode), plus a per-sweep start; the constants
+below carry their reasons. Every run also gets ``run_timeout_s`` (:func:`run_timeout_for`), so a
+selftest that hangs anywhere still ends, by :attr:`SelftestPlan.bound_s` at the latest.
+
+May import: nothing (the standard library only).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from orchestrator.selftest_fleet import (
-    FleetFacts,
-    fleet_detail,
-    fleet_gpu_detail,
-    fleet_gpu_problems,
-    fleet_problems,
-    suspects_text,
-)
-
-Needs = Literal["", "cuda", "2 gpus"]
-Result = Literal["pass", "fail", "not run"]
+Needs = Literal["", "gpu", "cuda", "2 gpus"]
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 GRAD_ACCUMS = (1, 8)  # the sync-frequency axis' two ends: DDP/ZeRO-1 sync once, ZeRO-2/3 each
 HANG_FAULT = "1:1:hang"  # rank 1 blocks at step 1 (workloads/train.py LINKSWEEP_INJECT_FAULT)
+QUICK_STRATEGY = "zero3"
+"""``--quick``'s one two-rank (and two-GPU) run: ZeRO-3 at grad_accum 1 goes through DeepSpeed,
+its parameter gathers and the device DeepSpeed picks for each rank, so one run exercises most of
+what DDP's would and more."""
 
 
 @dataclass(frozen=True)
 class Check:
     name: str
     needs: Needs
-    """``cuda``: a GPU that torch can use on some node; ``2 gpus``: two on one node."""
+    """``gpu``: a GPU on some node (NVML or CUDA sees one); ``cuda``: a GPU that torch can use
+    and Ray offers on some node; ``2 gpus``: two such on one node."""
     sweep: str | None
     """The sweep (a key of :func:`sweep_specs`) whose stored runs decide it; None: no sweep."""
     what: str
+
+
+def _two_rank(s: str) -> Check:
+    return Check(
+        f"two_rank_{s}",
+        "",
+        "two_rank",
+        f"two ranks, {s}, grad_accum 1 and 8: ok, timed steps, tokens/s (CPU: gloo; GPU: two "
+        "ranks sharing one GPU, ranks_per_gpu 2)",
+    )
 
 
 CHECKS: tuple[Check, ...] = (
@@ -47,9 +60,10 @@ CHECKS: tuple[Check, ...] = (
     Check("topo", "", None, "every node probed; on GPU nodes nvidia-smi topo -m parsed"),
     Check(
         "gpu_captures",
-        "cuda",
+        "gpu",
         None,
-        "nvidia-smi topo -m and -q captured here; NVML lists as many GPUs as CUDA sees per node",
+        "nvidia-smi topo -m and -q captured on every GPU node; NVML lists as many GPUs as CUDA "
+        "sees per node",
     ),
     Check(
         "fleet",
@@ -76,18 +90,10 @@ CHECKS: tuple[Check, ...] = (
         "one_rank_gpu_figures",
         "cuda",
         "one_rank",
-        "the one-rank GPU run: backend nccl, MFU, peak memory, NVML telemetry",
+        "the one-rank GPU run: backend nccl, peak memory; MFU where the GPU's peak is known, "
+        "telemetry as it was read",
     ),
-    *(
-        Check(
-            f"two_rank_{s}",
-            "",
-            "two_rank",
-            f"two ranks, {s}, grad_accum 1 and 8: ok, timed steps, tokens/s (CPU: gloo; GPU: "
-            "two ranks sharing one GPU, ranks_per_gpu 2)",
-        )
-        for s in STRATEGIES
-    ),
+    *(_two_rank(s) for s in STRATEGIES),
     Check(
         "rehearsal_shared_gpu",
         "cuda",
@@ -122,59 +128,111 @@ CHECKS: tuple[Check, ...] = (
 )
 CHECK_NAMES = tuple(c.name for c in CHECKS)
 FLEET_CHECKS = ("fleet", "fleet_gpu")
-"""Decided from the selftest's fleet check (:class:`Facts` ``fleet``), not from a sweep."""
+"""Decided from the selftest's fleet check, not from a sweep."""
+QUICK_SKIPS = (*FLEET_CHECKS, *(f"two_rank_{s}" for s in STRATEGIES if s != QUICK_STRATEGY))
+"""What ``--quick`` leaves out: the fleet check (its own command, and its time grows with the
+nodes) and the two-rank strategies but :data:`QUICK_STRATEGY`."""
 
-# The facts, read back with orchestrator.store.read_query from the selftest's own database (it
-# holds only the selftest's sweeps, so no parameter is needed).
-RUNS_SQL = """
-SELECT s.name AS sweep, r.run_id, r.strategy, r.grad_accum, r.offload, r.world_size,
-       r.status, r.error, r.backend, r.n_steps, r.tokens_per_s, r.mfu, r.peak_mem_bytes,
-       r.telemetry, r.link_class, r.ranks_per_gpu, r.nvme_swap_files, r.gpu_name,
-       r.effective_transport, r.nccl_version
-FROM runs r JOIN sweeps s USING (sweep_id)
-ORDER BY s.name, r.seq
-"""
-DIAGNOSTICS_SQL = """
-SELECT d.run_id, d.rank, d.hostname,
-       coalesce(length(d.python_stack), 0) > 0 AS has_stack,
-       coalesce(length(d.nccl_trace), 0) > 0 AS has_nccl_trace,
-       d.python_stack, d.nccl_trace, d.error
-FROM diagnostics d ORDER BY d.run_id, d.rank
-"""
-TRANSPORTS_SQL = """
-SELECT s.name AS sweep, t.run_id, t.rank, t.channel, t.peer, t.transport, t.detail
-FROM transports t JOIN runs r USING (run_id) JOIN sweeps s USING (sweep_id)
-ORDER BY s.name, t.run_id, t.rank, t.channel
-"""
-
-NCCL_LOGS_SQL = "SELECT run_id, source, text FROM nccl_logs ORDER BY run_id, source"
-"""Every run's raw NCCL log (a rank's, or a failed run's file read from its node)."""
+# --- Expected times (seconds), the plan's estimate ---------------------------------------------
+CPU_MICRO_STEP_S = 0.1
+"""gpt2-tiny fp32, seq 32, micro-batch 2 on gloo, two ranks on the 2-core CI machine: measured
+0.04-0.08 s a micro-step (ZeRO-3 at grad_accum 8: 0.67 s a step), 0.2 s for ZeRO-2 at
+grad_accum 1; 0.1 s covers a loaded machine."""
+GPU_MICRO_STEP_S = 0.1
+"""gpt2 bf16, seq 512, micro-batch 4 (2048 tokens, ~1.6 TFLOP fwd+bwd): ~5 ms on an H100; 0.1 s
+is a T4/A10G-class GPU at ~15 TFLOP/s achieved, the slowest the plan expects. Two ranks sharing
+a GPU take twice as long (:func:`estimate_run_s`)."""
+CPU_RUN_START_S = 5.0
+"""A CPU run's start: ranks forked from the fork server (imports already paid), gloo rendezvous,
+model build, DeepSpeed's engine: measured 0.3-4.7 s (``runs.startup_s``), 8.2 s with NVMe."""
+GPU_RUN_START_S = 40.0
+"""A GPU run's start: fresh Ray actors import torch, transformers and DeepSpeed (~15 s), CUDA and
+NCCL initialise, DeepSpeed builds its engine (~10 s); 40 s leaves room on a cold node."""
+SWEEP_START_S = 5.0
+"""Per sweep: topology discovery (the node probe imports torch: ~2 s), the link
+microbenchmark, the fork server's start on CPU: measured ~2 s a sweep on CPU."""
+PROBES_S = 20.0
+"""Doctor, the node probes and the nvidia-smi captures, once (each probe ~2-5 s, in parallel;
+measured 12 s on CPU with an embedded Ray's start)."""
+FLEET_S_PER_NODE = 25.0
+"""The fleet check: 8.5-22 s on one CPU node (compute probe, start, health, intra-node);
+more pairs add busbw rounds. Per node, an upper estimate for a small cluster."""
+RUN_TIMEOUT_FACTOR = 5.0
+"""A selftest run gets five times its expected time before it is called a hang."""
+MIN_RUN_TIMEOUT_S = 180.0
+"""...and never less than 3 min: a cold node's first import of torch and DeepSpeed can take
+over a minute on its own."""
+HANG_TIMEOUT_S = {"cpu": 20.0, "gpu": 120.0}
+"""The forced hang's ``run_timeout_s``: past start-up (CPU and fork: seconds; GPU: CUDA init and
+NCCL setup come before the hang), then the wait is the check's whole cost."""
+HANG_COLLECT_S = 15.0
+"""After the forced hang's timeout: every rank's stack and NCCL dump read, actors killed (5 s on
+CPU; NCCL's dump and killing CUDA actors take longer)."""
 
 
 def sweep_name(key: str) -> str:
     return f"selftest-{key}"
 
 
-def sweep_specs(cuda: bool, n_gpus: int) -> dict[str, dict]:
-    """The sweep files the selftest runs, as dicts (the command writes each as YAML), keyed as
-    :data:`CHECKS` names them. CPU: gpt2-tiny, fp32, seq 32, 2 timed steps (the whole selftest
-    in a few minutes on 2 cores). GPU: gpt2 bf16 for figures that mean something; two ranks
-    share the one GPU (``ranks_per_gpu: 2``) when no node has two."""
+def _base(cuda: bool) -> dict:
     if cuda:
         base = {"model": "gpt2", "precision": "bf16", "seq_len": 512, "micro_batch_size": 4}
         base |= {"steps": 10, "warmup_steps": 3}
-        hang_timeout_s = 120.0  # CUDA init and NCCL setup come before the hang
     else:
         base = {"model": "gpt2-tiny", "precision": "fp32", "seq_len": 32, "micro_batch_size": 2}
         base |= {"steps": 2, "warmup_steps": 1}
-        hang_timeout_s = 20.0
-    base |= {"dataset": "builtin", "repeats": 1, "links": {"default": {}}}
+    return base | {"dataset": "builtin", "repeats": 1, "links": {"default": {}}}
+
+
+def estimate_run_s(spec: dict, grad_accum: int) -> float:
+    """One run of ``spec`` at ``grad_accum``, expected: its start plus every step it takes (the
+    forced hang: its timeout plus the collection of stacks)."""
+    gpu = spec["precision"] == "bf16"
+    if "hang" in spec["links"]:
+        return HANG_TIMEOUT_S["gpu" if gpu else "cpu"] + HANG_COLLECT_S
+    micro = GPU_MICRO_STEP_S * spec.get("ranks_per_gpu", 1) if gpu else CPU_MICRO_STEP_S
+    steps = spec["steps"] + spec["warmup_steps"]
+    return (GPU_RUN_START_S if gpu else CPU_RUN_START_S) + steps * grad_accum * micro
+
+
+def run_timeout_for(spec: dict) -> float:
+    """``run_timeout_s`` for a selftest sweep: :data:`RUN_TIMEOUT_FACTOR` x its longest run."""
+    longest = max(estimate_run_s(spec, g) for g in _grid_list(spec, "grad_accum"))
+    return round(max(MIN_RUN_TIMEOUT_S, RUN_TIMEOUT_FACTOR * longest))
+
+
+def _grid_list(spec: dict, key: str) -> list:
+    value = spec["grid"][key]
+    return list(value) if isinstance(value, list) else [value]
+
+
+def planned_runs(spec: dict) -> list[tuple[str, int]]:
+    """(strategy, grad_accum) of every run the sweep file asks for (one repeat each)."""
+    return [(s, g) for s in _grid_list(spec, "strategy") for g in _grid_list(spec, "grad_accum")]
+
+
+def sweep_specs(
+    cuda: bool, n_gpus: int, quick: bool = False, peak_tflops: float | None = None
+) -> dict[str, dict]:
+    """The sweep files the selftest runs, as dicts (the command writes each as YAML), keyed as
+    :data:`CHECKS` names them. CPU: gpt2-tiny, fp32, seq 32, 2 timed steps (the whole selftest
+    in a few minutes on 2 cores). GPU: gpt2 bf16 for figures that mean something; two ranks
+    share one GPU (``ranks_per_gpu: 2``) for the rehearsal, and for the hang when no node has
+    two. ``n_gpus``: the most GPUs Ray offers on one CUDA node. ``quick``: one run per sweep
+    (:data:`QUICK_STRATEGY` at grad_accum 1). ``peak_tflops``: the GPU sweeps' MFU peak."""
+    base = _base(cuda)
+    if cuda and peak_tflops is not None:
+        base["peak_tflops"] = peak_tflops
     shared_gpu = {"ranks_per_gpu": 2} if cuda else {}
     pair = {} if cuda and n_gpus >= 2 else shared_gpu
     every = {"strategy": list(STRATEGIES), "grad_accum": list(GRAD_ACCUMS), "placement": "pack"}
+    if quick:
+        every = {"strategy": QUICK_STRATEGY, "grad_accum": 1, "placement": "pack"}
 
     def spec(key: str, **keys) -> dict:
-        return {"name": sweep_name(key), **base, **keys}
+        out = {"name": sweep_name(key), **base, **keys}
+        out.setdefault("run_timeout_s", run_timeout_for(out))
+        return out
 
     out = {
         "one_rank": spec("one_rank", world_size=1, grid={"strategy": "ddp", "grad_accum": 1}),
@@ -191,247 +249,173 @@ def sweep_specs(cuda: bool, n_gpus: int) -> dict[str, dict]:
         **pair,
         **{"steps": 3, "warmup_steps": 1},
         links={"hang": {"LINKSWEEP_INJECT_FAULT": HANG_FAULT}},
-        run_timeout_s=hang_timeout_s,
+        run_timeout_s=HANG_TIMEOUT_S["gpu" if cuda else "cpu"],
         grid={"strategy": "ddp", "grad_accum": 1},
     )
     return out
 
 
-@dataclass(frozen=True)
-class SweepFacts:
-    """One selftest sweep: whether it ran (``why_not`` when it did not) and what it stored."""
+def estimate_sweep_s(spec: dict) -> float:
+    """A sweep's expected time: its start and every run it asks for."""
+    return SWEEP_START_S + sum(estimate_run_s(spec, g) for _, g in planned_runs(spec))
 
-    ran: bool
-    why_not: str = ""
-    runs: tuple[dict, ...] = ()
-    """Rows of :data:`RUNS_SQL` for this sweep."""
+
+# --- The plan: node facts in, planned checks out -----------------------------------------------
 
 
 @dataclass(frozen=True)
-class Facts:
-    """Everything the verdict needs, gathered by the command; plantable in tests."""
+class NodeFacts:
+    """What the plan needs of one node (``from_report`` reads it off a discovery report)."""
 
-    cuda: bool
-    """Some node's torch sees CUDA (the node probes' ``cuda_available``)."""
-    n_gpus: int
-    """The most GPUs CUDA sees on one node."""
-    doctor_exit: int
-    doctor_problems: str = ""
-    nodes: tuple[dict, ...] = ()
-    """Per node: hostname, error, cuda_available, cuda_device_count, topo_ok, topo_status,
-    topo_gpus (GPUs in the parsed matrix), nvml_gpus (NVML inventory length)."""
-    captures: dict[str, str] = field(default_factory=dict)
-    """Local raw captures: name -> ``ok`` or why not (``nvidia-smi topo -m``, ``nvidia-smi -q``)."""
-    sweeps: dict[str, SweepFacts] = field(default_factory=dict)
-    diagnostics: tuple[dict, ...] = ()
-    """Rows of :data:`DIAGNOSTICS_SQL` (has_stack, has_nccl_trace per run and rank)."""
-    fleet: FleetFacts | None = None
-    """The selftest's fleet check; None: not run (``--quick``)."""
+    hostname: str
+    ip: str = ""
+    cuda_available: bool = False
+    """torch on the node sees CUDA (the probe's child process)."""
+    ray_gpus: float = 0.0
+    """GPUs Ray offers on the node (``ray.nodes()`` Resources ``GPU``): what a sweep can get."""
+    gpu_names: tuple[str, ...] = ()
+    """NVML's names of the node's physical GPUs (all of them, whatever Ray offers)."""
+    nvidia_smi: bool = False
+    """``nvidia-smi`` runs on the node."""
+    cpus: float = 0.0
+    """CPUs Ray offers on the node."""
+    error: str | None = None
+    """Why the node's probe failed; such a node is listed but counts for nothing."""
+
+    @property
+    def usable_gpus(self) -> int:
+        """GPUs a sweep can use here: those Ray offers, where torch sees CUDA."""
+        return int(self.ray_gpus + 1e-9) if self.cuda_available and self.error is None else 0
+
+    @property
+    def has_gpu(self) -> bool:
+        """A physical GPU is here (NVML names one, or CUDA sees one), usable or not."""
+        return self.error is None and (bool(self.gpu_names) or self.cuda_available)
+
+    @classmethod
+    def from_report(cls, r: Any) -> NodeFacts:
+        """From a ``workloads.contract.NodeReport`` (discovery's, Ray's GPUs filled in)."""
+        no_smi = (r.topo_status or "").startswith(("nvidia-smi not found", "not probed"))
+        return cls(
+            hostname=r.hostname or r.ip or r.node_id,
+            ip=r.ip or "",
+            cuda_available=bool(r.cuda_available),
+            ray_gpus=float(r.gpus or 0),
+            gpu_names=tuple(str(g.get("name") or "?") for g in r.inventory),
+            nvidia_smi=r.error is None and not no_smi,
+            cpus=float(r.cpus or 0),
+            error=r.error,
+        )
 
 
 @dataclass(frozen=True)
-class Verdict:
+class PlannedCheck:
     check: str
-    result: Result
-    detail: str
+    run: bool
+    why_not: str = ""
+    """Why it is skipped (``no CUDA``, ``--quick``...); empty when it runs."""
+    nodes: tuple[str, ...] = ()
+    """Hostnames it runs on; for a sweep, those Ray may place it on (it picks one)."""
+    gpus: int = 0
+    """GPUs one run of its sweep uses (0: CPU); for other checks, the GPUs it looks at."""
+    sweep: str | None = None
+    """The key of :attr:`SelftestPlan.sweeps` whose runs decide it; None: no sweep."""
 
-    def line(self) -> str:
-        return f"not run: {self.detail}" if self.result == "not run" else self.result
+
+@dataclass(frozen=True)
+class SelftestPlan:
+    mode: Literal["cpu", "gpu"]
+    """``gpu`` where some node has CUDA and Ray offers a GPU there; the sweeps follow it."""
+    n_gpus: int
+    """The most GPUs Ray offers on one CUDA node."""
+    quick: bool
+    nodes: tuple[NodeFacts, ...]
+    checks: tuple[PlannedCheck, ...]
+    """One per :data:`CHECKS`, in its order."""
+    sweeps: dict[str, dict]
+    """The sweep files it runs, key -> spec dict; exactly those, nothing else."""
+    fleet: bool
+    """Whether the fleet check runs."""
+    estimate_s: float
+    """Expected wall time: probes, fleet and every sweep (see the module's constants)."""
+    bound_s: float
+    """The latest it ends: probes, fleet, and every run taking its whole ``run_timeout_s``."""
+
+    def check(self, name: str) -> PlannedCheck:
+        return next(c for c in self.checks if c.check == name)
 
 
-def lacking(needs: Needs, cuda: bool, n_gpus: int) -> str | None:
-    """Why a check needing ``needs`` cannot run here, or None."""
-    if needs and not cuda:
+def _why_lacking(needs: Needs, nodes: Sequence[NodeFacts], n_gpus: int) -> str | None:
+    if needs == "gpu" and not any(n.has_gpu for n in nodes):
+        return "no GPU on any node (NVML and CUDA see none)"
+    if needs in ("cuda", "2 gpus") and n_gpus == 0:
+        hidden = [n.hostname for n in nodes if n.cuda_available and n.error is None]
+        if hidden:
+            return (
+                f"no CUDA GPU that Ray offers (CUDA on {', '.join(hidden)}, Ray offers no GPU "
+                "there: start Ray with --num-gpus)"
+            )
         return "no CUDA"
     if needs == "2 gpus" and n_gpus < 2:
-        return f"{n_gpus} GPU on the node with most; needs 2 on one node"
+        why = f"{n_gpus} GPU offered by Ray on the node with most; needs 2 on one node"
+        capped = [n for n in nodes if n.usable_gpus and len(n.gpu_names) > n.usable_gpus]
+        if capped:
+            n = capped[0]
+            why += (
+                f" ({n.hostname} has {len(n.gpu_names)}; Ray offers {n.usable_gpus}: the "
+                "CUDA_VISIBLE_DEVICES Ray started with)"
+            )
+        return why
     return None
 
 
-def _trained(runs: list[dict]) -> list[str]:
-    """Problems of runs that should have trained: one line each, empty when all trained."""
-    bad = []
-    for r in runs:
-        name = f"{r['strategy']} grad_accum {r['grad_accum']}"
-        if r["status"] != "ok":
-            bad.append(f"{name}: {r['status']}: {(r['error'] or '').splitlines()[:1]}")
-        elif not r["n_steps"] or not r["tokens_per_s"] or r["tokens_per_s"] <= 0:
-            bad.append(f"{name}: no timed steps or tokens/s ({r['n_steps']}, {r['tokens_per_s']})")
-    return bad
+def _sweep_gpus(spec: dict | None, mode: str) -> int:
+    if spec is None or mode == "cpu":
+        return 0
+    return 1 if spec.get("ranks_per_gpu") == 2 else spec["world_size"]
 
 
-def _n(value, spec: str = ".0f") -> str:
-    """A stored figure as text; ``-`` for NULL (a failed run has none)."""
-    return "-" if value is None else format(value, spec)
+def plan_selftest(
+    nodes: Sequence[NodeFacts], quick: bool = False, peak_tflops: float | None = None
+) -> SelftestPlan:
+    """The selftest this cluster gets: every check of :data:`CHECKS`, run or skipped with why,
+    its nodes and GPUs, the sweeps it runs, and the time it takes. Pure: the command, the dry
+    run and the simulated-hardware tests call it with the same facts.
 
-
-def _result(problems: list[str], ok_detail: str) -> tuple[Result, str]:
-    return ("fail", "; ".join(problems)) if problems else ("pass", ok_detail)
-
-
-def _expect(runs: list[dict], strategies, grad_accums) -> list[str]:
-    have = {(r["strategy"], r["grad_accum"]) for r in runs}
-    return [
-        f"{s} grad_accum {g}: no run stored"
-        for s in strategies
-        for g in grad_accums
-        if (s, g) not in have
-    ]
-
-
-def _one_rank_gpu(runs: list[dict]) -> list[str]:
-    problems = []
-    for r in runs:
-        if r["backend"] != "nccl":
-            problems.append(f"backend {r['backend']}, expected nccl")
-        if not r["mfu"] or r["mfu"] <= 0:
-            problems.append(f"no MFU ({r['mfu']}; gpu {r['gpu_name']})")
-        if not r["peak_mem_bytes"] or r["peak_mem_bytes"] <= 0:
-            problems.append("no peak memory")
-        if r["telemetry"] != "nvml":
-            problems.append(f"telemetry {r['telemetry']!r}, expected nvml")
-    return problems
-
-
-def _hang(runs: list[dict], diagnostics: tuple[dict, ...], cuda: bool) -> list[str]:
-    if len(runs) != 1:
-        return [f"{len(runs)} runs stored, expected 1"]
-    (r,) = runs
-    if r["status"] != "failed":
-        return [f"status {r['status']}, expected failed"]
-    rows = [d for d in diagnostics if d["run_id"] == r["run_id"]]
-    stacks = {d["rank"] for d in rows if d["has_stack"]}
-    problems = []
-    if stacks != set(range(r["world_size"])):
-        problems.append(f"stacks stored for ranks {sorted(stacks)} of {r['world_size']}")
-    if cuda and not any(d["has_nccl_trace"] for d in rows):
-        problems.append("no NCCL flight-recorder dump stored")
-    return problems
-
-
-def _decide_one(check: Check, facts: Facts) -> tuple[Result, str]:
-    sweep = facts.sweeps.get(check.sweep) if check.sweep else None
-    if check.sweep is not None:
-        if sweep is None:
-            return "fail", f"sweep {sweep_name(check.sweep)} was not run"
-        if not sweep.ran:
-            # NVMe offload needs DeepSpeed's async_io (libaio): on CPU a machine without it
-            # cannot run the check; on a GPU node refusing it is the finding (issue 22, item 8)
-            if check.name == "nvme_offload" and not facts.cuda:
-                return "not run", sweep.why_not
-            return "fail", sweep.why_not
-    runs = list(sweep.runs) if sweep else []
-    name = check.name
-    if name == "doctor":
-        ok = facts.doctor_exit == 0
-        return ("pass", "exit 0") if ok else ("fail", facts.doctor_problems or "exit 1")
-    if name == "topo":
-        problems = [f"{n['hostname']}: {n['error']}" for n in facts.nodes if n["error"]]
-        problems += [
-            f"{n['hostname']}: topo {n['topo_status']}"
-            for n in facts.nodes
-            if n["cuda_available"] and not n["topo_ok"]
-        ]
-        problems += [  # CUDA_VISIBLE_DEVICES may hide GPUs from CUDA, never from nvidia-smi
-            f"{n['hostname']}: topo -m shows {n['topo_gpus']} GPU(s), CUDA sees "
-            f"{n['cuda_device_count']}"
-            for n in facts.nodes
-            if n["topo_ok"] and n["topo_gpus"] < n["cuda_device_count"]
-        ]
-        if not facts.nodes:
-            problems.append("no node answered the probe")
-        gpus = sum(n["cuda_device_count"] for n in facts.nodes)
-        return _result(problems, f"{len(facts.nodes)} node(s), {gpus} GPU(s) seen by CUDA")
-    if name == "gpu_captures":
-        problems = [f"{k}: {v}" for k, v in facts.captures.items() if v != "ok"]
-        problems += [
-            f"{n['hostname']}: NVML lists {n['nvml_gpus']} GPU(s), CUDA sees "
-            f"{n['cuda_device_count']}"
-            for n in facts.nodes
-            if n["cuda_available"] and n["nvml_gpus"] != n["cuda_device_count"]
-        ]
-        return _result(problems, ", ".join(facts.captures) + " captured; NVML matches CUDA")
-    if name in FLEET_CHECKS:
-        if facts.fleet is None:
-            return "fail", "the fleet check was not run"
-        if name == "fleet":  # suspects never fail it: they are named either way
-            if problems := fleet_problems(facts.fleet):
-                return "fail", "; ".join([*problems, suspects_text(facts.fleet)])
-            return "pass", fleet_detail(facts.fleet)
-        if problems := fleet_gpu_problems(facts.fleet):
-            return "fail", "; ".join(problems)
-        return "pass", fleet_gpu_detail(facts.fleet)
-    if name == "one_rank":
-        problems = _trained(runs) or _expect(runs, ["ddp"], [1])
-        figures = [f"{_n(r['tokens_per_s'])} tokens/s ({r['backend']})" for r in runs]
-        return _result(problems, ", ".join(figures))
-    if name == "one_rank_gpu_figures":
-        problems = _one_rank_gpu(runs) or _expect(runs, ["ddp"], [1])
-        figures = [
-            f"MFU {_n(r['mfu'], '.3f')}, peak {_n((r['peak_mem_bytes'] or 0) / 1e9, '.2f')} GB, "
-            f"{r['gpu_name']}"
-            for r in runs
-        ]
-        return _result(problems, ", ".join(figures))
-    if name.startswith("two_rank_"):
-        strategy = name.removeprefix("two_rank_")
-        mine = [r for r in runs if r["strategy"] == strategy]
-        problems = _trained(mine) + _expect(mine, [strategy], GRAD_ACCUMS)
-        figures = [f"ga {r['grad_accum']}: {_n(r['tokens_per_s'])} tokens/s" for r in mine]
-        return _result(problems, ", ".join(figures))
-    if name == "rehearsal_shared_gpu":
-        problems = [
-            f"{r['strategy']} grad_accum {r['grad_accum']}: link_class {r['link_class']}, "
-            f"backend {r['backend']}"
-            for r in runs
-            if r["link_class"] != "shared-gpu" or r["backend"] != "nccl"
-        ]
-        return _result(problems or _expect(runs, STRATEGIES, GRAD_ACCUMS), "shared-gpu, nccl")
-    if name == "two_gpu":
-        problems = _trained(runs) + _expect(runs, STRATEGIES, GRAD_ACCUMS)
-        problems += [
-            f"{r['strategy']} grad_accum {r['grad_accum']}: backend {r['backend']}"
-            for r in runs
-            if r["backend"] != "nccl"
-        ]
-        transports = sorted({r["effective_transport"] or "unknown" for r in runs})
-        return _result(problems, f"{len(runs)} runs, transports {', '.join(transports)}")
-    if name == "nvme_offload":
-        problems = _trained(runs) + _expect(runs, ["zero3"], [1])
-        problems += [
-            f"no swap files written ({r['nvme_swap_files']})"
-            for r in runs
-            if r["status"] == "ok" and not r["nvme_swap_files"]
-        ]
-        return _result(problems, ", ".join(f"{r['nvme_swap_files']} swap files" for r in runs))
-    if name == "hang":
-        return _result(_hang(runs, facts.diagnostics, cuda=False), "failed, every rank's stack")
-    if name == "hang_flight_recorder":
-        problems = _hang(runs, facts.diagnostics, cuda=True)
-        return _result(problems, "failed, stacks and NCCL flight-recorder dump stored")
-    raise ValueError(f"check {name!r}: no rule; allowed: {', '.join(CHECK_NAMES)}")
-
-
-QUICK_SWEEPS = ("one_rank",)
-"""The sweeps ``--quick`` runs (besides doctor and the probes, which always run; the fleet check
-does not run)."""
-
-
-def decide(facts: Facts, quick: bool = False) -> list[Verdict]:
-    """One verdict per check of :data:`CHECKS`, in its order; with ``quick``, a check whose
-    sweep ``--quick`` leaves out is ``not run: --quick``, never failed."""
-    out = []
-    for check in CHECKS:
-        why = lacking(check.needs, facts.cuda, facts.n_gpus)
-        skipped = check.name in FLEET_CHECKS or check.sweep not in (None, *QUICK_SWEEPS)
-        if why is None and quick and skipped:
+    ``nodes``: one :class:`NodeFacts` per alive Ray node. ``quick``: one run per sweep
+    (``QUICK_STRATEGY`` at grad_accum 1 for the two-rank kinds; one of each kind: one rank, two
+    ranks, two GPUs, NVMe, hang) and no fleet check. ``peak_tflops``: MFU's peak for the GPU
+    sweeps (for GPUs the peak table lacks)."""
+    if peak_tflops is not None and not peak_tflops > 0:
+        raise ValueError(f"peak_tflops: {peak_tflops!r}; allowed: a number of TFLOP/s above 0")
+    n_gpus = max((n.usable_gpus for n in nodes), default=0)
+    mode: Literal["cpu", "gpu"] = "gpu" if n_gpus >= 1 else "cpu"
+    sweeps = sweep_specs(mode == "gpu", n_gpus, quick, peak_tflops)
+    answered = tuple(n.hostname for n in nodes if n.error is None)
+    checks = []
+    for c in CHECKS:
+        why = _why_lacking(c.needs, nodes, n_gpus)
+        spec = sweeps.get(c.sweep) if c.sweep else None
+        if why is None and quick and c.name in QUICK_SKIPS:
             why = "--quick"
-        result, detail = ("not run", why) if why else _decide_one(check, facts)
-        out.append(Verdict(check.name, result, detail))
-    return out
-
-
-def exit_ok(verdicts: list[Verdict]) -> bool:
-    """Exit 0 only if every check that ran passed (at least one ran)."""
-    ran = [v for v in verdicts if v.result != "not run"]
-    return bool(ran) and all(v.result == "pass" for v in ran)
+        if why is None and c.sweep and spec is None:
+            why = f"no sweep {c.sweep} in this mode"
+        need = _sweep_gpus(spec, mode)
+        if c.name == "gpu_captures":
+            on, gpus = tuple(n.hostname for n in nodes if n.has_gpu), 0
+        elif mode == "gpu" and (spec is not None or c.needs in ("cuda", "2 gpus")):
+            on = tuple(n.hostname for n in nodes if n.usable_gpus >= max(need, 1))
+            gpus = need
+        else:
+            on, gpus = answered, need
+        checks.append(PlannedCheck(c.name, why is None, why or "", on, gpus, c.sweep))
+    fleet = not quick
+    probes = PROBES_S + (FLEET_S_PER_NODE * len(answered) if fleet else 0.0)
+    estimate = probes + sum(estimate_sweep_s(s) for s in sweeps.values())
+    bound = probes + sum(
+        SWEEP_START_S + len(planned_runs(s)) * (s["run_timeout_s"] + HANG_COLLECT_S)
+        for s in sweeps.values()
+    )
+    return SelftestPlan(
+        mode, n_gpus, quick, tuple(nodes), tuple(checks), sweeps, fleet, estimate, bound
+    )

@@ -32,6 +32,12 @@ from workloads.telemetry import nvml_available, nvml_inventory
 
 CUDA_PROBE_TIMEOUT_S = 90.0  # import torch + cuInit on a cold node with 8 GPUs stays well under
 TOPO_TIMEOUT_S = 20.0  # nvidia-smi topo -m answers in < 1 s; minutes mean a hung driver
+QUERY_TIMEOUT_S = 60.0  # nvidia-smi -q reads every field of every GPU: seconds on 8 GPUs
+NVIDIA_SMI_CAPTURES = (
+    ("nvidia-smi topo -m", ("topo", "-m"), TOPO_TIMEOUT_S),
+    ("nvidia-smi -q", ("-q",), QUERY_TIMEOUT_S),
+)
+"""The raw captures ``linksweep selftest`` keeps per node: name, arguments, timeout."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,6 +142,31 @@ def probe_node() -> NodeReport:
 
     out.update(_cuda_probe())
     return NodeReport(node_id="", **out)
+
+
+def capture_nvidia_smi() -> tuple[str, dict[str, dict[str, str | None]]]:
+    """Every :data:`NVIDIA_SMI_CAPTURES` run here, verbatim: this node's hostname (as
+    :func:`probe_node` reports it) and name -> ``{"text": stdout and stderr or None, "status":
+    "ok" or why not}``; never raises. Runs as a Ray task on each node
+    (``orchestrator.discovery.capture_on_every_node``): the GPUs are on the nodes, and the
+    machine running ``selftest`` is often a GPU-less head. Kept apart from :func:`probe_node`
+    because ``-q`` is long (tens of KB per GPU) and only the selftest keeps it."""
+    exe = shutil.which("nvidia-smi")
+    out: dict[str, dict[str, str | None]] = {}
+    for name, argv, timeout_s in NVIDIA_SMI_CAPTURES:
+        if exe is None:
+            out[name] = {"text": None, "status": "nvidia-smi not found on PATH"}
+            continue
+        try:
+            p = subprocess.run(
+                [exe, *argv], capture_output=True, text=True, timeout=timeout_s, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            out[name] = {"text": None, "status": f"{type(exc).__name__}: {exc}"}
+            continue
+        status = "ok" if p.returncode == 0 else f"exit {p.returncode}"
+        out[name] = {"text": p.stdout + p.stderr, "status": status}
+    return socket.gethostname(), out
 
 
 def read_topo_text(timeout_s: float = 10.0) -> tuple[str | None, str]:

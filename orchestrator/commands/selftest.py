@@ -1,4 +1,5 @@
-"""``linksweep selftest [--out DIR] [--address ADDR] [--quick]``: the acceptance run for a node.
+"""``linksweep selftest [--out DIR] [--address ADDR] [--quick] [--dry-run] [--peak-tflops X]``:
+the acceptance run for a node.
 
 One command runs doctor, the node probes (topo, NVML), one fleet check (``linksweep fleet`` on
 the default network, ``--pairs all``), and the selftest's sweeps (one rank, two ranks over DDP
@@ -11,22 +12,27 @@ and ZeRO-1/2/3 at grad_accum 1 and 8, NVMe offload, a forced hang), each through
     fleet.txt             the fleet check's summary: nodes, busbw, health notes, suspects
     sweeps/*.yaml         the sweep files it ran (``orchestrator/selftest_plan.sweep_specs``)
     doctor.txt            ``linksweep doctor``'s output
+    plan.txt              the plan it ran (what ``--dry-run`` prints): checks, nodes, time
     nodes.json            each node's probe report (topo text, NVML inventory, CUDA, versions)
     nvml-inventory.json   each node's NVML inventory
-    nvidia-smi-topo-m.txt, nvidia-smi-q.txt   raw captures on this machine (GPU nodes)
+    nvidia-smi-topo-m-HOST.txt, nvidia-smi-q-HOST.txt   raw captures on each node that has
+                          nvidia-smi (taken there: the driver machine may have no GPU)
     nccl/transports.csv   the NCCL channels each run's log showed (empty on gloo)
     nccl/<run_id>-<source>.log   each run's raw NCCL_DEBUG=INFO log (none on gloo)
     hang/                 the hung run's stacks and NCCL flight-recorder dumps, per rank
 
-Which checks exist, which need CUDA, and how each is decided is ``orchestrator/selftest_plan.py``
-(pure); here is only the I/O. Exit 0 only if every check that ran passed; 1 otherwise; 2 when
+Which checks run where, and their sweeps, is ``orchestrator/selftest_plan.py`` (pure, from the
+nodes' probe reports); how each is decided is ``orchestrator/selftest_verdict.py``; here is only
+the I/O. ``--dry-run`` prints the plan (``orchestrator/selftest_text.py``) and runs nothing: no
+sweep, no fleet check, no folder. Exit 0 only if every check that ran passed; 1 otherwise; 2 when
 the cluster cannot be joined or ``--out`` already holds a selftest.
 
 May import: doctor, shared, orchestrator.cli_help, orchestrator.discovery, orchestrator.ds_check,
 orchestrator.errors, orchestrator.fleet, orchestrator.fleet_plan, orchestrator.fleet_rows,
 orchestrator.fleet_text, orchestrator.preflight, orchestrator.raycluster.session,
-orchestrator.selftest_fleet, orchestrator.selftest_plan, orchestrator.spec, orchestrator.stopping,
-orchestrator.store, orchestrator.sweep, orchestrator.ui, workloads.probe, yaml.
+orchestrator.selftest_fleet, orchestrator.selftest_plan, orchestrator.selftest_text,
+orchestrator.selftest_verdict, orchestrator.spec, orchestrator.stopping, orchestrator.store,
+orchestrator.sweep, orchestrator.ui, yaml.
 """
 
 from __future__ import annotations
@@ -39,14 +45,13 @@ import io
 import json
 import os
 import re
-import shutil
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 from orchestrator import selftest_fleet as fleet_plan
 from orchestrator import selftest_plan as plan
+from orchestrator import selftest_verdict as verdict
 from orchestrator.cli_help import ADDRESS_HELP
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, err
 
@@ -74,9 +79,33 @@ def add_parser(sub) -> None:
     s.add_argument(
         "--quick",
         action="store_true",
-        help="doctor, topo and the one-rank run only: no fleet check (default: every check)",
+        help="one run of each kind (one rank; two ranks and two GPUs: zero3 at grad_accum 1; "
+        "NVMe; the hang) and no fleet check (default: every check)",
+    )
+    s.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the checks it would run, on which nodes and GPUs, which it would skip and "
+        "why, and the time it should take; run nothing",
+    )
+    s.add_argument(
+        "--peak-tflops",
+        type=_peak,
+        default=None,
+        metavar="X",
+        help="dense peak TFLOP/s per GPU for MFU, for a GPU the built-in table lacks",
     )
     s.set_defaults(func=main)
+
+
+def _peak(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}; allowed: a number of TFLOP/s above 0")
+    return value
 
 
 def main(args: argparse.Namespace) -> int:
@@ -84,6 +113,15 @@ def main(args: argparse.Namespace) -> int:
     from orchestrator.commands.shared import join_cluster
     from orchestrator.raycluster import session
 
+    quick, peak = args.quick, getattr(args, "peak_tflops", None)
+    if getattr(args, "dry_run", False):
+        if join_cluster(args.address) is None:
+            return EXIT_BAD_INPUT
+        try:
+            print(dry_run(quick, peak))
+        finally:
+            session.disconnect()
+        return EXIT_OK
     out = Path(args.out or f"selftest-{socket.gethostname().split('.')[0]}")
     if (out / "results.duckdb").exists() or (out / "checks.csv").exists():
         err(f"--out {out} already holds a selftest; name a new folder")
@@ -94,7 +132,7 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     restore_signals = stopping.install()
     try:
-        verdicts = _selftest(out, label, args.address, args.quick)
+        verdicts = _selftest(out, label, args.address, quick, peak)
     except KeyboardInterrupt as exc:  # stopping.SweepStopped
         err(f"selftest {stopping.describe(exc)}; what ran is in {out}")
         return stopping.exit_code(exc)
@@ -103,28 +141,42 @@ def main(args: argparse.Namespace) -> int:
         restore_signals()
     _print_table(verdicts)
     print(f"selftest: {out}/checks.csv, database {out}/results.duckdb")
-    return EXIT_OK if plan.exit_ok(verdicts) else EXIT_FAILED
+    return EXIT_OK if verdict.exit_ok(verdicts) else EXIT_FAILED
 
 
-def _selftest(out: Path, label: str, address: str | None, quick: bool) -> list[plan.Verdict]:
+def plan_here(quick: bool, peak_tflops: float | None) -> tuple[list, plan.SelftestPlan]:
+    """The joined cluster's nodes probed (``discovery.discover_nodes``) and the plan for them."""
     from orchestrator.discovery import discover_nodes
 
-    doctor_exit, doctor_text = _doctor(out, address)
     reports = discover_nodes()
+    facts = [plan.NodeFacts.from_report(r) for r in reports]
+    return reports, plan.plan_selftest(facts, quick, peak_tflops)
+
+
+def dry_run(quick: bool, peak_tflops: float | None) -> str:
+    """``--dry-run``: the plan for the joined cluster, as text; probes the nodes, runs nothing."""
+    from orchestrator.selftest_text import plan_text
+
+    return plan_text(plan_here(quick, peak_tflops)[1])
+
+
+def _selftest(
+    out: Path, label: str, address: str | None, quick: bool, peak_tflops: float | None = None
+) -> list[verdict.Verdict]:
+    from orchestrator.selftest_text import plan_text
+
+    doctor_exit, doctor_text = _doctor(out, address)
+    reports, the_plan = plan_here(quick, peak_tflops)
     nodes = _write_nodes(out, reports)
-    cuda = any(n["cuda_available"] for n in nodes)
-    n_gpus = max((n["cuda_device_count"] for n in nodes), default=0)
+    text = plan_text(the_plan)
+    (out / "plan.txt").write_text(text + "\n")
+    print(text, flush=True)
     captures = _capture_nvidia_smi(out)  # also where torch sees no CUDA: it may be torch's fault
-    specs = plan.sweep_specs(cuda, n_gpus)
-    if quick:
-        specs = {k: v for k, v in specs.items() if k in plan.QUICK_SWEEPS}
     db = str(out / "results.duckdb")
-    fleet = None if quick else _run_fleet(out, db, label)
-    sweeps = {key: _run_sweep(out, db, label, key, spec) for key, spec in specs.items()}
+    fleet = _run_fleet(out, db, label) if the_plan.fleet else None
+    sweeps = {key: _run_sweep(out, db, label, key, spec) for key, spec in the_plan.sweeps.items()}
     runs, diagnostics = _read_back(out, db)
-    facts = plan.Facts(
-        cuda=cuda,
-        n_gpus=n_gpus,
+    facts = verdict.Facts(
         doctor_exit=doctor_exit,
         doctor_problems="; ".join(
             line.strip() for line in doctor_text.splitlines() if "[INVALIDATES]" in line
@@ -132,14 +184,14 @@ def _selftest(out: Path, label: str, address: str | None, quick: bool) -> list[p
         nodes=tuple(nodes),
         captures=captures,
         sweeps={
-            k: plan.SweepFacts(s.ran, s.why_not, tuple(r for r in runs if r["sweep"] == name))
+            k: verdict.SweepFacts(s.ran, s.why_not, tuple(r for r in runs if r["sweep"] == name))
             for k, s in sweeps.items()
             for name in [plan.sweep_name(k)]
         },
         diagnostics=tuple(diagnostics),
         fleet=fleet,
     )
-    verdicts = plan.decide(facts, quick)
+    verdicts = verdict.decide(facts, the_plan)
     _write_checks(out, verdicts)
     return verdicts
 
@@ -177,31 +229,26 @@ def _write_nodes(out: Path, reports) -> list[dict]:
                 "topo_gpus": 0 if topo is None else len(topo.gpus),
                 "topo_status": r.topo_status,
                 "nvml_gpus": len(r.inventory),
+                "ray_gpus": r.gpus,
             }
         )
     return nodes
 
 
-def _capture_nvidia_smi(out: Path) -> dict[str, str]:
-    """``nvidia-smi topo -m`` and ``-q`` on this machine, verbatim: name -> ok or why not. Only
-    a GPU check reads the status; the files are kept wherever nvidia-smi exists (a CPU-only
-    torch on a GPU node shows there)."""
-    exe = shutil.which("nvidia-smi")
-    status = {}
-    for name, argv, file in (
-        ("nvidia-smi topo -m", ["topo", "-m"], "nvidia-smi-topo-m.txt"),
-        ("nvidia-smi -q", ["-q"], "nvidia-smi-q.txt"),
-    ):
-        if exe is None:
-            status[name] = "nvidia-smi not found on PATH"
-            continue
-        try:
-            p = subprocess.run([exe, *argv], capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            status[name] = f"{type(exc).__name__}: {exc}"
-            continue
-        (out / file).write_text(p.stdout + p.stderr)
-        status[name] = "ok" if p.returncode == 0 else f"exit {p.returncode}"
+def _capture_nvidia_smi(out: Path) -> dict[str, dict[str, str]]:
+    """``nvidia-smi topo -m`` and ``-q`` on every node, verbatim, as
+    ``nvidia-smi-topo-m-HOST.txt`` and ``nvidia-smi-q-HOST.txt`` wherever nvidia-smi answered
+    (a CPU-only torch on a GPU node shows there); per hostname, name -> ok or why not."""
+    from orchestrator.discovery import capture_on_every_node
+
+    status: dict[str, dict[str, str]] = {}
+    for host, captures in capture_on_every_node():
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", host)
+        for name, got in captures.items():
+            if got["text"] is not None:
+                stem = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")
+                (out / f"{stem}-{safe}.txt").write_text(got["text"])
+        status[host] = {name: str(got["status"]) for name, got in captures.items()}
     return status
 
 
@@ -266,7 +313,7 @@ def _rows(db: str, sql: str) -> list[dict]:
     return [dict(zip(cols, v, strict=True)) for v in values]
 
 
-def _run_sweep(out: Path, db: str, label: str, key: str, spec_dict: dict) -> plan.SweepFacts:
+def _run_sweep(out: Path, db: str, label: str, key: str, spec_dict: dict) -> verdict.SweepFacts:
     """One selftest sweep through ``execute_sweep``, as ``linksweep run`` runs it, on the
     cluster already joined; a sweep refused before running (``preflight``: no async_io for
     NVMe) is not run, with the refusal as its reason."""
@@ -297,11 +344,11 @@ def _run_sweep(out: Path, db: str, label: str, key: str, spec_dict: dict) -> pla
         execute_sweep(spec, store, label, bundle, SweepUI())
     except (SpecError, StoreError) as exc:
         err(str(exc))
-        return plan.SweepFacts(False, " ".join(str(exc).split()))
+        return verdict.SweepFacts(False, " ".join(str(exc).split()))
     except Exception as exc:  # noqa: BLE001 - a sweep that crashes fails its checks; the rest run
         err(f"selftest: sweep {key} crashed: {type(exc).__name__}: {exc}")
-        return plan.SweepFacts(False, f"sweep crashed: {type(exc).__name__}: {exc}")
-    return plan.SweepFacts(True)
+        return verdict.SweepFacts(False, f"sweep crashed: {type(exc).__name__}: {exc}")
+    return verdict.SweepFacts(True)
 
 
 def _read_back(out: Path, db: str) -> tuple[list[dict], list[dict]]:
@@ -310,15 +357,15 @@ def _read_back(out: Path, db: str) -> tuple[list[dict], list[dict]]:
 
     if not os.path.exists(db):
         return [], []
-    runs = _rows(db, plan.RUNS_SQL)
-    diagnostics = _rows(db, plan.DIAGNOSTICS_SQL)
+    runs = _rows(db, verdict.RUNS_SQL)
+    diagnostics = _rows(db, verdict.DIAGNOSTICS_SQL)
     (out / "nccl").mkdir(exist_ok=True)
-    cols, values = read_query(db, plan.TRANSPORTS_SQL)
+    cols, values = read_query(db, verdict.TRANSPORTS_SQL)
     with open(out / "nccl" / "transports.csv", "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(cols)
         w.writerows(values)
-    for log in _rows(db, plan.NCCL_LOGS_SQL):
+    for log in _rows(db, verdict.NCCL_LOGS_SQL):
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{log['run_id']}-{log['source']}")
         (out / "nccl" / f"{name}.log").write_text(log["text"])
     (out / "hang").mkdir(exist_ok=True)
@@ -334,14 +381,14 @@ def _read_back(out: Path, db: str) -> tuple[list[dict], list[dict]]:
     return runs, [{k: v for k, v in d.items() if k not in big} for d in diagnostics]
 
 
-def _write_checks(out: Path, verdicts: list[plan.Verdict]) -> None:
+def _write_checks(out: Path, verdicts: list[verdict.Verdict]) -> None:
     with open(out / "checks.csv", "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["check", "result", "detail"])
         w.writerows([v.check, v.result, v.detail] for v in verdicts)
 
 
-def _print_table(verdicts: list[plan.Verdict]) -> None:
+def _print_table(verdicts: list[verdict.Verdict]) -> None:
     from orchestrator.ui import print_table
 
     rows = [(v.check, v.line(), v.detail if v.result != "not run" else "") for v in verdicts]

@@ -16,8 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from orchestrator import selftest_plan as plan
+from orchestrator.discovery import as_report
+from orchestrator.selftest_text import plan_text
 from orchestrator.store import read_query
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,10 +50,27 @@ def test_cpu_selftest_exits_0_and_says_not_run_for_every_gpu_check(selftest_out)
         rows = list(csv.DictReader(f))
     assert [r["check"] for r in rows] == list(plan.CHECK_NAMES)
     needs = {c.name: c.needs for c in plan.CHECKS}
+    planned = {c.check: c for c in _plan(out).checks}
     for r in rows:
-        expected = ("not run", "no CUDA") if needs[r["check"]] else ("pass",)
+        c = planned[r["check"]]
+        expected = ("pass",) if c.run else ("not run", c.why_not)
         assert (r["result"], r["detail"])[: len(expected)] == expected, r
+        assert c.run == (not needs[r["check"]]), r  # on CPU: every GPU check, and only they
     assert "not run: no CUDA" in p.stdout and "nvme_offload" in p.stdout
+
+
+def _plan(out: Path) -> plan.SelftestPlan:
+    """The plan for the node the selftest probed, as its dry run makes it."""
+    nodes = json.loads((out / "nodes.json").read_text())
+    return plan.plan_selftest([plan.NodeFacts.from_report(as_report(n)) for n in nodes])
+
+
+def test_it_ran_exactly_the_sweeps_its_plan_lists(selftest_out):
+    _, out = selftest_out
+    the_plan = _plan(out)
+    ran = {p.stem: yaml.safe_load(p.read_text()) for p in (out / "sweeps").glob("*.yaml")}
+    assert ran == the_plan.sweeps
+    assert (out / "plan.txt").read_text() == plan_text(the_plan) + "\n"
 
 
 def test_the_folder_holds_captures_sweeps_and_the_database(selftest_out):
@@ -61,6 +81,7 @@ def test_the_folder_holds_captures_sweeps_and_the_database(selftest_out):
     assert sorted(p.stem for p in (out / "sweeps").glob("*.yaml")) == sorted(
         plan.sweep_specs(cuda=False, n_gpus=0)
     )
+    assert "plan.txt" in {p.name for p in out.iterdir()}
     assert "doctor: nothing invalidates" in (out / "doctor.txt").read_text()
     (node,) = json.loads((out / "nodes.json").read_text())
     assert node["cuda_available"] is False and node["hostname"]

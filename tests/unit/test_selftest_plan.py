@@ -1,6 +1,7 @@
-"""``linksweep selftest``'s plan and verdict (orchestrator/selftest_plan.py) on planted facts:
-the sweep files each mode writes are valid sweep files, a check needing CUDA reads
-``not run: no CUDA`` without it, and each failure a real node could show is a ``fail`` naming it.
+"""``linksweep selftest``'s plan and verdict (orchestrator/selftest_plan.py,
+orchestrator/selftest_verdict.py) on planted facts: the sweep files each mode writes are valid
+sweep files, a check needing CUDA reads ``not run: no CUDA`` without it, and each failure a real
+node could show is a ``fail`` naming it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import pytest
 
 from orchestrator import fleet_rows
 from orchestrator import selftest_plan as plan
+from orchestrator import selftest_verdict as verdict
+from orchestrator.selftest_fleet import FleetFacts
 from orchestrator.spec import parse_spec
 from workloads.fleet_contract import ComputeRecord, HealthRecord
 
@@ -31,6 +34,8 @@ def _run(sweep, strategy="ddp", ga=1, **over) -> dict:
         "n_steps": 2,
         "tokens_per_s": 900.0,
         "mfu": None,
+        "peak_tflops": None,
+        "peak_source": "cpu: no MFU",
         "peak_mem_bytes": None,
         "telemetry": "absent: no GPU",
         "link_class": None,
@@ -47,6 +52,8 @@ def _gpu(row: dict) -> dict:
     return row | {
         "backend": "nccl",
         "mfu": 0.31,
+        "peak_tflops": 989.0,
+        "peak_source": "bf16: NVIDIA H100 SXM5 datasheet",
         "peak_mem_bytes": 9_000_000_000,
         "telemetry": "nvml",
         "gpu_name": "NVIDIA H100 80GB HBM3",
@@ -62,8 +69,23 @@ def _stack(run_id: str, rank: int, trace: bool = False) -> dict:
 def _node(cuda=False, n=0, nvml=None) -> dict:
     return {"hostname": "n1", "error": None, "cuda_available": cuda, "cuda_device_count": n,
             "topo_ok": cuda, "topo_status": "ok" if cuda else "nvidia-smi not found",
-            "topo_gpus": n,
+            "topo_gpus": n, "ray_gpus": float(n),
             "nvml_gpus": n if nvml is None else nvml}  # fmt: skip
+
+
+def _plan(facts: verdict.Facts, quick=False, peak=None) -> plan.SelftestPlan:
+    """The plan the command makes for the nodes the facts describe."""
+    nodes = [
+        plan.NodeFacts(n["hostname"], cuda_available=n["cuda_available"],
+                       ray_gpus=n["ray_gpus"], gpu_names=("NVIDIA H100 80GB HBM3",) * n["nvml_gpus"],
+                       nvidia_smi=n["topo_ok"], cpus=2.0)
+        for n in facts.nodes
+    ]  # fmt: skip
+    return plan.plan_selftest(nodes, quick, peak)
+
+
+def decide(facts: verdict.Facts, quick=False) -> list[verdict.Verdict]:
+    return verdict.decide(facts, _plan(facts, quick))
 
 
 def _fleet_node(i=1, gpus=0, **over) -> dict:
@@ -85,7 +107,7 @@ def _pair(a, b=None, **over) -> dict:
             "busbw_gbps": 1.5} | over  # fmt: skip
 
 
-def fleet_facts(n_nodes=1, gpus=0, **over) -> plan.FleetFacts:
+def fleet_facts(n_nodes=1, gpus=0, **over) -> FleetFacts:
     """A clean fleet check: ``n_nodes`` nodes of ``gpus`` GPUs, every pair of them measured."""
     nodes = tuple(_fleet_node(i, gpus) for i in range(1, n_nodes + 1))
     intra_over = {0: {}, 1: {"status": "skipped", "backend": None, "busbw_gbps": None}}
@@ -97,25 +119,23 @@ def fleet_facts(n_nodes=1, gpus=0, **over) -> plan.FleetFacts:
     ]
     check = {"fleet_id": "f1", "status": "ok", "error": None, "n_nodes": n_nodes,
              "pairs_mode": "all", "wall_s": 21.0, "n_suspects": 0}  # fmt: skip
-    facts = plan.FleetFacts(True, checks=(check,), nodes=nodes, pairs=(*intra, *inter))
+    facts = FleetFacts(True, checks=(check,), nodes=nodes, pairs=(*intra, *inter))
     return dataclasses.replace(facts, **over)
 
 
-def cpu_facts(**over) -> plan.Facts:
+def cpu_facts(**over) -> verdict.Facts:
     two = [_run("two_rank", s, g) for s in plan.STRATEGIES for g in plan.GRAD_ACCUMS]
     hang = _run("hang", status="failed", error="run timed out after 20 s", n_steps=None)
-    facts = plan.Facts(
-        cuda=False,
-        n_gpus=0,
+    facts = verdict.Facts(
         doctor_exit=0,
         nodes=(_node(),),
         sweeps={
-            "one_rank": plan.SweepFacts(True, runs=(_run("one_rank", world_size=1),)),
-            "two_rank": plan.SweepFacts(True, runs=tuple(two)),
-            "nvme": plan.SweepFacts(
+            "one_rank": verdict.SweepFacts(True, runs=(_run("one_rank", world_size=1),)),
+            "two_rank": verdict.SweepFacts(True, runs=tuple(two)),
+            "nvme": verdict.SweepFacts(
                 True, runs=(_run("nvme", "zero3", offload="nvme", nvme_swap_files=12),)
             ),
-            "hang": plan.SweepFacts(True, runs=(hang,)),
+            "hang": verdict.SweepFacts(True, runs=(hang,)),
         },
         diagnostics=(_stack(hang["run_id"], 0), _stack(hang["run_id"], 1)),
         fleet=fleet_facts(),
@@ -123,27 +143,33 @@ def cpu_facts(**over) -> plan.Facts:
     return dataclasses.replace(facts, **over)
 
 
-def gpu_facts(n_gpus=1, **over) -> plan.Facts:
+def gpu_facts(n_gpus=1, **over) -> verdict.Facts:
     f = cpu_facts()
     shared = {"link_class": "shared-gpu", "ranks_per_gpu": 2}
     sweeps = {
-        k: plan.SweepFacts(True, runs=tuple(_gpu(r) for r in s.runs)) for k, s in f.sweeps.items()
+        k: verdict.SweepFacts(True, runs=tuple(_gpu(r) for r in s.runs))
+        for k, s in f.sweeps.items()
     }
-    sweeps["two_rank"] = plan.SweepFacts(
+    sweeps["two_rank"] = verdict.SweepFacts(
         True, runs=tuple(_gpu(r) | shared for r in f.sweeps["two_rank"].runs)
     )
     hang_id = sweeps["hang"].runs[0]["run_id"]
     facts = dataclasses.replace(
         f,
-        cuda=True,
-        n_gpus=n_gpus,
         nodes=(_node(True, n_gpus),),
-        captures={"nvidia-smi topo -m": "ok", "nvidia-smi -q": "ok"},
+        captures={"n1": {"nvidia-smi topo -m": "ok", "nvidia-smi -q": "ok"}},
         sweeps=sweeps,
         diagnostics=(_stack(hang_id, 0, trace=True), _stack(hang_id, 1)),
         fleet=fleet_facts(gpus=n_gpus),
     )
     return dataclasses.replace(facts, **over)
+
+
+NOT_RUN_ON_CPU = {
+    "gpu": "no GPU on any node (NVML and CUDA see none)",
+    "cuda": "no CUDA",
+    "2 gpus": "no CUDA",
+}
 
 
 def by_check(verdicts) -> dict[str, plan.Verdict]:
@@ -189,18 +215,19 @@ def test_cpu_sweeps_are_small_and_gpu_ones_share_a_gpu_only_when_one_is_all_ther
 
 
 def test_cpu_all_good_passes_and_every_gpu_check_reads_not_run_no_cuda():
-    verdicts = plan.decide(cpu_facts())
+    verdicts = decide(cpu_facts())
     assert [v.check for v in verdicts] == list(plan.CHECK_NAMES)
     for v in verdicts:
-        gpu = next(c for c in plan.CHECKS if c.name == v.check).needs
+        needs = next(c for c in plan.CHECKS if c.name == v.check).needs
+        why = NOT_RUN_ON_CPU.get(needs)
         assert (v.result, v.line()) == (
-            ("not run", "not run: no CUDA") if gpu else ("pass", "pass")
+            ("not run", f"not run: {why}") if why else ("pass", "pass")
         ), v
-    assert plan.exit_ok(verdicts)
+    assert verdict.exit_ok(verdicts)
 
 
 def test_gpu_all_good_passes_and_two_gpu_waits_for_a_second_gpu():
-    v = by_check(plan.decide(gpu_facts(n_gpus=1)))
+    v = by_check(decide(gpu_facts(n_gpus=1)))
     assert v["two_gpu"].result == "not run" and "needs 2 on one node" in v["two_gpu"].detail
     assert {c for c, x in v.items() if x.result != "pass"} == {"two_gpu"}
     assert "MFU 0.310" in v["one_rank_gpu_figures"].detail
@@ -209,18 +236,22 @@ def test_gpu_all_good_passes_and_two_gpu_waits_for_a_second_gpu():
 def test_gpu_with_two_gpus_decides_two_gpu_from_its_runs():
     f = gpu_facts(n_gpus=2)
     two = tuple(_gpu(_run("two_gpu", s, g)) for s in plan.STRATEGIES for g in plan.GRAD_ACCUMS)
-    ok = dataclasses.replace(f, sweeps=f.sweeps | {"two_gpu": plan.SweepFacts(True, runs=two)})
-    assert by_check(plan.decide(ok))["two_gpu"].result == "pass"
+    ok = dataclasses.replace(f, sweeps=f.sweeps | {"two_gpu": verdict.SweepFacts(True, runs=two)})
+    assert by_check(decide(ok))["two_gpu"].result == "pass"
     missing = dataclasses.replace(ok, sweeps=f.sweeps)
-    assert by_check(plan.decide(missing))["two_gpu"].result == "fail"
+    assert by_check(decide(missing))["two_gpu"].result == "fail"
     on_gloo = tuple(r | {"backend": "gloo"} for r in two)
-    bad = dataclasses.replace(f, sweeps=f.sweeps | {"two_gpu": plan.SweepFacts(True, runs=on_gloo)})
-    assert "backend gloo" in by_check(plan.decide(bad))["two_gpu"].detail
+    bad = dataclasses.replace(
+        f, sweeps=f.sweeps | {"two_gpu": verdict.SweepFacts(True, runs=on_gloo)}
+    )
+    assert "backend gloo" in by_check(decide(bad))["two_gpu"].detail
 
 
-def _with_runs(facts: plan.Facts, key: str, edit) -> plan.Facts:
+def _with_runs(facts: verdict.Facts, key: str, edit) -> verdict.Facts:
     runs = tuple(edit(dict(r)) for r in facts.sweeps[key].runs)
-    return dataclasses.replace(facts, sweeps=facts.sweeps | {key: plan.SweepFacts(True, runs=runs)})
+    return dataclasses.replace(
+        facts, sweeps=facts.sweeps | {key: verdict.SweepFacts(True, runs=runs)}
+    )
 
 
 def test_a_failed_zero2_run_fails_its_check_only_naming_it():
@@ -229,13 +260,13 @@ def test_a_failed_zero2_run_fails_its_check_only_naming_it():
             r |= {"status": "failed", "error": "RuntimeError: boom\nmore", "tokens_per_s": None}
         return r
 
-    verdicts = plan.decide(_with_runs(cpu_facts(), "two_rank", fail_zero2_ga8))
+    verdicts = decide(_with_runs(cpu_facts(), "two_rank", fail_zero2_ga8))
     v = by_check(verdicts)
     assert v["two_rank_zero2"].result == "fail"
     assert "zero2 grad_accum 8: failed" in v["two_rank_zero2"].detail
     assert "RuntimeError: boom" in v["two_rank_zero2"].detail
     assert all(v[f"two_rank_{s}"].result == "pass" for s in ("ddp", "zero1", "zero3"))
-    assert not plan.exit_ok(verdicts)
+    assert not verdict.exit_ok(verdicts)
 
 
 def test_a_missing_grad_accum_and_a_run_without_steps_fail():
@@ -244,22 +275,22 @@ def test_a_missing_grad_accum_and_a_run_without_steps_fail():
         cpu_facts(),
         sweeps=cpu_facts().sweeps
         | {
-            "two_rank": plan.SweepFacts(
+            "two_rank": verdict.SweepFacts(
                 True, runs=tuple(r for r in only_ga1 if r["grad_accum"] == 1)
             )
         },
     )
-    assert "ddp grad_accum 8: no run stored" in by_check(plan.decide(facts))["two_rank_ddp"].detail
+    assert "ddp grad_accum 8: no run stored" in by_check(decide(facts))["two_rank_ddp"].detail
     no_steps = _with_runs(cpu_facts(), "one_rank", lambda r: r | {"n_steps": 0})
-    assert by_check(plan.decide(no_steps))["one_rank"].result == "fail"
+    assert by_check(decide(no_steps))["one_rank"].result == "fail"
 
 
 def test_hang_must_fail_with_every_ranks_stack():
-    v = by_check(plan.decide(_with_runs(cpu_facts(), "hang", lambda r: r | {"status": "ok"})))
+    v = by_check(decide(_with_runs(cpu_facts(), "hang", lambda r: r | {"status": "ok"})))
     assert v["hang"].result == "fail" and "expected failed" in v["hang"].detail
     hang_id = cpu_facts().sweeps["hang"].runs[0]["run_id"]
     one_stack = cpu_facts(diagnostics=(_stack(hang_id, 0),))
-    v = by_check(plan.decide(one_stack))
+    v = by_check(decide(one_stack))
     assert v["hang"].result == "fail" and "ranks [0] of 2" in v["hang"].detail
 
 
@@ -267,7 +298,7 @@ def test_gpu_hang_needs_the_flight_recorder_dump():
     f = gpu_facts()
     hang_id = f.sweeps["hang"].runs[0]["run_id"]
     no_dump = dataclasses.replace(f, diagnostics=(_stack(hang_id, 0), _stack(hang_id, 1)))
-    v = by_check(plan.decide(no_dump))
+    v = by_check(decide(no_dump))
     assert v["hang"].result == "pass"
     assert v["hang_flight_recorder"].result == "fail"
     assert "flight-recorder" in v["hang_flight_recorder"].detail
@@ -275,61 +306,103 @@ def test_gpu_hang_needs_the_flight_recorder_dump():
 
 def test_nvme_refused_is_not_run_on_cpu_but_fails_on_a_gpu_node():
     why = "grid.offload: 'nvme' needs DeepSpeed's async_io op, which cannot be built here"
-    refused = {"nvme": plan.SweepFacts(False, why)}
+    refused = {"nvme": verdict.SweepFacts(False, why)}
     cpu = cpu_facts(sweeps=cpu_facts().sweeps | refused)
-    v = by_check(plan.decide(cpu))
+    v = by_check(decide(cpu))
     assert (v["nvme_offload"].result, v["nvme_offload"].detail) == ("not run", why)
-    assert plan.exit_ok(list(v.values()))
+    assert verdict.exit_ok(list(v.values()))
     gpu = gpu_facts(sweeps=gpu_facts().sweeps | refused)
-    assert by_check(plan.decide(gpu))["nvme_offload"].result == "fail"
+    assert by_check(decide(gpu))["nvme_offload"].result == "fail"
     no_swap = _with_runs(cpu_facts(), "nvme", lambda r: r | {"nvme_swap_files": 0})
-    assert "no swap files" in by_check(plan.decide(no_swap))["nvme_offload"].detail
+    assert "no swap files" in by_check(decide(no_swap))["nvme_offload"].detail
 
 
 def test_gpu_figures_and_rehearsal_fail_on_what_a_broken_gpu_path_stores():
     f = _with_runs(gpu_facts(), "one_rank", lambda r: r | {"telemetry": "absent: NVMLError"})
-    assert "telemetry" in by_check(plan.decide(f))["one_rank_gpu_figures"].detail
+    assert "telemetry" in by_check(decide(f))["one_rank_gpu_figures"].detail
     f = _with_runs(gpu_facts(), "one_rank", lambda r: r | {"backend": "gloo", "mfu": None})
-    d = by_check(plan.decide(f))["one_rank_gpu_figures"].detail
+    d = by_check(decide(f))["one_rank_gpu_figures"].detail
     assert "backend gloo" in d and "no MFU" in d
     f = _with_runs(gpu_facts(), "two_rank", lambda r: r | {"link_class": "NV12"})
-    v = by_check(plan.decide(f))["rehearsal_shared_gpu"]
+    v = by_check(decide(f))["rehearsal_shared_gpu"]
     assert v.result == "fail" and "link_class NV12" in v.detail
 
 
 def test_doctor_topo_and_captures_fail_with_their_reason():
-    v = by_check(plan.decide(cpu_facts(doctor_exit=1, doctor_problems="[INVALIDATES] pcie")))
+    v = by_check(decide(cpu_facts(doctor_exit=1, doctor_problems="[INVALIDATES] pcie")))
     assert (v["doctor"].result, v["doctor"].detail) == ("fail", "[INVALIDATES] pcie")
     broken = (_node() | {"error": "probe timed out"},)
-    assert "probe timed out" in by_check(plan.decide(cpu_facts(nodes=broken)))["topo"].detail
+    assert "probe timed out" in by_check(decide(cpu_facts(nodes=broken)))["topo"].detail
     short = (_node(True, 2) | {"topo_gpus": 1},)
-    d = by_check(plan.decide(gpu_facts(nodes=short, n_gpus=2)))["topo"].detail
+    d = by_check(decide(gpu_facts(nodes=short, n_gpus=2)))["topo"].detail
     assert d == "n1: topo -m shows 1 GPU(s), CUDA sees 2"
     f = gpu_facts(nodes=(_node(True, 2, nvml=1),), n_gpus=2)
-    f = dataclasses.replace(f, captures={"nvidia-smi topo -m": "ok", "nvidia-smi -q": "exit 9"})
-    d = by_check(plan.decide(f))["gpu_captures"].detail
-    assert "nvidia-smi -q: exit 9" in d and "NVML lists 1 GPU(s), CUDA sees 2" in d
+    f = dataclasses.replace(
+        f, captures={"n1": {"nvidia-smi topo -m": "ok", "nvidia-smi -q": "exit 9"}}
+    )
+    d = by_check(decide(f))["gpu_captures"].detail
+    assert "n1: nvidia-smi -q: exit 9" in d and "NVML lists 1 GPU(s), CUDA sees 2" in d
+
+
+def test_captures_are_judged_on_the_gpu_nodes_not_on_a_gpu_less_head():
+    """The head runs selftest and has no nvidia-smi; the GPU worker's captures decide."""
+    head = _node() | {"hostname": "head"}
+    f = gpu_facts(nodes=(head, _node(True, 1)))
+    no_smi = {"nvidia-smi topo -m": "nvidia-smi not found on PATH", "nvidia-smi -q": "same"}
+    ok = {"nvidia-smi topo -m": "ok", "nvidia-smi -q": "ok"}
+    v = by_check(decide(dataclasses.replace(f, captures={"head": no_smi, "n1": ok})))
+    assert v["gpu_captures"].result == "pass", v["gpu_captures"]
+    assert "captured on n1;" in v["gpu_captures"].detail
+    v = by_check(decide(dataclasses.replace(f, captures={"head": ok})))
+    assert v["gpu_captures"].detail.startswith("n1: nvidia-smi topo -m: not captured")
 
 
 def test_a_sweep_that_never_ran_fails_and_nothing_run_is_not_ok():
     facts = cpu_facts(sweeps={k: s for k, s in cpu_facts().sweeps.items() if k != "hang"})
-    v = by_check(plan.decide(facts))
+    v = by_check(decide(facts))
     assert v["hang"].result == "fail" and "selftest-hang was not run" in v["hang"].detail
-    assert not plan.exit_ok([plan.Verdict("x", "not run", "no CUDA")])
+    assert not verdict.exit_ok([verdict.Verdict("x", "not run", "no CUDA")])
 
 
-def test_quick_leaves_out_every_sweep_but_one_rank_as_not_run():
-    only_one = cpu_facts(sweeps={"one_rank": cpu_facts().sweeps["one_rank"]}, fleet=None)
-    v = by_check(plan.decide(only_one, quick=True))
-    assert [c for c, x in v.items() if x.result == "pass"] == ["doctor", "topo", "one_rank"]
+def _quick_facts(facts: verdict.Facts) -> verdict.Facts:
+    """What a --quick selftest stores: the runs its one-run sweeps ask for, no fleet check."""
+    keep = {("one_rank", "ddp", 1), ("two_rank", "zero3", 1), ("nvme", "zero3", 1),
+            ("hang", "ddp", 1)}  # fmt: skip
+    sweeps = {
+        k: verdict.SweepFacts(True, runs=tuple(
+            r for r in s.runs if (k, r["strategy"], r["grad_accum"]) in keep))
+        for k, s in facts.sweeps.items()
+    }  # fmt: skip
+    return dataclasses.replace(facts, sweeps=sweeps, fleet=None)
+
+
+def test_quick_runs_one_of_each_kind_and_leaves_the_rest_not_run():
+    v = by_check(decide(_quick_facts(cpu_facts()), quick=True))
+    ran = ["doctor", "topo", "one_rank", "two_rank_zero3", "nvme_offload", "hang"]
+    assert [c for c, x in v.items() if x.result == "pass"] == ran, v
     assert v["fleet"].line() == "not run: --quick"
-    assert v["hang"].line() == "not run: --quick" and v["two_rank_ddp"].detail == "--quick"
-    assert v["gpu_captures"].detail == "no CUDA"  # what CUDA lacks is said first
-    assert plan.exit_ok(list(v.values()))
+    assert {v[f"two_rank_{s}"].detail for s in ("ddp", "zero1", "zero2")} == {"--quick"}
+    assert v["gpu_captures"].detail.startswith("no GPU")  # what the cluster lacks is said first
+    assert verdict.exit_ok(list(v.values()))
+    gpu = by_check(decide(_quick_facts(gpu_facts()), quick=True))
+    assert gpu["rehearsal_shared_gpu"].result == "pass"  # judged on the one zero3 run
+    assert gpu["hang_flight_recorder"].result == "pass"
 
 
-def _fleet(facts: plan.Facts) -> tuple[plan.Verdict, plan.Verdict]:
-    v = by_check(plan.decide(facts))
+def test_quick_sweeps_ask_one_run_each():
+    the_plan = plan.plan_selftest([plan.NodeFacts("g", cuda_available=True, ray_gpus=2.0)], True)
+    assert {k: plan.planned_runs(s) for k, s in the_plan.sweeps.items()} == {
+        "one_rank": [("ddp", 1)],
+        "two_rank": [("zero3", 1)],
+        "two_gpu": [("zero3", 1)],
+        "nvme": [("zero3", 1)],
+        "hang": [("ddp", 1)],
+    }
+    assert not the_plan.fleet
+
+
+def _fleet(facts: verdict.Facts) -> tuple[verdict.Verdict, verdict.Verdict]:
+    v = by_check(decide(facts))
     return v["fleet"], v["fleet_gpu"]
 
 
@@ -366,7 +439,7 @@ def test_fleet_fails_on_a_failed_pair_probe_or_check_naming_it():
     crashed = check | {"status": "failed", "error": "RuntimeError: actor died"}
     fleet, _ = _fleet(cpu_facts(fleet=dataclasses.replace(f, ran=False, checks=(crashed,))))
     assert fleet.result == "fail" and "status failed: RuntimeError: actor died" in fleet.detail
-    never = plan.FleetFacts(False, "no alive Ray node can run a probe")
+    never = FleetFacts(False, "no alive Ray node can run a probe")
     fleet, fleet_gpu = _fleet(gpu_facts(fleet=never))
     assert "0 fleet checks stored, expected 1 (no alive Ray node" in fleet.detail
     assert fleet_gpu.result == "fail"
