@@ -124,8 +124,7 @@ def idle_gen_text(idle_gen: Sequence[str]) -> str:
 
 
 OVER_RATED_WHY: dict[str | None, str] = {
-    "nvlink": "NVLS in-switch reduction can exceed the link rate (NVSwitch adds the data, so "
-    "all_reduce busbw is not bound by each GPU's links)",
+    "nvlink": "NVLS in-switch reduction can exceed the link rate",
     "tc": "tc's token bucket lets bursts pass above the average rate",
     "pcie": "above the PCIe line rate: check the link's class and the GPUs' PCIe width",
 }
