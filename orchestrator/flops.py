@@ -25,7 +25,7 @@ Checked against ``torch.utils.flop_counter.FlopCounterMode`` on gpt2-tiny with e
 attention inside PyTorch's fused CPU SDPA kernel, so the test uses the eager path). Per optimizer step: ``flops_per_token x tokens per step`` over all
 ranks (micro_batch_size x grad_accum x seq_len x world_size).
 
-Achieved TFLOP/s per GPU = model FLOPs per step / world_size / median step time / 1e12.
+Achieved TFLOP/s per GPU = model FLOPs per step / distinct GPUs / median step time / 1e12.
 MFU = achieved / peak, where peak is the GPU's dense (not 2:4-sparse) figure for the run's
 math: bf16 tensor cores for ``bf16``; TF32 tensor cores for ``fp32`` when the run let matmuls
 use TF32 (``torch.backends.cuda.matmul.allow_tf32``, off by default in PyTorch), else plain
@@ -361,7 +361,7 @@ def efficiency(
     n_positions: int,
     seq_len: int,
     tokens_per_step: int,
-    world_size: int,
+    gpus: int,
     median_step_time_s: float | None,
     precision: str,
     gpu_name: str | None,
@@ -371,8 +371,14 @@ def efficiency(
     """The run's efficiency columns (``runs``): FLOPs per step, TFLOP/s per GPU, peak, MFU.
 
     n_params: the model's parameters, counted once (tied LM head); n_positions: rows of its
-    position embedding, subtracted from N (see the module docstring).
+    position embedding, subtracted from N (see the module docstring). gpus: the distinct GPUs
+    the run's ranks used (two ranks sharing one GPU count once, so its TFLOP/s and MFU are the
+    GPU's, not half of it); on CPU, the world size (a rank's CPU share stands in for a GPU).
     """
+    if not isinstance(gpus, int) or gpus < 1:
+        raise ValueError(
+            f"gpus must be a positive int (distinct GPUs, or ranks on CPU), got {gpus!r}"
+        )
     out: dict[str, float | str | None] = {
         "model_flops_per_step": None,
         "achieved_tflops_per_gpu": None,
@@ -386,7 +392,7 @@ def efficiency(
     total = flops_per_step(matmul_params, n_layer, d_model, seq_len, tokens_per_step)
     out["model_flops_per_step"] = total
     if median_step_time_s and median_step_time_s > 0:
-        out["achieved_tflops_per_gpu"] = total / world_size / median_step_time_s / 1e12
+        out["achieved_tflops_per_gpu"] = total / gpus / median_step_time_s / 1e12
     mode = math_mode(precision, tf32)
     if gpu_name and peak_override is not None:
         peak, source = peak_override, f"{mode}: peak_tflops from the sweep file"

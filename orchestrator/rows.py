@@ -21,7 +21,7 @@ from orchestrator.planner import PlannedRun
 from orchestrator.raycluster.result import RunResult
 from orchestrator.spec import SweepSpec
 from orchestrator.topo import run_link_class
-from workloads.contract import PHASES, RankRecord, TrainingRecord
+from workloads.contract import PHASES, RankRecord, TrainingRecord, noted_decisions
 from workloads.model import GPT2_SIZES, N_POSITIONS
 from workloads.telemetry import REASONS_UNAVAILABLE
 from workloads.telemetry import summarize as summarize_telemetry
@@ -257,8 +257,24 @@ def _rank0(trained: list[tuple[int, TrainingRecord]]) -> TrainingRecord:
     return min(trained, key=lambda rt: rt[0])[1]
 
 
-def _efficiency_facts(spec: SweepSpec, planned: PlannedRun, trained, figures: dict) -> dict:
-    """Model FLOPs per step, achieved TFLOP/s per GPU and MFU (``orchestrator/flops.py``)."""
+def gpus_used(placements: list, world_size: int, ranks_per_gpu: int = 1) -> int:
+    """The distinct GPUs a run's ranks used: (node, Ray GPU id) pairs, so two ranks sharing one
+    GPU count it once. A CPU run (no GPU ids) counts its ranks: each rank's CPU share is the
+    unit its TFLOP/s is per. Without placements (a run that failed before them), the plan's
+    count: ``world_size / ranks_per_gpu``."""
+    used = {(p.node_id, str(g)) for p in placements for g in p.gpu_ids}
+    if used:
+        return len(used)
+    if placements:
+        return world_size
+    return max(1, world_size // max(1, ranks_per_gpu))
+
+
+def _efficiency_facts(
+    spec: SweepSpec, planned: PlannedRun, trained, figures: dict, placements: list
+) -> dict:
+    """Model FLOPs per step, achieved TFLOP/s per GPU and MFU (``orchestrator/flops.py``), per
+    distinct GPU (:func:`gpus_used`)."""
     rank0 = _rank0(trained) if trained else None
     n_layer, _, d_model = GPT2_SIZES[spec.model]
     return {
@@ -273,7 +289,7 @@ def _efficiency_facts(spec: SweepSpec, planned: PlannedRun, trained, figures: di
             * planned.variant.grad_accum
             * spec.seq_len
             * spec.world_size,
-            world_size=spec.world_size,
+            gpus=gpus_used(placements, spec.world_size, spec.ranks_per_gpu),
             median_step_time_s=figures.get("median_step_time_s"),
             precision=spec.precision,
             gpu_name=rank0.device_name if rank0 else None,
@@ -352,7 +368,7 @@ def build_rows(
         "started_at": started_at,
         "finished_at": finished_at,
         "startup_s": startup,
-        "nodes": _nodes(result.placements, records),
+        "nodes": _nodes(result.placements, records, result.error),
         "gpu_visibility": GPU_VISIBILITY
         if any(p.visible_gpus for p in result.placements)
         else "cpu: no GPUs assigned",
@@ -367,7 +383,7 @@ def build_rows(
         "ranks_per_gpu": spec.ranks_per_gpu,
         **_comm_facts(spec, planned, trained, prices),
         **figures,
-        **_efficiency_facts(spec, planned, trained, figures),
+        **_efficiency_facts(spec, planned, trained, figures, result.placements),
     }
     link_class = link_class_for(
         v.placement, result.placements, topo_links or {}, spec.ranks_per_gpu, gpu_uuids
@@ -385,14 +401,17 @@ def build_rows(
     )  # fmt: skip
 
 
-def _nodes(placements: list, records: list[RankRecord]) -> list[dict]:
+def _nodes(placements: list, records: list[RankRecord], error: str | None = None) -> list[dict]:
     """``runs.nodes``: where each rank ran, with the device it chose (``device_decision``:
-    backend, device, cuda_visible_devices, nvml_id; None for a rank that returned no record:
-    a failed rank's error text names its decision)."""
-    chose = {r.rank: r.device_decision for r in records}
+    backend, device, cuda_visible_devices, nvml_id). A rank that returned no record (it failed)
+    gets the decision its error text names (``contract.noted_decisions``), else None (it failed
+    before deciding, or the text does not carry its note). ``visible_gpus``: the distinct GPUs
+    the node's ranks could see (two ranks sharing one GPU list it once)."""
+    chose = {**noted_decisions(error), **{r.rank: r.device_decision for r in records}}
     return [
         {
             **dataclasses.asdict(p),
+            "visible_gpus": tuple(dict.fromkeys(p.visible_gpus)) if p.visible_gpus else None,
             "device_decision": dataclasses.asdict(d) if (d := chose.get(p.rank)) else None,
         }
         for p in placements

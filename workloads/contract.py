@@ -25,6 +25,7 @@ May import: nothing (the standard library only).
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -291,6 +292,32 @@ class DeviceDecision:
             f"backend={self.backend} device={self.device} "
             f"CUDA_VISIBLE_DEVICES={self.cuda_visible_devices!r} nvml_id={self.nvml_id}"
         )
+
+    def note(self, rank: int) -> str:
+        """The line a failed rank adds to its exception (``rank 1 device: backend=...``): the
+        run's stored error names the device, and :func:`noted_decisions` reads it back."""
+        return f"rank {rank} device: {self.describe()}"
+
+
+_NOTE = re.compile(
+    r"^rank (\d+) device: backend=(\S+) device=(\S+) CUDA_VISIBLE_DEVICES='([^']*)' "
+    r"nvml_id=(\S+)$",
+    re.MULTILINE,
+)
+
+
+def noted_decisions(error: str | None) -> dict[int, DeviceDecision]:
+    """The device decisions named in a run's error text (:meth:`DeviceDecision.note` lines),
+    by rank: a rank that failed returns no record, and this is how its decision still reaches
+    ``runs.nodes``. Only ranks whose note the text carries (the driver keeps the full text of
+    the lowest failed rank)."""
+    found = {}
+    for m in _NOTE.finditer(error or ""):
+        rank, backend, device, cvd, nvml_id = m.groups()
+        found[int(rank)] = DeviceDecision(
+            backend, device, cvd, None if nvml_id == "None" else nvml_id
+        )
+    return found
 
 
 @dataclass(frozen=True)

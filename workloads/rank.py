@@ -125,7 +125,7 @@ class Rank:
                 )
             training, linkbench = self._work(cfg, rank, world_size, device, decision, progress)
         except Exception as exc:
-            exc.add_note(f"rank {rank} device: {decision.describe()}")  # in the stored error
+            exc.add_note(decision.note(rank))  # in the stored error: rows.py reads it back
             raise
         finally:
             with clock.phase("rank_teardown"):

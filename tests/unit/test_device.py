@@ -7,15 +7,7 @@ import pytest
 import torch.distributed as dist
 
 from workloads.contract import DeviceDecision, LinkbenchConfig
-from workloads.device import (
-    DeviceError,
-    choose_device,
-    native_bf16,
-    nvml_target,
-    pg_init_kwargs,
-    visible_devices,
-)
-from workloads.device import rank_env as exported_env
+from workloads.device import DeviceError, choose_device, nvml_target, visible_devices
 
 CUDA_BUILD = ("2.13.0+cu128", "12.8")
 CPU_BUILD = ("2.13.0+cpu", None)
@@ -155,6 +147,8 @@ SHARED = [choose_device(["0", "0"], lr, True, 1, *CUDA_BUILD) for lr in (0, 1)]
 
 
 def test_local_rank_is_the_device_and_the_ranks_place_is_kept_apart():
+    from workloads.device import rank_env as exported_env
+
     # two ranks on one GPU: DeepSpeed sets its device from LOCAL_RANK, so both must say 0
     for local_rank, decision in enumerate(SHARED):
         env = exported_env(decision, local_rank, 2, local_rank, "10.0.0.1", 29500)
@@ -177,6 +171,8 @@ def test_local_rank_is_the_device_and_the_ranks_place_is_kept_apart():
 
 def test_nccl_binds_the_decided_device_at_init_and_gloo_binds_none():
     import torch
+
+    from workloads.device import pg_init_kwargs
 
     assert pg_init_kwargs(SHARED[1], 2, True) == {"device_id": torch.device("cuda", 0)}
     two = choose_device(["2", "5"], 1, True, 2, *CUDA_BUILD)
@@ -216,6 +212,8 @@ def cuda_view(monkeypatch):
 def test_native_bf16_asks_for_hardware_not_emulation(cuda_view, major, native):
     import torch
 
+    from workloads.device import native_bf16
+
     cuda_view(major)  # 7: V100 (7.0) and T4 (7.5), which emulate bf16
     assert torch.cuda.is_bf16_supported() is True  # the question that was asked before
     assert native_bf16() is native
@@ -223,6 +221,8 @@ def test_native_bf16_asks_for_hardware_not_emulation(cuda_view, major, native):
 
 def test_native_bf16_on_a_torch_without_the_keyword(cuda_view, monkeypatch):
     import torch
+
+    from workloads.device import native_bf16
 
     cuda_view(7)
 
@@ -238,6 +238,8 @@ def test_native_bf16_on_a_torch_without_the_keyword(cuda_view, monkeypatch):
 
 def test_native_bf16_without_cuda_is_false(monkeypatch):
     import torch
+
+    from workloads.device import native_bf16
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert native_bf16() is False

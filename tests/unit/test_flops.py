@@ -40,7 +40,7 @@ def test_formula_matches_torch_flop_counter_on_gpt2_tiny(gpt2_tiny_eager, seq_le
         n_positions=N_POSITIONS,
         seq_len=seq_len,
         tokens_per_step=batch * seq_len,
-        world_size=1,
+        gpus=1,
         median_step_time_s=None,
         precision="fp32",
         gpu_name=None,
@@ -135,7 +135,7 @@ def _eff(**kw):
         n_positions=1024,
         seq_len=128,
         tokens_per_step=4 * 128,
-        world_size=2,
+        gpus=2,
         median_step_time_s=0.5,
         precision="bf16",
         gpu_name="NVIDIA H100 80GB HBM3",
@@ -216,3 +216,9 @@ def test_a10g_stays_unknown_and_unlisted_v100_boards_say_why():
     assert peak is None and "does not list" in why and "peak_tflops" in why
     assert lookup_peak("NVIDIA RTX A4000", "bf16")[0] is None  # no row: not the A40's
     assert lookup_peak("NVIDIA L40S", "bf16")[0] == 362.05
+
+
+@pytest.mark.parametrize("gpus", [0, -1, 2.0, None])
+def test_gpus_must_be_a_positive_count(gpus):
+    with pytest.raises(ValueError, match=r"gpus must be a positive int .*got"):
+        _eff(gpus=gpus)

@@ -4,6 +4,7 @@ device decision in runs.nodes, and rows that cannot be built becoming a failed r
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pytest
@@ -19,7 +20,13 @@ from orchestrator.rows import (
     link_class_for,
 )
 from orchestrator.spec import parse_spec
-from workloads.contract import DeviceDecision, RankRecord
+from workloads.contract import (
+    DeviceDecision,
+    RankRecord,
+    StepRecord,
+    TelemetryRecord,
+    TrainingRecord,
+)
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 SPEC = parse_spec({"name": "p", "world_size": 2, "links": {"default": {}}})
@@ -128,3 +135,86 @@ def test_a_failed_runs_own_error_is_kept_when_its_rows_fail(monkeypatch):
     out = build_rows_safely(SPEC, "s", plan_runs(SPEC)[0], "r", result, NOW, NOW)
     assert out.run["error"].endswith("the run's own error: 2 of 2 rank(s) failed")
     assert len(calls) == 2
+
+
+# --- what a rehearsal (two ranks, one GPU) stores: figures per GPU, distinct visible GPUs ---
+
+
+def _trained(rank: int, gpu: str) -> RankRecord:
+    steps = tuple(
+        StepRecord(step=i, warmup=i == 0, step_time_s=0.5, samples=2, tokens=256, loss=1.0)
+        for i in range(3)
+    )
+    training = TrainingRecord(
+        steps=steps,
+        n_params=1_000_000,
+        data_source="builtin",
+        tokenizer="gpt2",
+        first_step_wall_s=1.0,
+        peak_mem_bytes=1,
+        comms=(),
+        profile_steps=0,
+        telemetry=TelemetryRecord(status="nvml"),
+        nvme_swap_files=0,
+        device_name="NVIDIA H100 80GB HBM3",
+    )
+    decision = DeviceDecision("nccl", "cuda:0", gpu, gpu)
+    return dataclasses.replace(_record(rank, decision), training=training)
+
+
+def _gpu_spec(ranks_per_gpu: int):
+    return parse_spec(
+        {"name": "p", "world_size": 2, "ranks_per_gpu": ranks_per_gpu, "precision": "bf16",
+         "seq_len": 128, "micro_batch_size": 2, "links": {"default": {}}}
+    )  # fmt: skip
+
+
+def test_two_ranks_on_one_gpu_report_that_gpus_tflops_not_half_of_them():
+    shared = _gpu_spec(2)
+    result = RunResult([_trained(0, "3"), _trained(1, "3")], _placements(("3",), ("3",)))
+    run = build_rows(shared, "s", plan_runs(shared)[0], "r", result, NOW, NOW).run
+    total = run["model_flops_per_step"]
+    assert run["achieved_tflops_per_gpu"] == pytest.approx(total / 1 / 0.5 / 1e12)
+    assert run["mfu"] == pytest.approx(run["achieved_tflops_per_gpu"] / run["peak_tflops"])
+    # the same steps on two GPUs: each GPU did half the work
+    two = _gpu_spec(1)
+    result = RunResult([_trained(0, "0"), _trained(1, "1")], _placements(("0",), ("1",)))
+    run2 = build_rows(two, "s", plan_runs(two)[0], "r", result, NOW, NOW).run
+    assert run2["achieved_tflops_per_gpu"] == pytest.approx(run["achieved_tflops_per_gpu"] / 2)
+
+
+def test_gpus_used_counts_distinct_gpus_per_node_and_ranks_on_cpu():
+    from orchestrator.rows import gpus_used
+
+    assert gpus_used(_placements(("3",), ("3",)), 2, 2) == 1
+    assert gpus_used(_placements(("0",), ("1",)), 2) == 2
+    two_nodes = [
+        RankPlacement(0, "a", "ha", "10.0.0.1", ("0",), 1, 0, ("0",)),
+        RankPlacement(1, "b", "hb", "10.0.0.2", ("0",), 2, 0, ("0",)),
+    ]
+    assert gpus_used(two_nodes, 2) == 2  # GPU 0 of two nodes: two GPUs
+    assert gpus_used(_placements((), (), (), ()), 4) == 4  # CPU: one per rank
+    assert gpus_used([], 2, 2) == 1 and gpus_used([], 4) == 4  # no placements: the plan
+
+
+def test_a_rehearsal_stores_its_one_gpu_once_in_visible_gpus():
+    spec = _gpu_spec(2)
+    result = RunResult([_trained(0, "3"), _trained(1, "3")], _placements(("3",), ("3",)))
+    run = build_rows(spec, "s", plan_runs(spec)[0], "r", result, NOW, NOW).run
+    assert [n["visible_gpus"] for n in run["nodes"]] == [("3",), ("3",)]
+    assert [n["gpu_ids"] for n in run["nodes"]] == [("3",), ("3",)]
+
+
+def test_a_failed_ranks_decision_reaches_the_nodes_from_its_error():
+    from workloads.contract import noted_decisions
+
+    spec = _gpu_spec(2)
+    d1 = DeviceDecision("nccl", "cuda:0", "3", "3")
+    error = "1 of 2 rank(s) failed\nrank 1: RuntimeError: boom\n\nRuntimeError: boom\n" + d1.note(1)
+    result = RunResult(error=error, placements=_placements(("3",), ("3",)))
+    run = build_rows(spec, "s", plan_runs(spec)[0], "r", result, NOW, NOW).run
+    assert run["nodes"][1]["device_decision"] == dataclasses.asdict(d1)
+    assert run["nodes"][0]["device_decision"] is None  # its note is not in the text
+    cpu = DeviceDecision("gloo", "cpu", "", None)
+    assert noted_decisions(cpu.note(0) + "\n" + d1.note(1)) == {0: cpu, 1: d1}
+    assert noted_decisions(None) == {}
