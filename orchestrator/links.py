@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from orchestrator.rated import Rated, idle_gen_text, rated_link
+from orchestrator.rated import Rated, idle_gen_text, rated_link, share_words
 
 IFACE_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
@@ -162,12 +162,14 @@ def fmt_gbps(x: float | None) -> str:
 
 def share_text(overview: Mapping[str, Any]) -> str | None:
     """``88% of the tc rate 500mbit`` / ``71% of PCIe``: measured busbw as a share of the rated
-    rate (``link_overview.busbw_share``); None without both."""
+    rate (``link_overview.busbw_share``); None without both. Above 100% it says why that can
+    happen (NVLS reduces in the switch), never clipped (``rated.share_words``)."""
     share = overview.get("busbw_share")
     if share is None:
         return None
     what = {"tc": f"the tc rate {overview.get('rate')}", "nvlink": "NVLink", "pcie": "PCIe"}
-    return f"{share:.0%} of {what.get(overview.get('rated_source'), 'the rated rate')}"
+    source = overview.get("rated_source")
+    return share_words(share, source, what.get(source, "the rated rate"))
 
 
 def link_label(name: str, overview: Mapping[str, Any] | None) -> str:

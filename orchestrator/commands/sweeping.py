@@ -82,8 +82,8 @@ def on_cluster(
                 file=sys.stderr,
             )
         try:
-            preflight.preflight(spec)
             excluded = preflight.resolve_cluster_exclusions(spec, exclude)
+            preflight.preflight(spec, excluded)  # only the nodes ranks may run on are asked
             for note in exclusion_notes(excluded):
                 print(f"linksweep: {note}", file=sys.stderr)
             bundle = preflight.check_cluster(spec, excluded)

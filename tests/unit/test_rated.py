@@ -226,3 +226,13 @@ def test_share_over_100_percent_reads_as_measured_with_its_reason():
     pcie = share_words(1.2, "pcie", "PCIe")
     assert pcie.startswith("120% of PCIe") and "check" in pcie
     assert "a reading to check" in share_words(1.5, None, "the rated rate")
+
+
+def test_a_link_label_over_its_rated_rate_says_so_with_the_reason():
+    """The link label (run output, report) reads a busbw above NV18's 450 GB/s as measured, with
+    why; it read a bare "112% of NVLink" before."""
+    nv = {"kind": "nccl", "rated_gbps": 450.0, "rated_source": "nvlink",
+          "measured_busbw_gbps": 504.0, "busbw_share": 504 / 450}  # fmt: skip
+    label = link_label("nvls", nv)
+    assert label.startswith("nvls (NVLink 450 GB/s; measured busbw 504 GB/s = 112% of NVLink, ")
+    assert "NVLS in-switch reduction can exceed the link rate" in label
