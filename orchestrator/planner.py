@@ -47,13 +47,17 @@ class Variant:
     ``default_bucket_mb``)."""
     overlap_comm: str = "default"
     """default | true | false (see ``ds_config.OVERLAP_CHOICES``)."""
+    ddp_grad_dtype: str | None = "fp32"
+    """DDP: fp32 | bf16, the dtype of its gradient all_reduce (``spec.Grid.ddp_grad_dtype``);
+    None for ZeRO, where it does not apply (the comms rows hold each collective's dtype)."""
 
     @property
     def label(self) -> str:
         off = "" if self.offload == "none" else f" offload={self.offload}"
         ovl = "" if self.overlap_comm == "default" else f" overlap={self.overlap_comm}"
+        grad = f" grads={self.ddp_grad_dtype}" if self.ddp_grad_dtype not in (None, "fp32") else ""
         return (
-            f"{self.strategy}{off}{ovl} ga={self.grad_accum} link={self.link} "
+            f"{self.strategy}{off}{ovl}{grad} ga={self.grad_accum} link={self.link} "
             f"{self.placement} bucket={self.bucket_mb}MB"
         )
 
@@ -75,17 +79,19 @@ def expand_grid(spec: SweepSpec) -> list[Variant]:
 
     ``offload`` applies only to ZeRO strategies, and ``nvme`` only to zero3 (DeepSpeed swaps to
     NVMe with stage 3 only), so DDP variants take offload ``none`` and zero1/zero2 skip ``nvme``;
-    combinations no strategy can use are rejected by the spec already.
+    combinations no strategy can use are rejected by the spec already. ``ddp_grad_dtype``
+    expands DDP variants only; ZeRO variants take None.
     """
     g = spec.grid
     seen: set[Variant] = set()
     out: list[Variant] = []
-    for strategy, offload, ga, bucket, overlap, link, placement in itertools.product(
+    for strategy, offload, ga, bucket, overlap, grad_dtype, link, placement in itertools.product(
         g.strategy,
         g.offload,
         g.grad_accum,
         g.bucket_mb,
         g.overlap_comm,
+        g.ddp_grad_dtype,
         spec.grid_links,
         g.placement,
     ):
@@ -93,11 +99,13 @@ def expand_grid(spec: SweepSpec) -> list[Variant]:
             offload = "none"  # one DDP variant per grid point, whatever the offload list says
         elif not offload_applies(strategy, offload):
             continue
+        else:
+            grad_dtype = None  # DDP's setting; ZeRO's dtypes follow precision and its config
         if bucket == "default":
             bucket = default_bucket_mb(
                 strategy, spec.precision, spec.deepspeed, spec.deepspeed_preset
             )
-        v = Variant(strategy, ga, link, placement, offload, bucket, overlap)
+        v = Variant(strategy, ga, link, placement, offload, bucket, overlap, grad_dtype)
         if v not in seen:
             seen.add(v)
             out.append(v)
@@ -352,6 +360,7 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
             comms_logger=False,  # enabled only for the profiled pass (workloads/ds_comms.py)
         )
     return RunConfig(
+        **_ddp_grad_dtype_field(v),
         run_id=run_id,
         strategy=v.strategy,
         grad_accum=v.grad_accum,
@@ -372,6 +381,23 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
         nvme_dir=nvme_dir,
         ds_config=ds_config,
     )
+
+
+def _ddp_grad_dtype_field(v: Variant) -> dict[str, str]:
+    """``ddp_grad_dtype`` for the RunConfig (DDP variants). A contract whose RunConfig has no such
+    field can run fp32 only: a bf16 variant is refused rather than run as fp32 under its label."""
+    if v.ddp_grad_dtype is None:
+        return {}
+    if "ddp_grad_dtype" in RunConfig.__dataclass_fields__:
+        return {"ddp_grad_dtype": v.ddp_grad_dtype}
+    if v.ddp_grad_dtype != "fp32":
+        raise SpecError(
+            [
+                f"grid.ddp_grad_dtype: {v.ddp_grad_dtype!r} cannot reach the ranks (this "
+                "linksweep's RunConfig has no ddp_grad_dtype); allowed here: ['fp32']"
+            ]
+        )
+    return {}
 
 
 PG_TIMEOUT_MARGIN_S = 60.0

@@ -26,6 +26,7 @@ Offload = Literal["none", "cpu", "nvme"]
 ModelName = Literal["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt2-tiny"]
 Precision = Literal["fp32", "bf16"]
 Overlap = Literal["default", "true", "false"]
+GradDtype = Literal["fp32", "bf16"]
 Preset = Literal["serialized"]
 
 DATASETS_BY_NAME = ("wikitext-2-raw-v1", "builtin")
@@ -92,6 +93,12 @@ class Grid(BaseModel):
     overlap_comm: list[Overlap] = Field(default=["default"], min_length=1)
     """default: each framework's own (DDP overlaps; DeepSpeed overlaps for ZeRO-3 only);
     true / false: ZeRO's overlap_comm; DDP false all-reduces the gradients after backward."""
+    ddp_grad_dtype: list[GradDtype] = Field(default=["fp32"], min_length=1)
+    """DDP only: the dtype DDP all-reduces gradients in. fp32: DDP's default (its gradients'
+    dtype: fp32 under bf16 autocast too, since the parameters stay fp32); bf16: torch's
+    ``bf16_compress_hook``, half the bytes, the dtype ZeRO sends in a bf16 run. Listing it
+    needs ddp in ``strategy``; ZeRO variants do not expand over it (their dtypes follow
+    ``precision`` and the ``deepspeed:`` block's ``communication_data_type``)."""
     linkbench: bool = False
     """Run the link microbenchmark once per link x placement before the training runs."""
 
@@ -103,6 +110,7 @@ class Grid(BaseModel):
         "offload",
         "bucket_mb",
         "overlap_comm",
+        "ddp_grad_dtype",
         mode="before",
     )
     @classmethod
@@ -115,7 +123,7 @@ class Grid(BaseModel):
         # YAML reads true/false as booleans; the axis' values are the words
         return [str(v).lower() if isinstance(v, bool) else v for v in values]
 
-    @field_validator("grad_accum", "bucket_mb", "overlap_comm")
+    @field_validator("grad_accum", "bucket_mb", "overlap_comm", "ddp_grad_dtype")
     @classmethod
     def _positive(cls, values: list) -> list:
         bad = [v for v in values if isinstance(v, int) and v < 1]
@@ -266,6 +274,12 @@ class SweepSpec(BaseModel):
                     f"grid.offload: {offload!r} {OFFLOAD_RULE[offload]}; "
                     f"grid.strategy is {self.grid.strategy}"
                 )
+        if "ddp_grad_dtype" in self.grid.model_fields_set and "ddp" not in self.grid.strategy:
+            errors.append(
+                f"grid.ddp_grad_dtype: {self.grid.ddp_grad_dtype} applies to ddp only "
+                f"(allowed values: {list(get_args(GradDtype))}); grid.strategy is "
+                f"{self.grid.strategy} (add ddp, or remove grid.ddp_grad_dtype)"
+            )
         zero = [st for st in self.grid.strategy if st != "ddp"]
         for key in ("deepspeed", "deepspeed_preset"):
             if getattr(self, key) is not None and not zero:
@@ -371,6 +385,7 @@ ALLOWED = {
     "model": list(get_args(ModelName)),
     "precision": list(get_args(Precision)),
     "overlap_comm": list(get_args(Overlap)),
+    "ddp_grad_dtype": list(get_args(GradDtype)),
     "deepspeed_preset": list(get_args(Preset)),
     "ranks_per_gpu": [1, 2],
 }

@@ -22,6 +22,9 @@ _V2_KEY_MATCH = """{t}.sweep_id = {a}.sweep_id AND {t}.strategy = {a}.strategy
              AND {t}.bucket_mb = {a}.bucket_mb AND {t}.link = {a}.link
              AND {t}.placement = {a}.placement"""
 
+# v7's tables keyed by variant besides runs: each gets the ddp_grad_dtype key column.
+_V7_KEYED = ("variant_stats", "sensitivity_stats", "link_model", "link_model_check")
+
 # version -> SQL statements that bring a database from version-1 to version.
 MIGRATIONS: dict[int, list[str]] = {
     # v2: figures are computed once, in Python (orchestrator/stats.py), and stored; views select.
@@ -164,5 +167,31 @@ MIGRATIONS: dict[int, list[str]] = {
         f"CREATE TABLE IF NOT EXISTS fleet_checks ({TABLES['fleet_checks']})",
         "ALTER TABLE fleet_checks ADD COLUMN IF NOT EXISTS driver_pid INTEGER",
         "ALTER TABLE fleet_checks ADD COLUMN IF NOT EXISTS heartbeat_at TIMESTAMPTZ",
+    ],
+    # v7: the dtype of each collective (comms.dtype) and DDP's gradient dtype as a grid axis
+    # (ddp_grad_dtype, a variant key; NULL for ZeRO, where it does not apply). Before v7 DDP
+    # always all-reduced its gradients in fp32 (torch's allreduce_hook on fp32 gradients, bf16
+    # autocast included), so DDP rows say fp32; a ZeRO run's collectives mixed dtypes the
+    # comms logger did not record, so their comms.dtype stays NULL. link_model(_check) may
+    # not exist yet in an old database: created as v7 has them.
+    7: [
+        "ALTER TABLE runs ADD COLUMN ddp_grad_dtype VARCHAR",
+        "ALTER TABLE comms ADD COLUMN dtype VARCHAR",
+        "ALTER TABLE variant_stats ADD COLUMN ddp_grad_dtype VARCHAR",
+        "ALTER TABLE sensitivity_stats ADD COLUMN ddp_grad_dtype VARCHAR",
+        *(
+            stmt
+            for table in ("link_model", "link_model_check")
+            for stmt in (
+                f"CREATE TABLE IF NOT EXISTS {table} ({TABLES[table]})",
+                f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS ddp_grad_dtype VARCHAR",
+            )
+        ),
+        *(
+            f"UPDATE {table} SET ddp_grad_dtype = 'fp32' WHERE strategy = 'ddp'"
+            for table in ("runs", *_V7_KEYED)
+        ),
+        "UPDATE comms SET dtype = 'fp32' WHERE run_id IN "
+        "(SELECT run_id FROM runs WHERE strategy = 'ddp')",
     ],
 }

@@ -9,7 +9,7 @@ May import: nothing (the standard library only).
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 TABLES: dict[str, str] = {
     "meta": """
@@ -105,7 +105,8 @@ TABLES: dict[str, str] = {
         clock_reasons VARCHAR,       -- every NVML clock event reason seen in the timed steps
         throttle_why VARCHAR,        -- why the run counts as throttled (excluded); NULL if not
         rank_env JSON,               -- env every rank started with on top of its node's (v4)
-        ranks_per_gpu INTEGER        -- 1, or 2: the one-GPU rehearsal (link_class shared-gpu)
+        ranks_per_gpu INTEGER,       -- 1, or 2: the one-GPU rehearsal (link_class shared-gpu)
+        ddp_grad_dtype VARCHAR       -- DDP's all_reduce dtype, fp32 | bf16 (grid axis); NULL: ZeRO
     """,
     "steps": """
         run_id VARCHAR,
@@ -134,7 +135,8 @@ TABLES: dict[str, str] = {
         count BIGINT,
         total_time_s DOUBLE,
         algbw_gbps DOUBLE,
-        busbw_gbps DOUBLE
+        busbw_gbps DOUBLE,
+        dtype VARCHAR                -- the elements' dtype on the link: fp32 | bf16 | ...
     """,
     "nodes": """
         sweep_id VARCHAR,
@@ -241,7 +243,7 @@ TABLES: dict[str, str] = {
         expected_comm_bytes_per_step DOUBLE,
         predicted_comm_s_per_step DOUBLE,
         peak_mem_bytes BIGINT,
-        overlap_comm VARCHAR,
+        overlap_comm VARCHAR, ddp_grad_dtype VARCHAR,
         achieved_tflops_per_gpu DOUBLE,
         mfu DOUBLE
     """,
@@ -258,7 +260,7 @@ TABLES: dict[str, str] = {
         ci_low DOUBLE,               -- interval of the slowdown; its kind: interval_kind
         ci_high DOUBLE,
         interval_kind VARCHAR,       -- range (of run-pair ratios, < 5 runs a side) | bootstrap95
-        overlap_comm VARCHAR
+        overlap_comm VARCHAR, ddp_grad_dtype VARCHAR
     """,
     # What each link of a sweep physically is, recorded when the sweep starts: for the emulated
     # cluster the tc shape `cluster up` recorded; elsewhere what the link's env asks NCCL for.
@@ -288,7 +290,7 @@ TABLES: dict[str, str] = {
         offload VARCHAR,
         grad_accum INTEGER,
         bucket_mb INTEGER,
-        overlap_comm VARCHAR,
+        overlap_comm VARCHAR, ddp_grad_dtype VARCHAR,
         placement VARCHAR,
         n_links INTEGER,             -- links with included runs (the fit's points)
         n_runs INTEGER,
@@ -312,7 +314,7 @@ TABLES: dict[str, str] = {
         offload VARCHAR,
         grad_accum INTEGER,
         bucket_mb INTEGER,
-        overlap_comm VARCHAR,
+        overlap_comm VARCHAR, ddp_grad_dtype VARCHAR,
         placement VARCHAR,
         link VARCHAR,
         n_runs INTEGER,              -- the link's included runs
@@ -336,9 +338,8 @@ TABLES: dict[str, str] = {
         nccl_trace VARCHAR,          -- base64 of the NCCL flight recorder's dump, if written
         error VARCHAR                -- why a part could not be captured
     """,
-    # issue 24: the fleet check (linksweep fleet): one row per check, per node, per measured
-    # pair (intra-node rows have node_b = node_a), per timed stage; suspects are decided once,
-    # in Python (orchestrator/suspects.py), and stored in the suspect/why columns.
+    # The fleet check (linksweep fleet): a row per check, node, measured pair (intra-node: node_b
+    # = node_a) and timed stage; suspects are decided in orchestrator/suspects.py, stored here.
     "fleet_checks": """
         fleet_id VARCHAR PRIMARY KEY,
         started_at TIMESTAMPTZ,
@@ -414,9 +415,8 @@ TABLES: dict[str, str] = {
 }
 
 VIEWS: dict[str, str] = {
-    # Per step: the slowest rank sets the pace (max over ranks), warmup excluded. For reading and
-    # plotting step distributions; the run figures themselves are computed once, by
-    # orchestrator/stats.py, and stored in runs (tests check the two agree).
+    # Per step: the slowest rank sets the pace (max over ranks), warmup excluded; for plots. The
+    # run figures are computed once, by orchestrator/stats.py, and stored in runs (tested equal).
     "step_times": """
         SELECT run_id, step, max(step_time_s) AS step_time_s,
                sum(samples) AS samples, sum(tokens) AS tokens, avg(loss) AS loss
@@ -424,26 +424,26 @@ VIEWS: dict[str, str] = {
     """,
     "run_summary": """
         SELECT run_id, sweep_id, seq, strategy, offload, grad_accum, bucket_mb, overlap_comm,
-               link, placement, world_size, model, precision, "repeat", backend,
+               ddp_grad_dtype, link, placement, world_size, model, precision, "repeat", backend,
                status, throttled, link_class, effective_transport, link_check,
                coalesce(n_steps, 0) AS n_steps, median_step_time_s, p10_step_time_s,
-               p90_step_time_s, samples_per_s, tokens_per_s,
-               comm_bytes_per_step, expected_comm_bytes_per_step,
-               predicted_comm_s_per_step, peak_mem_bytes, startup_s, comm_note,
-               gpu_name, model_flops_per_step, achieved_tflops_per_gpu, peak_tflops,
-               peak_source, mfu
+               p90_step_time_s, samples_per_s, tokens_per_s, comm_bytes_per_step,
+               expected_comm_bytes_per_step, predicted_comm_s_per_step, peak_mem_bytes,
+               startup_s, comm_note, gpu_name, model_flops_per_step, achieved_tflops_per_gpu,
+               peak_tflops, peak_source, mfu
         FROM runs
     """,
     "variant_summary": """
-        SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, overlap_comm, link, placement,
-               n_runs, n_excluded, median_step_time_s, ci_low_s, ci_high_s, interval_kind,
-               samples_per_s, tokens_per_s, comm_bytes_per_step, expected_comm_bytes_per_step,
-               predicted_comm_s_per_step, peak_mem_bytes, achieved_tflops_per_gpu, mfu
+        SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, overlap_comm, ddp_grad_dtype,
+               link, placement, n_runs, n_excluded, median_step_time_s, ci_low_s, ci_high_s,
+               interval_kind, samples_per_s, tokens_per_s, comm_bytes_per_step,
+               expected_comm_bytes_per_step, predicted_comm_s_per_step, peak_mem_bytes,
+               achieved_tflops_per_gpu, mfu
         FROM variant_stats
     """,
     "link_sensitivity": """
-        SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, overlap_comm, placement, link,
-               baseline_link, slowdown, ci_low, ci_high, interval_kind
+        SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, overlap_comm, ddp_grad_dtype,
+               placement, link, baseline_link, slowdown, ci_low, ci_high, interval_kind
         FROM sensitivity_stats
     """,
     # The link microbenchmark's figure per (link, placement, collective, size, source,
@@ -482,8 +482,8 @@ VIEWS: dict[str, str] = {
                           string_agg(DISTINCT effective_transport, ', ') AS transports
                    FROM runs GROUP BY sweep_id, link) r USING (sweep_id, link)
     """,
-    # issue 24: every suspect of a fleet check, nodes and single pairs, with addresses to
-    # exclude them by (sweep key exclude_nodes, or linksweep run --exclude-suspects FLEET_ID).
+    # Every suspect of a fleet check, node or pair, with the addresses to exclude it by
+    # (sweep key exclude_nodes, or linksweep run --exclude-suspects FLEET_ID).
     "fleet_suspects": """
         SELECT n.fleet_id, 'node' AS kind, n.node_id, n.ip, n.hostname,
                NULL::VARCHAR AS partner_id, NULL::VARCHAR AS partner_ip,

@@ -23,7 +23,7 @@ from orchestrator.planner import (
     run_env,
     run_id_for,
 )
-from orchestrator.spec import parse_spec
+from orchestrator.spec import SpecError, parse_spec
 from workloads.contract import LinkbenchConfig, NodeInfo, RunConfig
 
 
@@ -298,3 +298,24 @@ def test_two_ranks_per_gpu_plan_as_usual():
     s = _env_spec({"a": {}}, ranks_per_gpu=2, grid={"strategy": ["ddp", "zero1"]})
     assert s.ranks_per_gpu == 2
     assert [p.variant.placement for p in plan_runs(s)] == ["pack"] * 4
+
+
+def test_ddp_grad_dtype_expands_ddp_only_and_reaches_the_ranks():
+    s = spec(strategy=["ddp", "zero3"], ddp_grad_dtype=["fp32", "bf16"])
+    variants = [v for v in expand_grid(s) if v.link == "a"]
+    assert [(v.strategy, v.ddp_grad_dtype) for v in variants] == [
+        ("ddp", "fp32"),
+        ("ddp", "bf16"),
+        ("zero3", None),  # ZeRO's dtypes follow precision and its config: no DDP axis
+    ]
+    assert "grads=bf16" in variants[1].label and "grads" not in variants[0].label
+    assert variants[1].to_dict()["ddp_grad_dtype"] == "bf16"  # stored with the variant
+    assert len(plan_runs(s)) == 3 * 2 * 3  # variants x links x repeats
+    if "ddp_grad_dtype" in RunConfig.__dataclass_fields__:
+        assert run_config(s, variants[1], "r").ddp_grad_dtype == "bf16"
+        assert run_config(s, variants[0], "r").ddp_grad_dtype == "fp32"
+    else:  # a contract that cannot carry it refuses bf16 rather than run fp32 under its label
+        with pytest.raises(SpecError, match=r"grid.ddp_grad_dtype: 'bf16' cannot reach"):
+            run_config(s, variants[1], "r")
+        assert run_config(s, variants[0], "r").strategy == "ddp"
+    assert run_config(s, variants[2], "r").ds_config is not None

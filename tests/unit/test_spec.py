@@ -214,3 +214,16 @@ def test_link_values_may_hold_the_rank_form_only():
             SpecError, match=r"link 'a': X=.* other than \{rank\}; allowed: \{rank\}"
         ):
             parse_spec({"name": "x", "links": {"a": {"X": bad}}})
+
+
+def test_ddp_grad_dtype_is_a_ddp_axis():
+    ok = parse_spec({**GOOD, "grid": {"strategy": ["ddp", "zero3"], "ddp_grad_dtype": "bf16"}})
+    assert ok.grid.ddp_grad_dtype == ["bf16"]
+    assert parse_spec(GOOD).grid.ddp_grad_dtype == ["fp32"]  # default: DDP as it always ran
+    msg = errors_of({**GOOD, "grid": {"strategy": ["zero2"], "ddp_grad_dtype": ["fp32", "bf16"]}})
+    assert "grid.ddp_grad_dtype" in msg and "applies to ddp only" in msg
+    assert "['fp32', 'bf16']" in msg and "['zero2']" in msg
+    msg = errors_of({**GOOD, "grid": {"ddp_grad_dtype": ["fp16"]}})
+    assert "grid.ddp_grad_dtype.0: 'fp16' is not allowed" in msg and "'fp32'" in msg
+    msg = errors_of({**GOOD, "grid": {"ddp_grad_dtype": ["bf16", "bf16"]}})
+    assert "grid.ddp_grad_dtype" in msg and "distinct" in msg

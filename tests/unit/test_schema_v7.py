@@ -1,0 +1,68 @@
+"""Schema v7: each collective's dtype (``comms.dtype``) and DDP's gradient dtype as a variant
+column (``ddp_grad_dtype``). A v6 database (the v7 columns dropped, as v6 wrote it) upgrades in
+place: DDP rows say fp32, as every DDP run before v7 all-reduced fp32; ZeRO rows stay NULL."""
+
+from __future__ import annotations
+
+import re
+
+import duckdb
+
+from orchestrator.store import SCHEMA_VERSION, Store, read_query
+from orchestrator.store.migrations import MIGRATIONS
+from orchestrator.store.schema import VIEWS
+
+
+def _as_v6(db: str) -> None:
+    con = duckdb.connect(db)
+    for view in VIEWS:
+        con.execute(f"DROP VIEW IF EXISTS {view}")
+    for stmt in MIGRATIONS[7]:
+        m = re.match(r"ALTER TABLE (\w+) ADD COLUMN (?:IF NOT EXISTS )?(\w+)", stmt)
+        if m:
+            con.execute(f"ALTER TABLE {m[1]} DROP COLUMN {m[2]}")
+    con.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
+    con.close()
+
+
+def test_v6_database_upgrades_with_each_collectives_dtype(tmp_path):
+    db = str(tmp_path / "v6.duckdb")
+    key = {"sweep_id": "s", "offload": "none", "grad_accum": 1, "bucket_mb": 25}
+    with Store(db) as s, s.transaction():
+        s.insert("sweeps", [{"sweep_id": "s", "name": "v6"}])
+        s.insert(
+            "runs",
+            [
+                {"run_id": "d", "seq": 1, "strategy": "ddp", **key},
+                {"run_id": "z", "seq": 2, "strategy": "zero3", **key},
+            ],
+        )
+        s.insert(
+            "comms",
+            [
+                {"run_id": "d", "rank": 0, "op": "all_reduce", "msg_bytes": 8, "count": 1},
+                {"run_id": "z", "rank": 0, "op": "all_gather", "msg_bytes": 8, "count": 1},
+            ],
+        )
+        s.insert(
+            "variant_stats",
+            [{"strategy": "ddp", "link": "a", "placement": "pack", **key}],
+        )
+    _as_v6(db)
+    with Store(db) as s:
+        assert s.query("SELECT run_id, ddp_grad_dtype FROM runs ORDER BY run_id")[1] == [
+            ("d", "fp32"),
+            ("z", None),
+        ]
+        assert s.query("SELECT run_id, dtype FROM comms ORDER BY run_id")[1] == [
+            ("d", "fp32"),
+            ("z", None),
+        ]
+        assert s.query("SELECT ddp_grad_dtype FROM variant_summary")[1] == [("fp32",)]
+        assert s.query("SELECT ddp_grad_dtype FROM run_summary ORDER BY run_id")[1] == [
+            ("fp32",),
+            (None,),
+        ]
+        assert s.query("SELECT count(*) FROM link_model WHERE ddp_grad_dtype IS NULL")[1] == [(0,)]
+    assert SCHEMA_VERSION == 7
+    assert read_query(db, "SELECT value FROM meta")[1] == [(str(SCHEMA_VERSION),)]
