@@ -410,56 +410,76 @@ def nvml_inventory(nvml: Any | None = None) -> list[dict]:
     """One dict per GPU: identity, PCIe gen/width (current and max), power limits, NVLink, temp.
 
     Every reading that NVML does not support on a GPU is None, as is ``nvlink_active_count`` on
-    a GPU without NVLink. Raises if NVML itself cannot start (check ``nvml_available`` first).
+    a GPU without NVLink. A reading NVML refuses (``NoPermission``: a container or a driver
+    policy that restricts the call; any other NVML error of that one call) is None too, and
+    ``notes`` says which and why: one refused reading must not cost the node the rest of its
+    inventory. A GPU whose handle NVML refuses keeps its index, every reading None and the
+    note. Raises if NVML itself cannot start or count its GPUs (check ``nvml_available``
+    first).
     """
     nvml = _load_nvml(nvml)
-
-    def read(fn_name: str, handle: Any, *args: Any) -> Any:
-        try:
-            return getattr(nvml, fn_name)(handle, *args)
-        except nvml.NVMLError_NotSupported:
-            return None
+    unsupported = _errors(nvml, "NVMLError_NotSupported")
+    refused = _errors(nvml, "NVMLError")  # pynvml's base class: NoPermission and the rest
 
     def watts(mw: Any) -> float | None:
         return None if mw is None else mw / 1000.0
 
     nvml.nvmlInit()
     try:
-        out = []
-        for index in range(nvml.nvmlDeviceGetCount()):
-            h = nvml.nvmlDeviceGetHandleByIndex(index)
-            name = read("nvmlDeviceGetName", h)
-            uuid = read("nvmlDeviceGetUUID", h)
-            pci = read("nvmlDeviceGetPciInfo", h)
-            mem = read("nvmlDeviceGetMemoryInfo", h)
-            active, answered = 0, False
-            for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
-                try:
-                    state = nvml.nvmlDeviceGetNvLinkState(h, link)
-                except (nvml.NVMLError_NotSupported, nvml.NVMLError_InvalidArgument):
-                    continue  # no NVLink on this GPU, or past its last link
-                answered = True
-                active += int(state == getattr(nvml, "NVML_FEATURE_ENABLED", 1))
-            temp = read("nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)
-            out.append(
-                {
-                    "index": index,
-                    "name": None if name is None else _text(name),
-                    "uuid": None if uuid is None else _text(uuid),
-                    "pci_bus_id": None if pci is None else _text(pci.busId),
-                    "memory_total_bytes": None if mem is None else int(mem.total),
-                    "pcie_gen_current": read("nvmlDeviceGetCurrPcieLinkGeneration", h),
-                    "pcie_gen_max": read("nvmlDeviceGetMaxPcieLinkGeneration", h),
-                    "pcie_width_current": read("nvmlDeviceGetCurrPcieLinkWidth", h),
-                    "pcie_width_max": read("nvmlDeviceGetMaxPcieLinkWidth", h),
-                    "power_limit_w": watts(read("nvmlDeviceGetPowerManagementLimit", h)),
-                    "power_default_limit_w": watts(
-                        read("nvmlDeviceGetPowerManagementDefaultLimit", h)
-                    ),
-                    "nvlink_active_count": active if answered else None,
-                    "temp_c": None if temp is None else float(temp),
-                }
-            )
-        return out
+        return [
+            _inventory_gpu(nvml, index, unsupported, refused, watts)
+            for index in range(nvml.nvmlDeviceGetCount())
+        ]
     finally:
         nvml.nvmlShutdown()
+
+
+def _inventory_gpu(nvml: Any, index: int, unsupported, refused, watts) -> dict:
+    """One GPU of :func:`nvml_inventory`; a refused call is None and a note, never a raise."""
+    notes: list[str] = []
+
+    def read(fn_name: str, handle: Any, *args: Any) -> Any:
+        if handle is None:  # NVML refused this GPU's handle: nothing of it can be read
+            return None
+        try:
+            return getattr(nvml, fn_name)(handle, *args)
+        except unsupported:
+            return None
+        except refused as exc:
+            notes.append(f"{fn_name}: {_describe(exc)}")
+            return None
+
+    h = read("nvmlDeviceGetHandleByIndex", index)
+    name = read("nvmlDeviceGetName", h)
+    uuid = read("nvmlDeviceGetUUID", h)
+    pci = read("nvmlDeviceGetPciInfo", h)
+    mem = read("nvmlDeviceGetMemoryInfo", h)
+    active, answered = 0, False
+    for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18) if h is not None else 0):
+        try:
+            state = nvml.nvmlDeviceGetNvLinkState(h, link)
+        except (*unsupported, *_errors(nvml, "NVMLError_InvalidArgument")):
+            continue  # no NVLink on this GPU, or past its last link
+        except refused as exc:  # a partial count would read as links down: none at all
+            notes.append(f"nvmlDeviceGetNvLinkState: {_describe(exc)}")
+            answered = False
+            break
+        answered = True
+        active += int(state == getattr(nvml, "NVML_FEATURE_ENABLED", 1))
+    temp = read("nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)
+    return {
+        "index": index,
+        "name": None if name is None else _text(name),
+        "uuid": None if uuid is None else _text(uuid),
+        "pci_bus_id": None if pci is None else _text(pci.busId),
+        "memory_total_bytes": None if mem is None else int(mem.total),
+        "pcie_gen_current": read("nvmlDeviceGetCurrPcieLinkGeneration", h),
+        "pcie_gen_max": read("nvmlDeviceGetMaxPcieLinkGeneration", h),
+        "pcie_width_current": read("nvmlDeviceGetCurrPcieLinkWidth", h),
+        "pcie_width_max": read("nvmlDeviceGetMaxPcieLinkWidth", h),
+        "power_limit_w": watts(read("nvmlDeviceGetPowerManagementLimit", h)),
+        "power_default_limit_w": watts(read("nvmlDeviceGetPowerManagementDefaultLimit", h)),
+        "nvlink_active_count": active if answered else None,
+        "temp_c": None if temp is None else float(temp),
+        "notes": notes,
+    }

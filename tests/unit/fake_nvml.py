@@ -9,7 +9,8 @@ NotSupported, an exception instance raises it. Modes:
   real one, but raises ``NVMLError_FunctionNotFound``: the driver's library lacks the symbol.
 - ``driver="ancient"``: both reason calls raise FunctionNotFound.
 - ``no_permission``: handle lookups raise ``NVMLError_NoPermission`` (a container without
-  access to the device node, or a restricted API).
+  access to the device node, or a restricted API). One GPU's lookup only: its dict's
+  ``handle_error`` (an exception instance) is raised by ``nvmlDeviceGetHandleByIndex``.
 - MIG: a GPU with ``"mig": ["MIG-<uuid>", ...]`` has MIG instances; their handles answer no
   clock, power, temperature, reason or violation query (NotSupported), as on real MIG handles,
   and ``nvmlDeviceGetDeviceHandleFromMigDeviceHandle`` returns the parent GPU.
@@ -110,6 +111,8 @@ class FakeNvml:
         self.handles_asked.append(index)
         if not 0 <= index < len(self.gpus):
             raise self.NVMLError_InvalidArgument("Invalid Argument")
+        if isinstance(self.gpus[index].get("handle_error"), Exception):
+            raise self.gpus[index]["handle_error"]
         return index
 
     def nvmlDeviceGetHandleByUUID(self, uuid):

@@ -340,6 +340,7 @@ def test_inventory():
         "power_default_limit_w": 700.0,
         "nvlink_active_count": 18,
         "temp_c": 31.0,
+        "notes": [],
     }
     assert consumer["name"] == "NVIDIA GeForce RTX 3090"
     assert consumer["nvlink_active_count"] is None  # NotSupported on every link
@@ -347,6 +348,33 @@ def test_inventory():
     assert unbridged["uuid"] is None
     assert unbridged["power_limit_w"] is None
     assert unbridged["nvlink_active_count"] == 0
+
+
+def test_a_refused_reading_is_none_with_a_note_and_the_rest_stays():
+    gpus = inventory_gpus()
+    denied = FakeNvml.NVMLError_NoPermission("Insufficient Permissions")
+    gpus[0]["limit_mw"] = denied  # a restricted call on one GPU
+    gpus[0]["nvlink"] = FakeNvml.NVMLError_NoPermission("Insufficient Permissions")
+    gpus[1]["handle_error"] = FakeNvml.NVMLError_NoPermission("Insufficient Permissions")
+    fake = FakeNvml(gpus)
+    h100, consumer, unbridged = nvml_inventory(nvml=fake)
+    assert fake.initialised == fake.shut_down == 1
+    assert h100["power_limit_w"] is None and h100["nvlink_active_count"] is None
+    assert h100["notes"] == [
+        "nvmlDeviceGetNvLinkState: NVMLError_NoPermission: Insufficient Permissions",
+        "nvmlDeviceGetPowerManagementLimit: NVMLError_NoPermission: Insufficient Permissions",
+    ]
+    assert (h100["name"], h100["pcie_width_current"], h100["power_default_limit_w"]) == (
+        "NVIDIA H100 80GB HBM3",
+        16,
+        700.0,
+    )
+    # a GPU NVML will not open: listed, every reading None, and why
+    assert consumer["index"] == 1 and consumer["name"] is None and consumer["temp_c"] is None
+    assert consumer["notes"] == [
+        "nvmlDeviceGetHandleByIndex: NVMLError_NoPermission: Insufficient Permissions"
+    ]
+    assert unbridged == nvml_inventory(nvml=FakeNvml(inventory_gpus()))[2]  # untouched
 
 
 def test_doctor_warnings():
