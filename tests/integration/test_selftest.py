@@ -27,15 +27,19 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
+def _env() -> dict[str, str]:
+    """Its own embedded Ray: never the session cluster's address."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return env | {"PYTHONPATH": str(REPO), "RAY_DISABLE_USAGE_STATS": "1"}
+
+
 @pytest.fixture(scope="module")
 def selftest_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("selftest") / "out"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env |= {"PYTHONPATH": str(REPO), "RAY_DISABLE_USAGE_STATS": "1"}
     p = subprocess.run(
         [sys.executable, "-m", "orchestrator", "selftest", "--out", str(out)],
         cwd=REPO,
-        env=env,
+        env=_env(),
         capture_output=True,
         text=True,
         timeout=720,  # 153 s alone; 449 s once on a loaded machine (load 4 on 2 cores)
@@ -65,12 +69,22 @@ def _plan(out: Path) -> plan.SelftestPlan:
     return plan.plan_selftest([plan.NodeFacts.from_report(as_report(n)) for n in nodes])
 
 
-def test_it_ran_exactly_the_sweeps_its_plan_lists(selftest_out):
+def test_it_ran_exactly_the_sweeps_its_plan_and_its_dry_run_list(selftest_out):
     _, out = selftest_out
     the_plan = _plan(out)
     ran = {p.stem: yaml.safe_load(p.read_text()) for p in (out / "sweeps").glob("*.yaml")}
     assert ran == the_plan.sweeps
     assert (out / "plan.txt").read_text() == plan_text(the_plan) + "\n"
+    dry = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "selftest", "--dry-run"],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert dry.stdout == (out / "plan.txt").read_text()
 
 
 def test_the_folder_holds_captures_sweeps_and_the_database(selftest_out):

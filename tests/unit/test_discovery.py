@@ -441,3 +441,82 @@ def test_doctor_command_exit_1_when_a_finding_invalidates(monkeypatch, capsys):
     assert main(["doctor"]) == 0
     assert "nothing invalidates" in capsys.readouterr().out
     assert connected == [None, None]
+
+
+def _fake_nvidia_smi(folder: Path, q_exit: int) -> None:
+    """An ``nvidia-smi`` on PATH that prints its arguments; ``-q`` exits ``q_exit``."""
+    exe = folder / "nvidia-smi"
+    exe.write_text(f'#!/bin/sh\necho "smi $*"\n[ "$1" = "-q" ] && exit {q_exit}\nexit 0\n')
+    exe.chmod(0o755)
+
+
+def test_capture_nvidia_smi_keeps_each_output_and_says_why_one_failed(monkeypatch, tmp_path):
+    import socket
+
+    from workloads.probe import capture_nvidia_smi
+
+    _fake_nvidia_smi(tmp_path, q_exit=9)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    host, got = capture_nvidia_smi()
+    assert host == socket.gethostname()
+    assert got == {
+        "nvidia-smi topo -m": {"text": "smi topo -m\n", "status": "ok"},
+        "nvidia-smi -q": {"text": "smi -q\n", "status": "exit 9"},
+    }
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    _, got = capture_nvidia_smi()
+    assert {g["status"] for g in got.values()} == {"nvidia-smi not found on PATH"}
+
+
+def test_capture_on_every_node_names_each_node_and_a_silent_one_keeps_its_error(monkeypatch):
+    """Each node's captures under the hostname the node gives (discovery's), a node that did
+    not answer under Ray's, every capture carrying why."""
+    from orchestrator.discovery import capture_on_every_node
+    from workloads.probe import capture_nvidia_smi
+
+    answered = ("gpu-worker", {"nvidia-smi topo -m": {"text": "t", "status": "ok"}})
+    nodes = types.ModuleType("orchestrator.raycluster.nodes")
+
+    def run_on_every_node(fn, timeout_s, skip=()):
+        assert fn is capture_nvidia_smi and timeout_s == 120.0
+        return [
+            types.SimpleNamespace(node={"hostname": "ip-10-0-0-9", "ip": "10.0.0.9",
+                                        "node_id": "b"}, result=None,
+                                  error="no answer within 120 s (node busy)"),
+            types.SimpleNamespace(node={"hostname": "ray-name", "ip": "10.0.0.2", "node_id": "a"},
+                                  result=answered, error=None),
+        ]  # fmt: skip
+
+    nodes.run_on_every_node = run_on_every_node
+    monkeypatch.setitem(sys.modules, "orchestrator.raycluster.nodes", nodes)
+    (worker, worker_caps), (silent, silent_caps) = capture_on_every_node()
+    assert (worker, worker_caps) == answered
+    assert silent == "ip-10-0-0-9"
+    assert set(silent_caps) == {"nvidia-smi topo -m", "nvidia-smi -q"}
+    assert all(c["text"] is None for c in silent_caps.values())
+    assert {c["status"] for c in silent_caps.values()} == {
+        "no answer from the capture task within 120 s (node busy)"
+    }
+
+
+def test_selftest_dry_run_prints_the_plan_and_runs_nothing(monkeypatch, capsys, tmp_path):
+    from orchestrator import discovery
+    from orchestrator.commands import selftest
+
+    calls = []
+    fake_session = types.ModuleType("orchestrator.raycluster.session")
+    fake_session.connect = lambda address: calls.append("connect") or "embedded"
+    fake_session.disconnect = lambda: calls.append("disconnect")
+    monkeypatch.setitem(sys.modules, "orchestrator.raycluster.session", fake_session)
+    gpu = _gpu_report("hf_perf_hardware_nv2.txt") | {"gpus": 1.0, "cuda_available": True,
+                                                     "cuda_device_count": 2}  # fmt: skip
+    monkeypatch.setattr(discovery, "discover_nodes", lambda: [as_report(gpu)])
+    for name in ("_run_sweep", "_run_fleet", "_doctor", "_capture_nvidia_smi"):
+        monkeypatch.setattr(selftest, name, lambda *a, name=name: calls.append(name))
+    monkeypatch.chdir(tmp_path)
+    assert main(["selftest", "--dry-run", "--peak-tflops", "125"]) == 0
+    out = capsys.readouterr().out
+    assert calls == ["connect", "disconnect"]  # nothing ran
+    assert list(tmp_path.iterdir()) == []  # and no folder was written
+    assert "mode gpu; most GPUs Ray offers on one CUDA node: 1" in out
+    assert "two_gpu               skip: 1 GPU offered by Ray" in out

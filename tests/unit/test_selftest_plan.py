@@ -318,14 +318,32 @@ def test_nvme_refused_is_not_run_on_cpu_but_fails_on_a_gpu_node():
 
 
 def test_gpu_figures_and_rehearsal_fail_on_what_a_broken_gpu_path_stores():
-    f = _with_runs(gpu_facts(), "one_rank", lambda r: r | {"telemetry": "absent: NVMLError"})
-    assert "telemetry" in by_check(decide(f))["one_rank_gpu_figures"].detail
+    f = _with_runs(gpu_facts(), "one_rank", lambda r: r | {"peak_mem_bytes": None})
+    assert "no peak memory" in by_check(decide(f))["one_rank_gpu_figures"].detail
     f = _with_runs(gpu_facts(), "one_rank", lambda r: r | {"backend": "gloo", "mfu": None})
     d = by_check(decide(f))["one_rank_gpu_figures"].detail
     assert "backend gloo" in d and "no MFU" in d
     f = _with_runs(gpu_facts(), "two_rank", lambda r: r | {"link_class": "NV12"})
     v = by_check(decide(f))["rehearsal_shared_gpu"]
     assert v.result == "fail" and "link_class NV12" in v.detail
+
+
+def test_a_gpu_without_a_known_peak_or_nvml_clocks_passes_saying_mfu_unknown():
+    """An A10G has no datasheet peak in the table, and a MIG slice gives NVML no clocks: what
+    the hardware cannot give is reported, never failed."""
+    a10g = {"mfu": None, "peak_tflops": None, "gpu_name": "NVIDIA A10G",
+            "peak_source": "NVIDIA A10G: no peak for this GPU (no datasheet); set peak_tflops",
+            "telemetry": "absent: NVML cannot read GPU 'MIG-1' (MIG)"}  # fmt: skip
+    v = by_check(decide(_with_runs(gpu_facts(), "one_rank", lambda r: r | a10g)))
+    assert v["one_rank_gpu_figures"].result == "pass", v["one_rank_gpu_figures"]
+    assert "MFU unknown: NVIDIA A10G: no peak for this GPU" in v["one_rank_gpu_figures"].detail
+    assert "telemetry absent: NVML cannot read GPU" in v["one_rank_gpu_figures"].detail
+    known = by_check(decide(gpu_facts()))["one_rank_gpu_figures"]
+    assert known.detail.startswith("MFU 0.310 (peak 989 TFLOP/s), peak memory 9.00 GB")
+
+
+def test_every_check_has_one_decide_function():
+    assert list(verdict.DECIDERS) == list(plan.CHECK_NAMES)
 
 
 def test_doctor_topo_and_captures_fail_with_their_reason():
