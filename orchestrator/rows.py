@@ -258,23 +258,17 @@ def _rank0(trained: list[tuple[int, TrainingRecord]]) -> TrainingRecord:
 
 
 def gpus_used(placements: list, world_size: int, ranks_per_gpu: int = 1) -> int:
-    """The distinct GPUs a run's ranks used: (node, Ray GPU id) pairs, so two ranks sharing one
-    GPU count it once. A CPU run (no GPU ids) counts its ranks: each rank's CPU share is the
-    unit its TFLOP/s is per. Without placements (a run that failed before them), the plan's
-    count: ``world_size / ranks_per_gpu``."""
+    """Distinct (node, Ray GPU id) pairs of a run's ranks: two ranks sharing a GPU count once.
+    CPU ranks count one each (a rank's CPU share is what its TFLOP/s is per); no placements (a
+    run that failed before them): the plan's ``world_size / ranks_per_gpu``."""
     used = {(p.node_id, str(g)) for p in placements for g in p.gpu_ids}
-    if used:
-        return len(used)
-    if placements:
-        return world_size
-    return max(1, world_size // max(1, ranks_per_gpu))
+    if used or placements:
+        return len(used) or world_size
+    return max(1, world_size // ranks_per_gpu)
 
 
-def _efficiency_facts(
-    spec: SweepSpec, planned: PlannedRun, trained, figures: dict, placements: list
-) -> dict:
-    """Model FLOPs per step, achieved TFLOP/s per GPU and MFU (``orchestrator/flops.py``), per
-    distinct GPU (:func:`gpus_used`)."""
+def _efficiency_facts(spec: SweepSpec, planned: PlannedRun, trained, figures, placements) -> dict:
+    """Model FLOPs per step, TFLOP/s per distinct GPU (:func:`gpus_used`) and MFU (flops.py)."""
     rank0 = _rank0(trained) if trained else None
     n_layer, _, d_model = GPT2_SIZES[spec.model]
     return {
@@ -402,11 +396,10 @@ def build_rows(
 
 
 def _nodes(placements: list, records: list[RankRecord], error: str | None = None) -> list[dict]:
-    """``runs.nodes``: where each rank ran, with the device it chose (``device_decision``:
-    backend, device, cuda_visible_devices, nvml_id). A rank that returned no record (it failed)
-    gets the decision its error text names (``contract.noted_decisions``), else None (it failed
-    before deciding, or the text does not carry its note). ``visible_gpus``: the distinct GPUs
-    the node's ranks could see (two ranks sharing one GPU list it once)."""
+    """``runs.nodes``: where each rank ran, with the device it chose (``device_decision``). A
+    rank with no record (it failed) gets the decision its error text names
+    (``contract.noted_decisions``), else None (it failed before deciding, or the text lacks
+    its note). ``visible_gpus``: the node's distinct GPUs (a shared GPU once)."""
     chose = {**noted_decisions(error), **{r.rank: r.device_decision for r in records}}
     return [
         {
