@@ -86,7 +86,8 @@ class Node:
 
     @property
     def node_id(self) -> str:
-        return f"node-{self.hostname}"
+        """56 hex digits, as Ray's (its scheduling strategies check the form)."""
+        return f"{zlib.crc32(self.hostname.encode()):08x}" * 7
 
     @property
     def ray_gpu_ids(self) -> tuple[str, ...]:
@@ -264,6 +265,20 @@ class CudaView:
     def current_device(self) -> int:
         return self.current
 
+    def device(self, device):
+        """``torch.cuda.device(i)``: ``i`` current inside the block."""
+        view = self
+
+        @contextlib.contextmanager
+        def current():
+            before, view.current = view.current, view._index(device)
+            try:
+                yield
+            finally:
+                view.current = before
+
+        return current()
+
     def install(self, mp) -> None:
         for name in (
             "is_available",
@@ -274,6 +289,7 @@ class CudaView:
             "is_bf16_supported",
             "set_device",
             "current_device",
+            "device",
         ):
             mp.setattr(torch.cuda, name, getattr(self, name))
         mp.setattr(torch.version, "cuda", TORCH_CUDA if self.node.gpus else None)
@@ -374,6 +390,13 @@ def _patched(obj, **attrs):
 
 
 # -- one node's process view ----------------------------------------------------------------
+
+
+class _Ref:
+    """An object ref whose task has finished (hashable, as Ray's are)."""
+
+    def __init__(self, value):
+        self.value = value
 
 
 class Cluster:
@@ -498,7 +521,7 @@ class Cluster:
             def remote(self, *args):
                 node = next(n for n in cluster.profile.nodes if n.node_id == self.node_id)
                 with cluster.on(node.hostname, node.raylet_cvd):
-                    return ("done", self.fn(*args))
+                    return _Ref(self.fn(*args))
 
         def remote(*args, **kwargs):
             if args and callable(args[0]):
@@ -508,7 +531,7 @@ class Cluster:
         self.mp.setattr(ray, "nodes", self.ray_nodes)
         self.mp.setattr(ray, "remote", remote)
         self.mp.setattr(ray, "wait", lambda refs, **k: (list(refs), []))
-        self.mp.setattr(ray, "get", lambda ref, **k: ref[1])
+        self.mp.setattr(ray, "get", lambda ref, **k: ref.value)
         self.mp.setattr(ray, "cancel", lambda *a, **k: None)
 
     def ray_worker(self, node: Node, gpu_ids: tuple[str, ...]):

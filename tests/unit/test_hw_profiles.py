@@ -25,8 +25,22 @@ from tests.unit.hwprofiles import PROFILES, captures_missing, deepspeed_device, 
 # can build async_io, else "not run: <the node and what it lacks>".
 CPU = "cpu"
 NOT_ON_ONE_GPU = "not run: no node has 2 GPUs in Ray"
+# plan: the selftest checks the plan skips, with words its reason must hold; every other check
+# runs. plan_nodes: where its GPU checks run (gpu_captures: every node with a GPU, two_gpu: the
+# nodes Ray offers 2 GPUs on).
+ONE_GPU_PLAN = {"two_gpu": "needs 2 on one node"}
+CPU_PLAN = {
+    "gpu_captures": "no GPU",
+    "fleet_gpu": "no CUDA",
+    "one_rank_gpu_figures": "no CUDA",
+    "rehearsal_shared_gpu": "no CUDA",
+    "two_gpu": "no CUDA",
+    "hang_flight_recorder": "no CUDA",
+}
 EXPECTED: dict[str, dict[str, object]] = {
     "a10g-gpuless-head": {
+        "plan": ONE_GPU_PLAN,
+        "plan_nodes": {"gpu_captures": ("ip-10-0-1-20",), "two_gpu": ()},
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": NOT_ON_ONE_GPU,
@@ -35,6 +49,8 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",  # the g5 node has libaio and the toolkit; the m5 head runs no rank
     },
     "a100-pcie-x2": {
+        "plan": {},
+        "plan_nodes": {"gpu_captures": ("a100p-0",), "two_gpu": ("a100p-0",)},
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": ("cuda:0", "cuda:1"),
@@ -43,6 +59,8 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",
     },
     "h100x8": {
+        "plan": {},
+        "plan_nodes": {"gpu_captures": ("h100-0",), "two_gpu": ("h100-0",)},
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": ("cuda:0", "cuda:1"),
@@ -51,6 +69,8 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "not run: h100-0 lacks the CUDA toolkit",  # the node's own gap: say so
     },
     "h100x8-cvd0": {
+        "plan": {"two_gpu": "Ray offers 1"},
+        "plan_nodes": {"gpu_captures": ("h100-0",), "two_gpu": ()},
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": NOT_ON_ONE_GPU,  # Ray holds 1 GPU: CUDA_VISIBLE_DEVICES=0
@@ -59,6 +79,8 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "not run: h100-0 lacks the CUDA toolkit",
     },
     "a100-mig-1g": {
+        "plan": ONE_GPU_PLAN,
+        "plan_nodes": {"gpu_captures": ("mig-0",), "two_gpu": ()},
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": NOT_ON_ONE_GPU,
@@ -67,6 +89,8 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",
     },
     "v100x8": {
+        "plan": {},
+        "plan_nodes": {"gpu_captures": ("dgx1-0",), "two_gpu": ("dgx1-0",)},
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": ("cuda:0", "cuda:1"),
@@ -75,6 +99,8 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",
     },
     "unknown-gpu": {
+        "plan": ONE_GPU_PLAN,
+        "plan_nodes": {"gpu_captures": ("proto-0",), "two_gpu": ()},
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": NOT_ON_ONE_GPU,
@@ -83,6 +109,8 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",
     },
     "mixed-cpu-a100": {
+        "plan": {},
+        "plan_nodes": {"gpu_captures": ("a100-1", "a100-2"), "two_gpu": ("a100-1", "a100-2")},
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": ("cuda:0", "cuda:1"),
@@ -91,6 +119,8 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",  # the A100 nodes build it; the CPU head lacks libaio and runs no rank
     },
     "kuberay-no-smi-driver": {
+        "plan": {},
+        "plan_nodes": {"gpu_captures": ("gpu-pod",), "two_gpu": ("gpu-pod",)},
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": ("cuda:0", "cuda:1"),
@@ -99,6 +129,8 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",
     },
     "cpu-only": {
+        "plan": CPU_PLAN,
+        "plan_nodes": {"gpu_captures": (), "two_gpu": ()},
         "one_rank": (CPU,),
         "rehearsal": "not run: no CUDA",
         "two_gpu": "not run: no CUDA",
@@ -152,11 +184,13 @@ def run_config(world_size: int, ranks_per_gpu: int, strategy: str = "zero3"):
     return run_config(spec, plan_runs(spec)[0].variant, "profile-run-1")
 
 
-def ranks(cluster, world_size: int, ranks_per_gpu: int) -> list[tuple[str, str | None]]:
-    """(linksweep's device, DeepSpeed's device) per rank of one run on :func:`rank_node`: Ray
-    assigns each rank actor its GPU ids (two ranks per id with ``ranks_per_gpu`` 2), the real
-    ``Rank.node_info`` / ``planner.place_ranks`` / ``Rank.run`` follow, up to the process group;
-    then DeepSpeed's engine reads the environment the rank exported."""
+def ranks(cluster, world_size: int, ranks_per_gpu: int) -> list[dict]:
+    """What each rank of one run on :func:`rank_node` does: Ray assigns each rank actor its GPU
+    ids (two ranks per id with ``ranks_per_gpu`` 2), the real ``Rank.node_info`` /
+    ``planner.place_ranks`` / ``Rank.run`` follow, up to the process group. Then, in the
+    environment the rank exported: DeepSpeed's engine takes its device, and the rank's GPU
+    figures are read (name, native bf16, a telemetry window). One dict per rank: ``device``,
+    ``deepspeed``, ``name``, ``native_bf16``, ``telemetry``."""
     import torch.distributed as dist
 
     from orchestrator.planner import place_ranks
@@ -186,7 +220,6 @@ def ranks(cluster, world_size: int, ranks_per_gpu: int) -> list[tuple[str, str |
 
     for p, gpu_ids in zip(place_ranks(infos), assigned, strict=True):
         seen.clear()
-
         with cluster.on(node.hostname, worker_cvd(gpu_ids)):
             cluster.ray_worker(node, gpu_ids)
             cluster.mp.setattr(dist, "init_process_group", at_pg)
@@ -197,9 +230,37 @@ def ranks(cluster, world_size: int, ranks_per_gpu: int) -> list[tuple[str, str |
                 pass
             except Exception as exc:  # noqa: BLE001 - a DeviceError is an outcome here
                 seen["device"] = f"error: {exc}"
-            ds = deepspeed_device(world_size, p.rank) if seen["device"] != CPU else None
-        out.append((seen["device"], ds))
+            record = {"device": seen["device"], "deepspeed": None, "placement": p}
+            if seen["device"] != CPU:
+                record["deepspeed"] = deepspeed_device(world_size, p.rank)
+            record |= gpu_figures(p.local_rank, visible)
+        out.append(record)
     return out
+
+
+def gpu_figures(local_rank: int, visible) -> dict:
+    """The rank's GPU as training reads it (``workloads/train.py``): torch's name for it (the
+    MFU peak's key), whether it computes bf16 natively, and one telemetry window's status."""
+    import torch
+
+    from workloads import device as device_mod
+    from workloads.train import Telemetry, decide_device
+
+    try:
+        decision = decide_device(local_rank, visible)
+    except Exception as exc:  # noqa: BLE001 - the device check reports it
+        return {"name": None, "native_bf16": None, "telemetry": f"error: {exc}"}
+    device = torch.device(decision.device)
+    telemetry = Telemetry(device, device_mod.nvml_target(decision.nvml_id))
+    telemetry.start()
+    status = telemetry.stop().status
+    gpu = device.type == "cuda"
+    native = getattr(device_mod, "native_bf16", None)
+    return {
+        "name": torch.cuda.get_device_name(device) if gpu else None,
+        "native_bf16": native() if native is not None else None,
+        "telemetry": status,
+    }
 
 
 def shape_outcome(cluster, world_size: int, ranks_per_gpu: int, gpus_needed: int):
@@ -209,9 +270,9 @@ def shape_outcome(cluster, world_size: int, ranks_per_gpu: int, gpus_needed: int
 
     node = rank_node(cluster)
     if (ranks_per_gpu == 2 or gpus_needed) and not node.ray_gpu_ids:
-        return "not run: no CUDA", None
+        return "not run: no CUDA", None, []
     if gpus_needed and len(node.ray_gpu_ids) < gpus_needed:
-        return NOT_ON_ONE_GPU, None
+        return NOT_ON_ONE_GPU, None, []
     spec = parse_spec(
         {
             "name": "shape",
@@ -224,9 +285,9 @@ def shape_outcome(cluster, world_size: int, ranks_per_gpu: int, gpus_needed: int
     try:
         preflight.check_cluster(spec, excluded=[])
     except SpecError as exc:
-        return f"refused: {exc}", None
+        return f"refused: {exc}", None, []
     got = ranks(cluster, world_size, ranks_per_gpu)
-    return tuple(d for d, _ in got), tuple(ds for _, ds in got)
+    return tuple(r["device"] for r in got), tuple(r["deepspeed"] for r in got), got
 
 
 SHAPES = {"one_rank": (1, 1, 0), "rehearsal": (2, 2, 1), "two_gpu": (2, 1, 2)}
@@ -235,7 +296,7 @@ SHAPES = {"one_rank": (1, 1, 0), "rehearsal": (2, 2, 1), "two_gpu": (2, 1, 2)}
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_rank_devices(cluster, shape):
     """linksweep's device per rank: what EXPECTED says for the profile."""
-    ours, _ = shape_outcome(cluster, *SHAPES[shape])
+    ours, _, _ = shape_outcome(cluster, *SHAPES[shape])
     assert ours == EXPECTED[cluster.profile.name][shape]
 
 
@@ -244,7 +305,172 @@ def test_deepspeed_takes_the_device_linksweep_chose(cluster, shape):
     """DeepSpeed's engine, in the environment the rank exported (RANK, LOCAL_RANK,
     CUDA_VISIBLE_DEVICES), takes the device linksweep chose: a different index is another
     GPU, or an ordinal the process cannot see ("invalid device ordinal")."""
-    ours, deepspeeds = shape_outcome(cluster, *SHAPES[shape])
+    ours, deepspeeds, _ = shape_outcome(cluster, *SHAPES[shape])
     if deepspeeds is None or all(d is None for d in deepspeeds):
         pytest.skip(f"no GPU rank in this shape: {ours}")
     assert deepspeeds == ours == EXPECTED[cluster.profile.name][shape]
+
+
+def one_rank(cluster) -> dict:
+    node = rank_node(cluster)
+    return ranks(cluster, 1, 1)[0] if node.cpus or node.ray_gpu_ids else {}
+
+
+def test_native_bf16(cluster):
+    """bf16 in hardware: compute capability 8.0 and newer; V100 only emulates it."""
+    expected = cluster.profile.name not in ("v100x8", "cpu-only")
+    assert one_rank(cluster)["native_bf16"] is expected
+
+
+def test_telemetry_status(cluster):
+    """The one-rank run's stored telemetry: NVML sampled where there is a GPU, saying what the
+    readings are where that is not obvious (a MIG slice, a driver without clock reasons)."""
+    assert one_rank(cluster)["telemetry"].startswith(EXPECTED[cluster.profile.name]["telemetry"])
+
+
+def selftest_plan(cluster, quick: bool = False):
+    """The selftest's plan for the profile: the real discovery probe on every node (through the
+    faked Ray), its reports read as the command reads them, the real plan."""
+    from orchestrator import selftest_plan as plan
+    from orchestrator.discovery import discover_nodes
+
+    with cluster.on(cluster.profile.driver, cluster.profile.driver_cvd):
+        reports = discover_nodes()
+    return plan.plan_selftest([plan.NodeFacts.from_report(r) for r in reports], quick=quick)
+
+
+def test_mfu_peak(cluster):
+    """The peak MFU divides by, for the math the selftest's one-rank run uses, keyed by the name
+    torch gives the rank's GPU (as ``workloads/train.py`` records it)."""
+    from orchestrator.flops import lookup_peak, math_mode
+
+    spec = selftest_plan(cluster).sweeps["one_rank"]
+    name = one_rank(cluster)["name"]
+    peak, why = lookup_peak(name, math_mode(spec["precision"], tf32=False))
+    assert (peak or "unknown") == EXPECTED[cluster.profile.name]["peak"], why
+
+
+def test_selftest_plan(cluster):
+    """The selftest's plan (what ``--dry-run`` prints): which checks run and which are skipped
+    with the reason EXPECTED gives; the GPU checks' nodes."""
+    from orchestrator.selftest_plan import CHECK_NAMES
+
+    plan = selftest_plan(cluster)
+    expected = EXPECTED[cluster.profile.name]
+    skipped = {c.check: c.why_not for c in plan.checks if not c.run}
+    assert set(skipped) == set(expected["plan"]), skipped
+    for check, words in expected["plan"].items():
+        assert words in skipped[check], (check, skipped[check])
+    assert [c.check for c in plan.checks] == list(CHECK_NAMES)
+    for check, nodes in expected["plan_nodes"].items():
+        if plan.check(check).run:
+            assert plan.check(check).nodes == nodes, check
+
+
+def test_every_planned_sweep_is_placed(cluster):
+    """Every sweep the plan runs is one the cluster's capacity check accepts (Ray's GPUs, not
+    CUDA's): a planned check that the sweep's own preflight refuses fails on every machine."""
+    from orchestrator import preflight
+    from orchestrator.spec import SpecError, parse_spec
+
+    refused = {}
+    for key, spec in selftest_plan(cluster).sweeps.items():
+        try:
+            preflight.check_cluster(parse_spec(spec), excluded=[])
+        except SpecError as exc:
+            refused[key] = str(exc)
+    assert refused == {}
+
+
+def test_dry_run_lists_the_plan(cluster):
+    """``linksweep selftest --dry-run``'s text: every check, skipped ones with their reason."""
+    from orchestrator.commands.selftest import dry_run
+
+    with cluster.on(cluster.profile.driver, cluster.profile.driver_cvd):
+        text = dry_run(quick=False, peak_tflops=None)
+    for check, words in EXPECTED[cluster.profile.name]["plan"].items():
+        assert check in text and words in text, (check, words)
+
+
+def test_nvme_preflight(cluster):
+    """The NVMe sweep's preflight asks the nodes that run ranks, not the driver's machine: it
+    refuses only where such a node lacks what async_io needs, naming the node."""
+    from orchestrator import preflight
+    from orchestrator.spec import SpecError, parse_spec
+
+    spec = parse_spec(selftest_plan(cluster).sweeps["nvme"])
+    with cluster.on(cluster.profile.driver, cluster.profile.driver_cvd):
+        try:
+            preflight.preflight(spec, excluded=[])
+            got = "run"
+        except SpecError as exc:
+            got = f"not run: {exc}"
+    expected = EXPECTED[cluster.profile.name]["nvme"]
+    if expected == "run":
+        assert got == "run"
+    else:
+        node, lacks = expected.removeprefix("not run: ").split(" lacks ")
+        assert got.startswith("not run") and node in got and lacks in got, got
+
+
+GPUS_PER_SHAPE = {"one_rank": 1, "rehearsal": 1, "two_gpu": 2}
+"""The GPUs a run's TFLOP/s per GPU and MFU divide by: two ranks sharing one GPU use one."""
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_tflops_per_distinct_gpu(cluster, shape):
+    """MFU and TFLOP/s per GPU divide by the distinct GPUs the ranks used, from where Ray put
+    them (``rows.gpus_used`` over the run's placements); a CPU run by its ranks."""
+    from orchestrator.rows import gpus_used
+
+    world_size, ranks_per_gpu, _ = SHAPES[shape]
+    _, _, got = shape_outcome(cluster, *SHAPES[shape])
+    if not got:
+        pytest.skip("the shape does not run on this profile")
+    placements = [r["placement"] for r in got]
+    assert gpus_used(placements, world_size, ranks_per_gpu) == (
+        GPUS_PER_SHAPE[shape] if rank_node(cluster).ray_gpu_ids else world_size
+    )
+
+
+def test_selftest_verdict_of_what_the_hardware_gives(cluster, tmp_path):
+    """The verdict on the checks the node probes and the one-rank GPU run decide, from what the
+    profile's nodes really answer (the real probes, captures and rank figures; the run's timing
+    and memory planted): topo and gpu_captures pass wherever there is a GPU, and the one-rank
+    GPU figures pass with MFU or telemetry reported as the hardware allows (unknown peak, MIG,
+    old driver), never failed for it."""
+    from orchestrator import selftest_verdict as verdict
+    from orchestrator.commands import selftest as command
+    from orchestrator.discovery import discover_nodes
+    from orchestrator.flops import efficiency
+
+    plan = selftest_plan(cluster)
+    with cluster.on(cluster.profile.driver, cluster.profile.driver_cvd):
+        nodes = command._write_nodes(tmp_path, discover_nodes())
+        captures = command._capture_nvidia_smi(tmp_path)
+    spec = plan.sweeps["one_rank"]
+    rank = one_rank(cluster)
+    gpu = rank["device"].startswith("cuda")
+    row = {
+        "strategy": "ddp", "grad_accum": 1, "status": "ok", "error": None, "n_steps": 10,
+        "tokens_per_s": 1e4, "backend": "nccl" if gpu else "gloo", "peak_mem_bytes": 1e9,
+        "telemetry": rank["telemetry"], "gpu_name": rank["name"],
+        **efficiency(
+            n_params=124_439_808, n_layer=12, d_model=768, n_positions=1024,
+            seq_len=spec["seq_len"], tokens_per_step=spec["seq_len"] * spec["micro_batch_size"],
+            gpus=1, median_step_time_s=0.1, precision=spec["precision"], gpu_name=rank["name"],
+            peak_override=spec.get("peak_tflops"),
+        ),
+    }  # fmt: skip
+    facts = verdict.Facts(
+        doctor_exit=0,
+        nodes=tuple(nodes),
+        captures=captures,
+        sweeps={"one_rank": verdict.SweepFacts(True, runs=(row,))},
+    )
+    got = {v.check: v.result for v in verdict.decide(facts, plan)}
+    checks = ("topo", "gpu_captures", "one_rank", "one_rank_gpu_figures")
+    expected = {
+        c: "not run" if c in EXPECTED[cluster.profile.name]["plan"] else "pass" for c in checks
+    }
+    assert {c: got[c] for c in checks} == expected
