@@ -11,8 +11,11 @@ Ctrl-C stores what was measured, marked ``interrupted``, without a verdict.
 Nodes that share a machine (one hostname: an emulated cluster) take turns for node checks
 (``fleet_rows.waves``); nodes on different machines are measured at the same time.
 
-May import: fleet_plan, fleet_rows, planner, provenance, raycluster, suspects, orchestrator.store,
-workloads.fleet_contract.
+Nodes are judged in groups of one device kind and GPU model (``fleet_groups``): health is read
+first, at idle, since its GPU names make the groups; each group gets its message size and rule.
+
+May import: fleet_groups, fleet_plan, fleet_rows, planner, provenance, raycluster, suspects,
+orchestrator.store, workloads.fleet_contract.
 """
 
 from __future__ import annotations
@@ -27,10 +30,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from orchestrator import fleet_rows, provenance
+from orchestrator.fleet_groups import CPU, judge_groups, node_groups, pair_msg_bytes, rule_for
 from orchestrator.fleet_plan import PairsChoice, disjoint_rounds, pair_rounds
 from orchestrator.planner import link_env_defaults
 from orchestrator.store import liveness
-from orchestrator.suspects import Failed, Rule, Verdict, default_rule, health_reasons, judge
+from orchestrator.suspects import Failed, Rule, Verdict, default_rule, health_reasons
 from workloads.fleet_contract import ComputeRecord
 
 MAX_MB_GPU = 64.0
@@ -47,9 +51,9 @@ class FleetOptions:
     """Link name -> env; ``{"default": {}}`` without ``--sweep``."""
     pairs: PairsChoice
     max_mb: float | None = None
-    """None: MAX_MB_GPU when every node has a GPU, else MAX_MB_CPU."""
+    """None: per group (``fleet_groups``), MAX_MB_CPU for the CPU nodes, MAX_MB_GPU for GPU ones."""
     rule: Rule | None = None
-    """None: ``suspects.default_rule`` (0.15 when every node has a GPU, else CPU_REL)."""
+    """None: per group, ``suspects.default_rule`` (CPU_REL for the CPU nodes, 0.15 for GPU ones)."""
     sweep_file: str | None = None
     seed: int = 0
     timeout_s: float = 180.0
@@ -78,6 +82,33 @@ class _Measured:
     health: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Groups:
+    """What the groups decide: node -> group key, group -> message size and rule."""
+
+    of: dict[str, str]
+    msg_bytes: dict[str, int]
+    rules: dict[str, Rule]
+
+    def node_sizes(self, node_ids) -> dict[str, int]:
+        return {n: self.msg_bytes[self.of[n]] for n in node_ids}
+
+    def pair_sizes(self, pairs) -> dict[tuple[str, str], int]:
+        return {(a, b): pair_msg_bytes(a, b, self.of, self.msg_bytes) for a, b in pairs}
+
+
+def plan_groups(nodes: Sequence, health: dict, opts: FleetOptions) -> _Groups:
+    """Each node's group (``fleet_groups.node_groups``), and per group its all_reduce size
+    (``--max-mb``, else the CPU or GPU default) and its rule (``--threshold``, else the
+    default of its kind). Pure."""
+    of = node_groups(nodes, health)
+    keys = list(dict.fromkeys(of.values()))
+    sizes = {
+        g: message_bytes(opts.max_mb or (MAX_MB_CPU if g == CPU else MAX_MB_GPU)) for g in keys
+    }
+    return _Groups(of, sizes, {g: rule_for(g, opts.rule) for g in keys})
+
+
 def _node_reasons(nodes: Sequence, measured: _Measured) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for n in nodes:
@@ -96,7 +127,7 @@ def _node_reasons(nodes: Sequence, measured: _Measured) -> dict[str, list[str]]:
     return out
 
 
-def verdict_of(nodes: Sequence, measured: _Measured, rule: Rule) -> Verdict:
+def verdict_of(nodes: Sequence, measured: _Measured, groups: _Groups) -> Verdict:
     inter, intra = fleet_rows.measured_values(measured.pairs)
     compute: dict[str, float | Failed] = {}
     for n in nodes:
@@ -105,14 +136,15 @@ def verdict_of(nodes: Sequence, measured: _Measured, rule: Rule) -> Verdict:
             compute[n.node_id] = probe.tokens_per_s
         elif probe is not None:  # the probe's error text
             compute[n.node_id] = Failed(str(probe))
-    return judge(
+    return judge_groups(
         [n.node_id for n in nodes],
+        groups.of,
+        groups.rules,
         inter,
         intra,
         compute,
         _node_reasons(nodes, measured),
         shared_host=fleet_rows.shared_hosts(nodes),
-        rule=rule,
     )
 
 
@@ -122,9 +154,8 @@ def _measure_link(
     env: dict[str, str],
     nodes: Sequence,
     rounds: list[list[tuple[str, str]]],
-    msg_bytes: int,
+    groups: _Groups,
     opts: FleetOptions,
-    rule: Rule,
     measured: _Measured,
     say: Callable[[str], None],
 ) -> None:
@@ -140,7 +171,8 @@ def _measure_link(
             say(f"link {link}: ranks on node {node_id} did not start: {why}")
         for w, wave in enumerate(fleet_rows.waves(nodes)):
             t0 = time.perf_counter()
-            results = probes.intra([n.node_id for n in wave], msg_bytes, ITERS, WARMUP)
+            ids = [n.node_id for n in wave]
+            results = probes.intra(ids, groups.node_sizes(ids), ITERS, WARMUP)
             wall = time.perf_counter() - t0
             measured.pairs += [fleet_rows.pair_row(fleet_id, link, r, None) for r in results]
             measured.rounds.append(
@@ -148,7 +180,7 @@ def _measure_link(
             )
         for i, pairs in enumerate(rounds):
             t0 = time.perf_counter()
-            results = probes.round(pairs, msg_bytes, ITERS, WARMUP)
+            results = probes.round(pairs, groups.pair_sizes(pairs), ITERS, WARMUP)
             wall = time.perf_counter() - t0
             measured.pairs += [fleet_rows.pair_row(fleet_id, link, r, i) for r in results]
             measured.rounds.append(
@@ -159,10 +191,10 @@ def _measure_link(
                 f"link {link}: round {i + 1}/{len(rounds)}, {len(pairs)} pair(s) in {wall:.1f} s"
                 + (f", {failed} failed" if failed else "")
             )
-        _recheck(fleet_id, link, nodes, probes, msg_bytes, rule, measured, say)
+        _recheck(fleet_id, link, nodes, probes, groups, measured, say)
 
 
-def _recheck(fleet_id, link, nodes, probes, msg_bytes, rule, measured: _Measured, say) -> None:
+def _recheck(fleet_id, link, nodes, probes, groups: _Groups, measured: _Measured, say) -> None:
     """Measure again, once, every pair of this link the rule finds slow or failed, and keep the
     better of the two: a pair is named only when it is slow twice. On a busy network (or the
     emulated cluster, whose pairs share 2 cores) a round can be slow as a whole for a moment:
@@ -173,11 +205,12 @@ def _recheck(fleet_id, link, nodes, probes, msg_bytes, rule, measured: _Measured
         if r["link"] == link and r["kind"] == "inter"
     }
     inter, _ = fleet_rows.measured_values([measured.pairs[i] for i in rows.values()])
-    first = judge([n.node_id for n in nodes], inter, {}, {}, {}, rule=rule)
+    ids = [n.node_id for n in nodes]
+    first = judge_groups(ids, groups.of, groups.rules, inter, {}, {}, {})
     slow = [(a, b) for (_, a, b), v in first.pairs.items() if v.slow]
     for i, pairs in enumerate(disjoint_rounds(slow)):
         t0 = time.perf_counter()
-        results = probes.round(pairs, msg_bytes, ITERS, WARMUP)
+        results = probes.round(pairs, groups.pair_sizes(pairs), ITERS, WARMUP)
         wall = time.perf_counter() - t0
         measured.rounds.append(fleet_rows.round_row(fleet_id, link, "recheck", i, len(pairs), wall))
         for r in results:
@@ -188,19 +221,37 @@ def _recheck(fleet_id, link, nodes, probes, msg_bytes, rule, measured: _Measured
         say(f"link {link}: measured {len(slow)} slow or failed pair(s) again")
 
 
-def _measure_nodes(fleet_id: str, nodes: Sequence, opts: FleetOptions, measured: _Measured) -> None:
-    from orchestrator.raycluster.fleet import compute_probe, read_health
+def _read_health(fleet_id: str, nodes: Sequence, opts: FleetOptions, measured: _Measured) -> None:
+    """Every node's health at idle, first: its GPU names make the groups."""
+    from orchestrator.raycluster.fleet import read_health
 
     t0 = time.perf_counter()
     measured.health.update(read_health(list(nodes), timeout_s=opts.timeout_s))
     measured.rounds.append(
         fleet_rows.round_row(fleet_id, None, "health", 0, len(nodes), time.perf_counter() - t0)
     )
+
+
+def _measure_compute(
+    fleet_id: str, nodes: Sequence, opts: FleetOptions, measured: _Measured
+) -> None:
+    from orchestrator.raycluster.fleet import compute_probe
+
     for w, wave in enumerate(fleet_rows.waves(nodes)):
         t0 = time.perf_counter()
         measured.compute.update(compute_probe(list(wave), timeout_s=max(opts.timeout_s, 300.0)))
         wall = time.perf_counter() - t0
         measured.rounds.append(fleet_rows.round_row(fleet_id, None, "compute", w, len(wave), wall))
+
+
+def rule_doc(rules: dict[str, Rule]) -> dict:
+    """``fleet_checks.rule``: the GPU nodes' rule (else the CPU nodes'), and ``by_kind``, the
+    rule of each kind of node the check judged (``cpu``; ``gpu`` for every GPU group)."""
+    by_kind = {("cpu" if g == CPU else "gpu"): r.to_dict() for g, r in rules.items()}
+    return {
+        **by_kind.get("gpu", by_kind.get("cpu", default_rule(True).to_dict())),
+        "by_kind": by_kind,
+    }
 
 
 def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None]) -> str:
@@ -219,10 +270,10 @@ def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None
     fleet_id = new_fleet_id()
     ids = [n.node_id for n in nodes]
     rounds = pair_rounds(ids, opts.pairs, seed=opts.seed)
-    gpu_fleet = all(n.gpus >= 1 for n in nodes)
-    max_mb = opts.max_mb or (MAX_MB_GPU if gpu_fleet else MAX_MB_CPU)
-    msg_bytes = message_bytes(max_mb)
-    rule = opts.rule or default_rule(gpu_fleet)
+    # sizes and rules depend on the kind alone (a GPU model only splits whom a node is judged
+    # against), so they are stored now, before health names the models
+    kinds = plan_groups(nodes, {}, opts)
+    msg_bytes = max(kinds.msg_bytes.values())
     ctx = provenance.context()
     started = time.perf_counter()
     check = {
@@ -240,7 +291,7 @@ def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None
         "links": json.dumps([{"name": k, "env": v} for k, v in opts.links.items()]),
         "pairs_mode": opts.pairs.label(),
         "max_mb": msg_bytes / 2**20,
-        "rule": json.dumps(rule.to_dict()),
+        "rule": json.dumps(rule_doc(kinds.rules)),
         "n_nodes": len(nodes),
         "n_rounds": len(rounds),
         "skipped_nodes": json.dumps(skipped),
@@ -249,18 +300,25 @@ def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None
         store.insert("fleet_checks", [check])
     say(
         f"fleet {fleet_id}: {len(nodes)} node(s), {len(opts.links)} link(s), pairs "
-        f"{opts.pairs.label()} in {len(rounds)} round(s), all_reduce of {msg_bytes / 2**20:g} MiB"
+        f"{opts.pairs.label()} in {len(rounds)} round(s), all_reduce of "
+        + ", ".join(
+            f"{b / 2**20:g} MiB on {'CPU' if k == CPU else 'GPU'} nodes"
+            for k, b in kinds.msg_bytes.items()
+        )
         + (f"; skipped {len(skipped)} node(s) with nothing to run on" if skipped else "")
     )
     measured = _Measured()
     status, error, verdict = "ok", None, None
     heartbeat = store.heartbeat(fleet_id, table="fleet_checks")  # a killed driver: interrupted
     try:
+        _read_health(fleet_id, nodes, opts, measured)
+        groups = plan_groups(nodes, measured.health, opts)
+        say("groups (judged apart): " + fleet_rows.groups_text(groups.of))
         for link, env in opts.links.items():
-            _measure_link(fleet_id, link, env, nodes, rounds, msg_bytes, opts, rule, measured, say)
-        say("compute probe and health on every node")
-        _measure_nodes(fleet_id, nodes, opts, measured)
-        verdict = verdict_of(nodes, measured, rule)
+            _measure_link(fleet_id, link, env, nodes, rounds, groups, opts, measured, say)
+        say("compute probe on every node")
+        _measure_compute(fleet_id, nodes, opts, measured)
+        verdict = verdict_of(nodes, measured, groups)
     except KeyboardInterrupt:
         status, error = "interrupted", "stopped before the end: measured rows kept, no verdict"
         raise
@@ -269,15 +327,18 @@ def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None
         raise
     finally:
         heartbeat.stop()
-        _store_result(store, fleet_id, nodes, measured, verdict, status, error, started)
+        of = node_groups(nodes, measured.health)
+        _store_result(store, fleet_id, nodes, of, measured, verdict, status, error, started)
     return fleet_id
 
 
-def _store_result(store, fleet_id, nodes, measured, verdict, status, error, started) -> None:
+def _store_result(store, fleet_id, nodes, groups, measured, verdict, status, error, started):
     pairs = (
         measured.pairs if verdict is None else fleet_rows.judged_pair_rows(measured.pairs, verdict)
     )
-    node_rows = fleet_rows.node_rows(fleet_id, nodes, measured.compute, measured.health, verdict)
+    node_rows = fleet_rows.node_rows(
+        fleet_id, nodes, measured.compute, measured.health, verdict, groups
+    )
     n_suspects = None
     if verdict is not None:
         n_suspects = sum(r["suspect"] is True for r in node_rows) + sum(

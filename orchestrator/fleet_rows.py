@@ -1,8 +1,10 @@
 """A fleet check's measurements and verdict turned into rows of ``fleet_checks``,
 ``fleet_nodes``, ``fleet_pairs`` and ``fleet_rounds``. Pure: no Ray, no database.
 
-The driver (``orchestrator/fleet.py``) measures; ``orchestrator/suspects.py`` judges; this module
-only lays the results out as the schema (``orchestrator/store/schema.py``) has them.
+The driver (``orchestrator/fleet.py``) measures (``raycluster/fleet.py`` returns each busbw
+measurement as a :class:`BenchResult`, defined here with the rows it becomes);
+``orchestrator/suspects.py`` judges; this module only lays the results out as the schema
+(``orchestrator/store/schema.py``) has them.
 
 May import: suspects, workloads.fleet_contract.
 """
@@ -12,17 +14,50 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.suspects import Failed, Verdict
 from workloads.fleet_contract import ComputeRecord, HealthRecord
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    kind: str
+    """intra (a node alone) or inter (a pair)."""
+    node_a: str
+    node_b: str
+    """Node ids; intra: node_b == node_a."""
+    world_size: int
+    backend: str | None
+    ifname: str | None
+    """The interface gloo was bound to; None for NCCL."""
+    msg_bytes: int
+    times_s: tuple[float, ...]
+    """Per timed iteration, max over ranks."""
+    time_s: float | None
+    """Median of times_s."""
+    busbw_gbps: float | None
+    status: str
+    """ok, failed or skipped."""
+    error: str | None
+    wall_s: float
+    """This measurement, from its start to its answer."""
+
+    @classmethod
+    def unmeasured(cls, kind, a, b, world, backend, msg_bytes, status, error, wall_s):
+        """A failed or skipped measurement: no times, no busbw, and why."""
+        return cls(
+            kind, a, b, world, backend, None, msg_bytes, (), None, None, status, error, wall_s
+        )
+
 
 DEFAULT_LINK = "default"
 """The link name of a check without ``--sweep``: the network each node's Ray IP is on."""
 
 
 def pair_row(fleet_id: str, link: str, result: Any, round_index: int | None) -> dict[str, Any]:
-    """One ``fleet_pairs`` row from a ``raycluster.fleet.BenchResult`` (verdict columns empty)."""
+    """One ``fleet_pairs`` row from a :class:`BenchResult` (verdict columns empty)."""
     return {
         "fleet_id": fleet_id,
         "link": link,
@@ -70,14 +105,28 @@ def judged_pair_rows(rows: Sequence[dict[str, Any]], verdict: Verdict) -> list[d
     return out
 
 
-def _health_json(idle: HealthRecord | None, loaded: HealthRecord | None) -> str | None:
-    if idle is None and loaded is None:
+def _health_json(
+    idle: HealthRecord | None, loaded: HealthRecord | None, group: str | None
+) -> str | None:
+    """``fleet_nodes.health``: the readings at idle and under load, and the node's group
+    (``fleet_groups``: what it was judged against; kept here, the node's JSON column, so the
+    schema needs no new column)."""
+    if idle is None and loaded is None and group is None:
         return None
     doc = {
         "idle": None if idle is None else dataclasses.asdict(idle),
         "under_load": None if loaded is None else dataclasses.asdict(loaded),
+        "group": group,
     }
     return json.dumps(doc, default=str)
+
+
+def groups_text(groups: Mapping[str, str]) -> str:
+    """``gpu:NVIDIA A100-SXM4-40GB (2), cpu (1)``: each group with its number of nodes."""
+    count: dict[str, int] = {}
+    for g in groups.values():
+        count[g] = count.get(g, 0) + 1
+    return ", ".join(f"{g} ({k})" for g, k in count.items()) or "-"
 
 
 def node_rows(
@@ -86,8 +135,10 @@ def node_rows(
     compute: Mapping[str, ComputeRecord | str],
     health: Mapping[str, HealthRecord],
     verdict: Verdict | None,
+    groups: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """One ``fleet_nodes`` row per node: identity, compute probe, health and verdict."""
+    """One ``fleet_nodes`` row per node: identity, compute probe, health (with the node's group
+    from ``groups``, node -> key) and verdict."""
     out = []
     for n in nodes:
         probe = compute.get(n.node_id)
@@ -110,7 +161,7 @@ def node_rows(
                 "compute_model": record.model if record else None,
                 "compute_status": "ok" if record else ("failed" if probe is not None else None),
                 "compute_error": probe if isinstance(probe, str) else None,
-                "health": _health_json(idle, loaded),
+                "health": _health_json(idle, loaded, (groups or {}).get(n.node_id)),
                 "health_note": (idle.error or idle.note) if idle else None,
                 "suspect": None if v is None else v.suspect,
                 "why": None if v is None or not v.reasons else "; ".join(v.reasons),

@@ -255,17 +255,39 @@ def _compute(node: dict) -> str:
     return "-" if v is None else sig3(float(v))
 
 
+def group_of(node: dict) -> str | None:
+    """The group a stored node was judged in (``fleet_nodes.health`` JSON, key ``group``: the
+    device kind and GPU model, ``orchestrator/fleet_groups.py``); None for a check stored before
+    groups, or a health cell that is not JSON."""
+    health = json_value(node.get("health"))
+    return health.get("group") if isinstance(health, dict) else None
+
+
+def groups_line(nodes: Sequence[dict]) -> str | None:
+    """``groups (judged apart): gpu:NVIDIA A10G (2), cpu (1)``, or None without groups."""
+    count: dict[str, int] = {}
+    for n in nodes:
+        if (g := group_of(n)) is not None:
+            count[g] = count.get(g, 0) + 1
+    if not count:
+        return None
+    return "groups (judged apart): " + ", ".join(f"{g} ({k})" for g, k in count.items())
+
+
 def node_rows(
     nodes: Sequence[dict], pairs: Sequence[dict], links: Sequence[str]
 ) -> tuple[list[str], list[tuple]]:
-    """The node table's columns and rows (also the HTML's): label, ip, hostname, gpus,
-    compute tokens/s, intra-node busbw per link, health, verdict, why."""
+    """The node table's columns and rows (also the HTML's): label, ip, hostname, gpus, group
+    (when the check stored groups), compute tokens/s, intra-node busbw per link, health,
+    verdict, why."""
     labels = node_labels(nodes)
+    grouped = any(group_of(n) is not None for n in nodes)
     intra = {
         (str(p.get("node_a")), str(p.get("link"))): p for p in pairs if p.get("kind") == "intra"
     }
     intra_cols = [f"intra GB/s {ln}" if len(links) > 1 else "intra GB/s" for ln in links]
-    cols = ["node", "ip", "hostname", "gpus", "tokens/s", *intra_cols, "health", "verdict", "why"]
+    cols = ["node", "ip", "hostname", "gpus", *(["group"] if grouped else []), "tokens/s"]
+    cols += [*intra_cols, "health", "verdict", "why"]
     rows = []
     for n in nodes:
         i = str(n.get("node_id"))
@@ -276,6 +298,7 @@ def node_rows(
                 n.get("ip") or "-",
                 n.get("hostname") or "-",
                 "-" if gpus is None else f"{float(gpus):g}",
+                *([group_of(n) or "-"] if grouped else []),
                 _compute(n),
                 *(_cell(intra.get((i, ln)), False) for ln in links),
                 n.get("health_note") or ("ok" if n.get("health") else "-"),
@@ -304,9 +327,16 @@ def _note_lines(value: Any) -> list[str]:
 
 def rule_text(rule: object) -> str:
     """``low when 50% below the median and 3 scaled MADs, or under 25% of it; a node slow with
-    2+ partners``: the stored rule (``fleet_checks.rule``) in words, or ``-``."""
+    2+ partners``: the stored rule (``fleet_checks.rule``) in words, or ``-``. A check that
+    judged CPU and GPU nodes with different rules (``by_kind``) says each: ``cpu: ...; gpu: ...``."""
     if not isinstance(rule, dict) or "rel" not in rule:
         return "-"
+    by_kind = rule.get("by_kind")
+    if (
+        isinstance(by_kind, dict)
+        and len({json.dumps(r, sort_keys=True) for r in by_kind.values()}) > 1
+    ):
+        return " | ".join(f"{k.upper()} nodes: {rule_text(r)}" for k, r in by_kind.items())
     k = rule.get("mad_k")
     k = f"{k:g}" if isinstance(k, (int, float)) else "-"
     text = f"low when {rule['rel']:.0%} below the median and {k} scaled MADs"
@@ -347,6 +377,7 @@ def header_lines(
             if isinstance(check.get("max_mb"), (int, float))
             else ""
         ),
+        *([line] if (line := groups_line(nodes)) else []),
         f"inter-node rounds per link: {check.get('n_rounds') if check.get('n_rounds') is not None else '-'}",
         f"rule: {rule_text(json_value(check.get('rule')))}",
         f"wall time: {fmt_seconds(float(wall)) if wall is not None else '-'}",

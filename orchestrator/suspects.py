@@ -19,8 +19,9 @@ short, per check:
   suspect is a *single slow pair*: a suspect itself. Two nodes make one pair: nothing to
   compare it with.
 - **Intra-node busbw per link, and the compute probe**: each node against the fleet's median and
-  MAD of that check. Nodes that share a machine with another node are left out (their checks
-  measure the same hardware). A failed measurement is a reason by itself.
+  MAD of that check; of two nodes, the slower only at ``floor`` of the other or less. Nodes that
+  share a machine with another node are left out (their checks measure the same hardware). A
+  failed measurement is a reason by itself.
 - **Health** (``health_reasons``): NVML facts that are faults, each a reason by itself.
 
 Measured values are ``float`` (busbw in GB/s, tokens/s), ``Failed(error)`` (the measurement
@@ -214,7 +215,7 @@ class Verdict:
         return [k for k, v in self.pairs.items() if v.suspect]
 
 
-def _error(v: Value) -> str | None:
+def error_of(v: Value) -> str | None:
     """None for a float; the error text (or a stand-in) for a failed measurement."""
     if isinstance(v, Failed):
         return v.error
@@ -246,7 +247,7 @@ def _inter_link(
         if a == b or frozenset((a, b)) in seen:
             raise ValueError(f"pairs[{link!r}]: pair ({a}, {b}) is a self-pair or given twice")
         seen.add(frozenset((a, b)))
-        err = _error(v)
+        err = error_of(v)
         busbw[(a, b)] = (0.0 if err is not None else float(v), err)  # type: ignore[arg-type]
         by_node.setdefault(a, []).append((b, busbw[(a, b)][0], err is not None))
         by_node.setdefault(b, []).append((a, busbw[(a, b)][0], err is not None))
@@ -330,17 +331,34 @@ def _node_check(
     for n, v in values.items():
         if n not in reasons:
             raise ValueError(f"{check}: node {n!r} is not a node")
-        err = _error(v)
+        err = error_of(v)
         if err is not None:
             out[n] = (True, f"{what} failed: {err}")
             reasons[n].append(f"{what} failed: {err}")
         elif n not in skip:
             judged[n] = float(v)  # type: ignore[arg-type]
+    if len(judged) == MIN_TO_COMPARE - 1 and rule.floor > 0:
+        # two nodes: the slower is named only at a quarter of the other or less, a gap no
+        # noise makes (a GPU is never 4x faster than healthy); closer, nothing tells them apart
+        (n, x), (_, ref) = sorted(judged.items(), key=lambda kv: kv[1])
+        if x <= ref * rule.floor:
+            f = _fmt(ref)
+            why = (
+                f"{what} {f(x)} {unit} is {ref / max(x, 1e-300):.1f}x below the other node's "
+                f"{f(ref)} {unit} (of two nodes, {1 / rule.floor:g}x or more names the slower)"
+            )
+            out[n] = (True, why)
+            reasons[n].append(why)
     if len(judged) < MIN_TO_COMPARE:
         if values:
             notes.append(
                 f"{what}: only {len(judged)} node(s) to compare (nodes sharing a machine are "
                 "not judged): no suspect from it"
+                + (
+                    f" unless {1 / rule.floor:g}x slower than the other"
+                    if len(judged) == 2 and rule.floor
+                    else ""
+                )
             )
         return None, {n: out.get(n, (False, None)) for n in values}
     bound = fleet_bound(list(judged.values()), rule)
@@ -411,7 +429,7 @@ def judge(
         clean = {
             k: float(v)  # type: ignore[arg-type]
             for k, v in pairs[link].items()
-            if _error(v) is None and not set(k) & suspects
+            if error_of(v) is None and not set(k) & suspects
         }
         for (a, c), (slow, why) in out.items():
             by = [x for x in (a, c) if x in suspects]

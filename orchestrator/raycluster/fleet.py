@@ -4,7 +4,7 @@ Every actor and task is pinned to its node (``NodeAffinitySchedulingStrategy(sof
 CPU ranks ask for 0 CPUs (a fleet check runs alone: a rank waiting for a CPU that another rank
 of the check holds would deadlock it); GPU ranks ask for one GPU each, and choose their device
 with ``workloads.device.choose_device``. What comes back is ``workloads.fleet_contract``'s
-records; the measurements become :class:`BenchResult` here, with bandwidth from
+records; the measurements become ``fleet_rows.BenchResult`` here, with bandwidth from
 ``orchestrator.comm_model`` (the one place it is computed).
 
 - :func:`fleet_nodes`: the alive nodes that can run something, and the others with why not.
@@ -16,8 +16,8 @@ records; the measurements become :class:`BenchResult` here, with bandwidth from
 - :func:`compute_probe` and :func:`read_health`: one task per node, all at once; a compute
   probe's worker exits after it (``task_options``), a GPU rank's actor when its link is done.
 
-May import: nodes, orchestrator.comm_model, orchestrator.errors, orchestrator.planner,
-workloads.fleet_contract,
+May import: nodes, orchestrator.comm_model, orchestrator.errors, orchestrator.fleet_rows,
+orchestrator.planner, workloads.fleet_contract,
 workloads.fleet_probe, ray.
 """
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import ray
@@ -33,6 +33,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator import comm_model
 from orchestrator.errors import first_line
+from orchestrator.fleet_rows import BenchResult
 from orchestrator.planner import link_env_defaults, rank_env_for
 from orchestrator.raycluster.nodes import alive_nodes
 from workloads.fleet_contract import CollectiveTimes, ComputeRecord, HealthRecord
@@ -79,28 +80,13 @@ def fleet_nodes() -> tuple[list[FleetNode], list[dict]]:
     return nodes, skipped
 
 
-@dataclass(frozen=True)
-class BenchResult:
-    kind: str
-    """intra (a node alone) or inter (a pair)."""
-    node_a: str
-    node_b: str
-    """Node ids; intra: node_b == node_a."""
-    world_size: int
-    backend: str | None
-    ifname: str | None
-    """The interface gloo was bound to; None for NCCL."""
-    msg_bytes: int
-    times_s: tuple[float, ...]
-    """Per timed iteration, max over ranks."""
-    time_s: float | None
-    """Median of times_s."""
-    busbw_gbps: float | None
-    status: str
-    """ok, failed or skipped."""
-    error: str | None
-    wall_s: float
-    """This measurement, from its start to its answer."""
+def _size(msg_bytes: int | Mapping, key: object) -> int:
+    """One size for every measurement, or the one a mapping gives ``key``."""
+    if isinstance(msg_bytes, Mapping):
+        if key not in msg_bytes:
+            raise ValueError(f"msg_bytes: no size for {key!r}; the mapping must cover each one")
+        return int(msg_bytes[key])
+    return int(msg_bytes)
 
 
 def _pin(node_id: str) -> NodeAffinitySchedulingStrategy:
@@ -135,6 +121,7 @@ class _Group:
     ranks: list[tuple[str, int]]
     use_gpu: bool
     loopback: bool
+    msg_bytes: int
     refs: list = field(default_factory=list)
     answers: dict[int, CollectiveTimes] = field(default_factory=dict)
     error: str | None = None
@@ -224,49 +211,41 @@ class LinkProbes:
             self._gpu_ids[node_id] = [i["gpu_ids"][0] if i["gpu_ids"] else "" for i in infos]
 
     # -- measurements ----------------------------------------------------------------------------
-    def _check(self, node_ids: list[str], msg_bytes: int, iters: int, warmup: int) -> None:
+    def _check(self, node_ids: list[str], sizes: list[int], iters: int, warmup: int) -> None:
         unknown = sorted(set(node_ids) - set(self._nodes))
         if unknown:
             raise ValueError(
                 f"node ids {unknown} are not this LinkProbes' nodes {sorted(self._nodes)}"
             )
-        if msg_bytes < 4 or msg_bytes & (msg_bytes - 1):
-            raise ValueError(
-                f"msg_bytes must be a power of two >= 4 (float32 elements), got {msg_bytes}"
-            )
+        for msg_bytes in sizes:
+            if msg_bytes < 4 or msg_bytes & (msg_bytes - 1):
+                raise ValueError(
+                    f"msg_bytes must be a power of two >= 4 (float32 elements), got {msg_bytes}"
+                )
         if iters < 1 or warmup < 0:
             raise ValueError(f"need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
 
     def intra(
-        self, node_ids: list[str], msg_bytes: int, iters: int = 5, warmup: int = 2
+        self,
+        node_ids: list[str],
+        msg_bytes: int | Mapping[str, int],
+        iters: int = 5,
+        warmup: int = 2,
     ) -> list[BenchResult]:
         """Each node measured alone, all given nodes at the same time (results in their order).
         GPU node with >= 2 GPUs: one NCCL rank per GPU; one GPU: skipped; CPU node: two gloo
-        ranks over loopback."""
-        self._check(node_ids, msg_bytes, iters, warmup)
+        ranks over loopback. ``msg_bytes``: one size, or a size per node id."""
+        size = {n: _size(msg_bytes, n) for n in node_ids}
+        self._check(node_ids, list(size.values()), iters, warmup)
         if len(set(node_ids)) != len(node_ids):
             raise ValueError(f"node_ids lists a node twice: {node_ids}")
         groups: list[_Group | BenchResult] = []
         for node_id in node_ids:
+            msg_bytes_n = size[node_id]
             n_gpus = _gpu_count(self._nodes[node_id])
             if n_gpus == 1:
-                groups.append(
-                    BenchResult(
-                        kind="intra",
-                        node_a=node_id,
-                        node_b=node_id,
-                        world_size=1,
-                        backend="nccl",
-                        ifname=None,
-                        msg_bytes=msg_bytes,
-                        times_s=(),
-                        time_s=None,
-                        busbw_gbps=None,
-                        status="skipped",
-                        error=ONE_GPU,
-                        wall_s=0.0,
-                    )
-                )
+                args = ("intra", node_id, node_id, 1, "nccl", msg_bytes_n, "skipped", ONE_GPU, 0.0)
+                groups.append(BenchResult.unmeasured(*args))
                 continue
             n = n_gpus or CPU_INTRA_RANKS
             groups.append(
@@ -277,18 +256,25 @@ class LinkProbes:
                     [(node_id, i) for i in range(n)],
                     use_gpu=n_gpus > 0,
                     loopback=n_gpus == 0,
+                    msg_bytes=msg_bytes_n,
                 )
             )
-        return self._measure(groups, msg_bytes, iters, warmup)
+        return self._measure(groups, iters, warmup)
 
     def round(
-        self, pairs: list[tuple[str, str]], msg_bytes: int, iters: int = 5, warmup: int = 2
+        self,
+        pairs: list[tuple[str, str]],
+        msg_bytes: int | Mapping[tuple[str, str], int],
+        iters: int = 5,
+        warmup: int = 2,
     ) -> list[BenchResult]:
         """Every pair at the same time, one rank on each node (results in the pairs' order).
         NCCL when both nodes have GPUs (one GPU each), else gloo on CPU over the link's
-        interface (its GLOO_SOCKET_IFNAME, else the one holding each node's Ray IP)."""
+        interface (its GLOO_SOCKET_IFNAME, else the one holding each node's Ray IP).
+        ``msg_bytes``: one size, or a size per pair (as given in ``pairs``)."""
         flat = [n for p in pairs for n in p]
-        self._check(flat, msg_bytes, iters, warmup)
+        size = {p: _size(msg_bytes, p) for p in pairs}
+        self._check(flat, list(size.values()), iters, warmup)
         if len(set(flat)) != len(flat):
             raise ValueError(
                 f"pairs {pairs}: a node is in two pairs of a round (or paired with itself)"
@@ -296,11 +282,12 @@ class LinkProbes:
         groups: list[_Group | BenchResult] = []
         for a, b in pairs:
             gpu = _gpu_count(self._nodes[a]) > 0 and _gpu_count(self._nodes[b]) > 0
-            groups.append(_Group("inter", a, b, [(a, 0), (b, 0)], use_gpu=gpu, loopback=False))
-        return self._measure(groups, msg_bytes, iters, warmup)
+            ranks = [(a, 0), (b, 0)]
+            groups.append(_Group("inter", a, b, ranks, gpu, False, size[(a, b)]))
+        return self._measure(groups, iters, warmup)
 
     def _measure(
-        self, groups: list[_Group | BenchResult], msg_bytes: int, iters: int, warmup: int
+        self, groups: list[_Group | BenchResult], iters: int, warmup: int
     ) -> list[BenchResult]:
         live = [g for g in groups if isinstance(g, _Group)]
         t_start = time.monotonic()
@@ -311,11 +298,11 @@ class LinkProbes:
             if broken:
                 g.error, g.wall_s = broken[0], g.t0 - t_start
         started = [g for g in live if g.error is None]
-        self._launch(started, msg_bytes, iters, warmup)
+        self._launch(started, iters, warmup)
         self._collect(started)
-        return [g if isinstance(g, BenchResult) else self._result(g, msg_bytes) for g in groups]
+        return [g if isinstance(g, BenchResult) else self._result(g) for g in groups]
 
-    def _launch(self, groups: list[_Group], msg_bytes: int, iters: int, warmup: int) -> None:
+    def _launch(self, groups: list[_Group], iters: int, warmup: int) -> None:
         """Rank 0 of each group picks a port on its node; then every rank joins."""
         ports = [self._actors[g.ranks[0][0]][g.ranks[0][1]].free_port.remote() for g in groups]
         if ports:
@@ -339,7 +326,7 @@ class LinkProbes:
                         idx,
                         self._gpu_ids[node_id],
                         g.loopback,
-                        msg_bytes,
+                        g.msg_bytes,
                         warmup,
                         iters,
                         self.timeout_s,
@@ -388,21 +375,13 @@ class LinkProbes:
         for node_id in g.node_ids:  # fresh processes for the next call: no half-dead group
             self._kill(node_id)
 
-    def _result(self, g: _Group, msg_bytes: int) -> BenchResult:
+    def _result(self, g: _Group) -> BenchResult:
         common = {"kind": g.kind, "node_a": g.node_a, "node_b": g.node_b, "wall_s": g.wall_s}
         world = len(g.ranks)
         if g.error is not None:
-            return BenchResult(
-                **common,
-                world_size=world,
-                backend="nccl" if g.use_gpu else "gloo",
-                ifname=None,
-                msg_bytes=msg_bytes,
-                times_s=(),
-                time_s=None,
-                busbw_gbps=None,
-                status="failed",
-                error=g.error,
+            backend = "nccl" if g.use_gpu else "gloo"
+            return BenchResult.unmeasured(
+                g.kind, g.node_a, g.node_b, world, backend, g.msg_bytes, "failed", g.error, g.wall_s
             )
         first = g.answers[0]
         # linkbench already reduced with MAX over ranks; again here, so a rank that disagrees

@@ -49,10 +49,23 @@ class Result:
 
 
 def fake_ray_side(
-    nodes, *, slow=(), failed_pair=None, interrupt_round=None, transient=None, log=None
+    nodes,
+    *,
+    slow=(),
+    failed_pair=None,
+    interrupt_round=None,
+    transient=None,
+    log=None,
+    inter=None,
+    intra=None,
+    tokens=None,
+    gpu_names=None,
 ):
-    """A stand-in module for orchestrator.raycluster.fleet with planted figures."""
+    """A stand-in module for orchestrator.raycluster.fleet with planted figures: ``inter(a, b)``
+    a pair's busbw, ``intra`` and ``tokens`` per node (else GOOD, 5.0 and 1024), ``gpu_names``
+    the GPU model NVML names per node (else a CPU node's health)."""
     log = log if log is not None else []
+    intra, tokens, gpu_names = intra or {}, tokens or {}, gpu_names or {}
 
     def result(kind, a, b, msg_bytes, busbw):
         ok = busbw is not None
@@ -77,33 +90,45 @@ def fake_ray_side(
 
         def intra(self, node_ids, msg_bytes, iters=5, warmup=2):
             log.append(("intra", tuple(node_ids)))
-            return [result("intra", n, n, msg_bytes, 5.0) for n in node_ids]
+            log.append(("intra sizes", dict(msg_bytes)))  # a size per node, from its group
+            return [result("intra", n, n, msg_bytes[n], intra.get(n, 5.0)) for n in node_ids]
 
         def round(self, pairs, msg_bytes, iters=5, warmup=2):
             if self.rounds == interrupt_round:
                 raise KeyboardInterrupt
             self.rounds += 1
             log.append(("round", tuple(pairs)))
+            log.append(("round sizes", dict(msg_bytes)))  # a size per pair
             out = []
             for a, b in pairs:
-                busbw = BAD if set(slow) & {a, b} else GOOD
+                busbw = inter(a, b) if inter else BAD if set(slow) & {a, b} else GOOD
                 if {a, b} == transient and ("transient", a, b) not in log:
                     log.append(("transient", a, b))  # slow the first time only
                     busbw = BAD
                 out.append(
-                    result("inter", a, b, msg_bytes, None if {a, b} == failed_pair else busbw)
+                    result(
+                        "inter", a, b, msg_bytes[(a, b)], None if {a, b} == failed_pair else busbw
+                    )
                 )
             return out
 
     def compute_probe(wave, timeout_s=300.0):
         log.append(("compute", tuple(n.node_id for n in wave)))
         return {
-            n.node_id: ComputeRecord("cpu", "gpt2-tiny", "fp32", 128, 4, 2, (0.5,) * 6, 1024.0)
+            n.node_id: ComputeRecord(
+                "cpu", "gpt2-tiny", "fp32", 128, 4, 2, (0.5,) * 6, tokens.get(n.node_id, 1024.0)
+            )
             for n in wave
         }
 
     def read_health(nodes_, timeout_s=60.0):
-        return {n.node_id: HealthRecord(note="no GPU: NVML checks do not apply") for n in nodes_}
+        log.append(("health", tuple(n.node_id for n in nodes_)))
+        return {
+            n.node_id: HealthRecord(gpus=({"index": 0, "name": gpu_names[n.node_id]},))
+            if n.node_id in gpu_names
+            else HealthRecord(note="no GPU: NVML checks do not apply")
+            for n in nodes_
+        }
 
     mod = types.ModuleType("orchestrator.raycluster.fleet")
     mod.fleet_nodes = lambda: (list(nodes), [{"node_id": "head", "why": "0 CPUs"}])
@@ -310,3 +335,56 @@ def test_a_v5_database_gets_the_fleet_driver_columns_keeping_its_checks(monkeypa
         assert s.query("SELECT fleet_id, status, driver_pid FROM fleet_checks")[1] == [
             (fleet_id, "ok", None)
         ]
+
+
+def _mixed_fleet(slowed=None):
+    """2 A100 nodes (8 GPUs), 2 A10G nodes (4 GPUs) and a CPU node, each healthy for what it is
+    (``slowed``: that node 4x slower in every figure), as fake_ray_side's plants."""
+    a100, a10g = "NVIDIA A100-SXM4-40GB", "NVIDIA A10G"
+    model = {"a0": a100, "a1": a100, "g0": a10g, "g1": a10g}
+    gpus = {"a0": 8.0, "a1": 8.0, "g0": 4.0, "g1": 4.0, "c0": 0.0}
+    nodes = [Node(n, f"10.0.0.{i + 1}", f"h{i}", gpus=g) for i, (n, g) in enumerate(gpus.items())]
+    k = {n: 4.0 if n == slowed else 1.0 for n in gpus}
+
+    def inter(a, b):
+        kinds = {model.get(a), model.get(b)}
+        x = 0.9 if None in kinds else 40.0 if kinds == {a100} else 5.0 if kinds == {a10g} else 4.0
+        return x / max(k[a], k[b])
+
+    intra = {n: {a100: 230.0, a10g: 12.0}.get(model.get(n), 1.5) / k[n] for n in gpus}
+    tokens = {n: {a100: 130e3, a10g: 35e3}.get(model.get(n), 650.0) / k[n] for n in gpus}
+    plant = {"inter": inter, "intra": intra, "tokens": tokens, "gpu_names": model}
+    return nodes, plant
+
+
+@pytest.mark.parametrize("slowed", [None, "g1"])
+def test_a_mixed_fleet_is_judged_per_kind_and_gpu_model(monkeypatch, tmp_path, slowed):
+    """One population put a CPU node's figures in the A100s' median and the A10Gs' tokens/s
+    against the A100s': the CPU node was named, and the CPU rule and 4 MiB judged the GPUs."""
+    nodes, plant = _mixed_fleet(slowed)
+    db, fleet_id, log, said = check(monkeypatch, tmp_path, nodes, **plant)
+    got = load_fleet(db, fleet_id)
+    assert [s["node_id"] for s in got["suspects"]] == ([slowed] if slowed else [])
+    groups = {n["node_id"]: n["health"]["group"] for n in got["nodes"]}
+    assert groups == {
+        "a0": "gpu:NVIDIA A100-SXM4-40GB",
+        "a1": "gpu:NVIDIA A100-SXM4-40GB",
+        "g0": "gpu:NVIDIA A10G",
+        "g1": "gpu:NVIDIA A10G",
+        "c0": "cpu",
+    }
+    # message size per group: 64 MiB on GPU nodes, 4 MiB with the CPU node (gloo)
+    sizes = {(p["node_a"], p["node_b"]): p["msg_bytes"] for p in got["pairs"]}
+    assert sizes[("a0", "a0")] == sizes[("a0", "g0")] == 64 * 2**20
+    assert sizes[("c0", "c0")] == 4 * 2**20
+    assert all(b == 4 * 2**20 for (a, c), b in sizes.items() if "c0" in (a, c))
+    rule = got["check"]["rule"]
+    assert (rule["rel"], rule["by_kind"]["cpu"]["rel"], rule["by_kind"]["gpu"]["rel"]) == (
+        0.15,
+        0.5,
+        0.15,
+    )
+    assert got["check"]["max_mb"] == 64.0
+    assert log.index(("health", tuple(groups))) < log.index(("intra", tuple(groups)))
+    assert any(s.startswith("groups (judged apart): gpu:NVIDIA A100-SXM4-40GB (2)") for s in said)
+    assert any("pair(s) across groups" in n for n in got["check"]["notes"])

@@ -308,3 +308,30 @@ def test_the_header_says_the_rule_the_check_was_judged_by():
     f = fleet(4, slow=2)
     f["check"]["rule"] = json.dumps(default_rule(False).to_dict())
     assert f"rule: {cpu}" in summary_text(**f)
+
+
+def test_a_mixed_fleet_shows_each_nodes_group_and_the_rule_of_each_kind():
+    from orchestrator.fleet_text import node_rows, rule_text
+    from orchestrator.suspects import default_rule
+
+    f = fleet(4, slow=None)
+    keys = ["gpu:NVIDIA A100-SXM4-40GB"] * 2 + ["gpu:NVIDIA A10G", "cpu"]
+    for n, key in zip(f["nodes"], keys, strict=True):
+        n["health"] = {"idle": None, "under_load": None, "group": key}
+    f["nodes"][3]["health"] = json.dumps(f["nodes"][3]["health"])  # a JSON cell left as text
+    cols, rows = node_rows(f["nodes"], f["pairs"], ["default"])
+    assert cols[3:6] == ["gpus", "group", "tokens/s"]
+    assert [r[4] for r in rows] == keys
+    by_kind = {"cpu": default_rule(False).to_dict(), "gpu": default_rule(True).to_dict()}
+    f["check"]["rule"] = {**by_kind["gpu"], "by_kind": by_kind}
+    text = summary_text(**f)
+    assert "groups (judged apart): gpu:NVIDIA A100-SXM4-40GB (2), gpu:NVIDIA A10G (1), cpu (1)" in (
+        text
+    )
+    assert "rule: CPU nodes: low when 50% below" in text and "| GPU nodes: low when 15%" in text
+    one_kind = {**by_kind["gpu"], "by_kind": {"gpu": by_kind["gpu"]}}
+    assert rule_text(one_kind) == rule_text(by_kind["gpu"])
+    # a check stored before groups: no group column, no groups line
+    old = fleet(4, slow=None)
+    assert "group" not in node_rows(old["nodes"], old["pairs"], ["default"])[0]
+    assert "groups (judged apart)" not in summary_text(**old)

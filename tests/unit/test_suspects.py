@@ -480,3 +480,23 @@ def test_the_cpu_rule_on_emulated_noise_rarely_names_a_healthy_fleet_and_finds_t
     # measured with this model: 0.07-0.8% false positives, 0-0.1% missed (rel 0.15 instead:
     # 16-35% false positives; no floor: 0.6-3.9% of planted nodes missed)
     assert false_pos / trials < 0.02 and missed / trials < 0.01, (false_pos, missed)
+
+
+def test_of_two_nodes_the_slower_is_named_only_at_a_quarter_of_the_other_or_less():
+    """A group of two GPUs of one model (a mixed fleet judged per model) has no median to
+    speak of; a gap of 4x is no noise (a GPU is never 4x faster than healthy), a smaller one
+    tells neither apart."""
+    fast = 35_000.0
+    named = _judge(["a", "b"], {}, compute={"a": fast, "b": fast / 4})
+    assert named.suspect_nodes() == ["b"]
+    assert (
+        named.nodes["b"]
+        .reasons[0]
+        .startswith("compute probe 8750 tokens/s is 4.0x below the other node's 35000 tokens/s")
+    )
+    assert _judge(["a", "b"], {}, compute={"a": fast, "b": fast / 3.9}).suspect_nodes() == []
+    intra = _judge(["a", "b"], {}, intra={LINK: {"a": 3.0, "b": 12.0}})
+    assert intra.suspect_nodes() == ["a"] and intra.intra[(LINK, "a")].slow
+    assert any("unless 4x slower than the other" in n for n in intra.notes)
+    no_floor = _judge(["a", "b"], {}, compute={"a": 1.0, "b": 100.0}, rule=Rule(floor=0.0))
+    assert no_floor.suspect_nodes() == []
