@@ -48,6 +48,11 @@ class Result:
     wall_s: float
 
 
+def _sizes(msg_bytes, keys) -> dict:
+    """LinkProbes' ``msg_bytes``: one size for all, or a size per node or pair."""
+    return {k: msg_bytes if isinstance(msg_bytes, int) else msg_bytes[k] for k in keys}
+
+
 def fake_ray_side(
     nodes,
     *,
@@ -90,15 +95,17 @@ def fake_ray_side(
 
         def intra(self, node_ids, msg_bytes, iters=5, warmup=2):
             log.append(("intra", tuple(node_ids)))
-            log.append(("intra sizes", dict(msg_bytes)))  # a size per node, from its group
-            return [result("intra", n, n, msg_bytes[n], intra.get(n, 5.0)) for n in node_ids]
+            sizes = _sizes(msg_bytes, node_ids)  # a size per node, from its group
+            log.append(("intra sizes", sizes))
+            return [result("intra", n, n, sizes[n], intra.get(n, 5.0)) for n in node_ids]
 
         def round(self, pairs, msg_bytes, iters=5, warmup=2):
             if self.rounds == interrupt_round:
                 raise KeyboardInterrupt
             self.rounds += 1
             log.append(("round", tuple(pairs)))
-            log.append(("round sizes", dict(msg_bytes)))  # a size per pair
+            sizes = _sizes(msg_bytes, pairs)  # a size per pair
+            log.append(("round sizes", sizes))
             out = []
             for a, b in pairs:
                 busbw = inter(a, b) if inter else BAD if set(slow) & {a, b} else GOOD
@@ -106,9 +113,7 @@ def fake_ray_side(
                     log.append(("transient", a, b))  # slow the first time only
                     busbw = BAD
                 out.append(
-                    result(
-                        "inter", a, b, msg_bytes[(a, b)], None if {a, b} == failed_pair else busbw
-                    )
+                    result("inter", a, b, sizes[(a, b)], None if {a, b} == failed_pair else busbw)
                 )
             return out
 
