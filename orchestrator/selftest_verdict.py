@@ -77,8 +77,9 @@ class Facts:
     doctor_exit: int
     doctor_problems: str = ""
     nodes: tuple[dict, ...] = ()
-    """Per node: hostname, error, cuda_available, cuda_device_count, topo_ok, topo_status,
-    topo_gpus (GPUs in the parsed matrix), nvml_gpus (NVML inventory length)."""
+    """Per node: hostname, error, cuda_available, cuda_device_count (all the node's GPUs: the
+    probe drops CUDA_VISIBLE_DEVICES), topo_ok, topo_status, topo_gpus (GPUs in the parsed
+    matrix), nvml_gpus (NVML inventory length), ray_gpus (what Ray offers)."""
     captures: dict[str, dict[str, str]] = field(default_factory=dict)
     """Per hostname: capture name (:data:`CAPTURES`) -> ``ok`` or why not, taken on that node."""
     sweeps: dict[str, SweepFacts] = field(default_factory=dict)

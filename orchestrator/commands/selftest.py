@@ -47,6 +47,7 @@ import os
 import re
 import socket
 import sys
+import time
 from pathlib import Path
 
 from orchestrator import selftest_fleet as fleet_plan
@@ -165,6 +166,7 @@ def _selftest(
 ) -> list[verdict.Verdict]:
     from orchestrator.selftest_text import plan_text
 
+    started = time.monotonic()
     doctor_exit, doctor_text = _doctor(out, address)
     reports, the_plan = plan_here(quick, peak_tflops)
     nodes = _write_nodes(out, reports)
@@ -192,6 +194,11 @@ def _selftest(
         fleet=fleet,
     )
     verdicts = verdict.decide(facts, the_plan)
+    print(
+        f"selftest: took {time.monotonic() - started:.0f} s; the plan expected about "
+        f"{the_plan.estimate_s:.0f} s, at most {the_plan.bound_s:.0f} s",
+        file=sys.stderr,
+    )
     _write_checks(out, verdicts)
     return verdicts
 

@@ -51,7 +51,7 @@ def fake_cluster(monkeypatch):
     ran: dict[str, dict] = {}
     state = {"reports": [], "captures": []}
 
-    def run_sweep(out, db, label, key, spec):
+    def record_sweep(out, db, label, key, spec):
         ran[key] = spec
         return cmd.verdict.SweepFacts(True)
 
@@ -59,7 +59,7 @@ def fake_cluster(monkeypatch):
     monkeypatch.setattr(discovery, "capture_on_every_node", lambda *a, **k: state["captures"])
     monkeypatch.setattr(cmd, "_doctor", lambda out, address: (0, "doctor: nothing invalidates"))
     monkeypatch.setattr(cmd, "_run_fleet", lambda *a: ran.setdefault("fleet", {}) or None)
-    monkeypatch.setattr(cmd, "_run_sweep", run_sweep)
+    monkeypatch.setattr(cmd, "_run_sweep", record_sweep)
     monkeypatch.setattr(cmd, "_read_back", lambda out, db: ([], []))
     return state, ran
 
