@@ -3,7 +3,10 @@
 ``build_headline(sensitivity, variants, overview)`` takes rows of the ``link_sensitivity``,
 ``variant_summary`` and ``link_overview`` views (dicts keyed by column) and answers, per
 non-baseline link: which strategy is hurt most, how that changes with grad_accum, and why
-(bytes per optimizer step). Nothing is hard-coded: every word follows from the numbers and
+(bytes per optimizer step, and the collectives and dtypes that carried them, from
+``variant_summary`` rows' ``comm_dtypes``: "DDP ... (all_reduce fp32); ZeRO-3 ... (all_gather
+bf16 + reduce_scatter bf16)", since bf16 DDP and bf16 ZeRO need not send the same bytes per
+parameter). Nothing is hard-coded: every word follows from the numbers and
 their intervals, with these rules:
 
 - a slowdown is *beyond the spread* when its interval lies above 1 (``ci_low > 1``);
@@ -114,9 +117,20 @@ def _series(row: Mapping[str, Any], vary: set[str]) -> str:
         name += f" {row['placement']}"
     if "bucket_mb" in vary:
         name += f" bucket {row['bucket_mb']} MB"
+    if "ddp_grad_dtype" in vary and row.get("ddp_grad_dtype") is not None:
+        name += f" ({row['ddp_grad_dtype']} gradients)"  # before the overlap: its suffix ends
     if "overlap_comm" in vary:
         name += OVERLAP_NAME.get(str(row.get("overlap_comm")), f" (overlap {row['overlap_comm']})")
     return name
+
+
+def _vary(rows: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The keys series are named by: those that vary, and DDP's gradient dtype when DDP runs
+    in more than one (ZeRO variants have none, which is no difference)."""
+    vary = varying(rows, ("placement", "bucket_mb", "overlap_comm"))
+    if len({r.get("ddp_grad_dtype") for r in rows} - {None}) > 1:
+        vary.add("ddp_grad_dtype")
+    return vary
 
 
 def _series_order(row: Mapping[str, Any]) -> tuple:
@@ -243,7 +257,11 @@ def fmt_mb(b: float) -> str:
     return f"{mb:.3g} MB" if mb < 1000 else f"{mb:,.0f} MB"
 
 
-def _bytes_sentence(bytes_per_step: dict[str, dict[int, float]]) -> str | None:
+def _bytes_sentence(
+    bytes_per_step: dict[str, dict[int, float]], dtypes: Mapping[str, list[str]] | None = None
+) -> str | None:
+    """``dtypes``: per series, what carried the bytes (``comm_dtypes`` of its variants, in
+    grad_accum order); shown in brackets, each distinct text once."""
     parts = []
     for s, per in bytes_per_step.items():
         if not per:
@@ -251,13 +269,15 @@ def _bytes_sentence(bytes_per_step: dict[str, dict[int, float]]) -> str | None:
         gas = sorted(per)
         vals = [per[g] for g in gas]
         if len(gas) > 1 and max(vals) <= 1.02 * min(vals):
-            parts.append(f"{s} {fmt_mb(vals[0])} at every grad_accum")
+            part = f"{s} {fmt_mb(vals[0])} at every grad_accum"
         else:
-            parts.append(
+            part = (
                 f"{s} "
                 + ", ".join(f"{fmt_mb(per[g])} at grad_accum {g}" for g in gas[:1])
                 + "".join(f", {fmt_mb(per[g])} at {g}" for g in gas[1:])
             )
+        carried = list(dict.fromkeys((dtypes or {}).get(s, [])))
+        parts.append(f"{part} ({'; '.join(carried)})" if carried else part)
     if not parts:
         return None
     return "Why: measured traffic per optimizer step per rank: " + "; ".join(parts) + "."
@@ -274,7 +294,7 @@ def build_headline(
     if not rows:
         return Headline()
     ov = {o["link"]: o for o in overview}
-    vary = varying(rows, ("placement", "bucket_mb", "overlap_comm"))
+    vary = _vary(rows)
     links = sorted(
         {r["link"] for r in rows},
         key=lambda x: (list(link_order).index(x) if x in link_order else 99, x),
@@ -294,11 +314,14 @@ def build_headline(
             kinds.add(r.get("interval_kind"))
         gas = sorted({g for per in cells.values() for g in per})
         nbytes: dict[str, dict[int, float]] = {}
-        for v in variants:
+        dtypes: dict[str, list[str]] = {}
+        for v in sorted(variants, key=lambda v: int(v["grad_accum"])):
             if v.get("link") == base and v.get("comm_bytes_per_step") is not None:
                 key = _series(v, vary)
                 if key in cells:
                     nbytes.setdefault(key, {})[int(v["grad_accum"])] = v["comm_bytes_per_step"]
+                    if v.get("comm_dtypes"):
+                        dtypes.setdefault(key, []).append(v["comm_dtypes"])
         label = link_label(link, ov.get(link))
         if "overlap_comm" in vary:  # strategies compared at one overlap setting at a time
             sentences = []
@@ -309,7 +332,7 @@ def build_headline(
                     sentences += _sentences(f"{label} {words}", base, sub, gas)
         else:
             sentences = _sentences(label, base, cells, gas)
-        why = _bytes_sentence({s: nbytes[s] for s in cells if s in nbytes})
+        why = _bytes_sentence({s: nbytes[s] for s in cells if s in nbytes}, dtypes)
         if why and any(c.beyond_spread for per in cells.values() for c in per.values()):
             sentences.append(why)
         link_kinds = {c.kind for per in cells.values() for c in per.values()}

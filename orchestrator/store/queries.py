@@ -67,7 +67,7 @@ LATEST_SWEEP_NAMED = _q(
 SWEEP_RUN_SLOTS = _q(
     "sweep_run_slots",
     """SELECT run_id, seq, "repeat", strategy, offload, grad_accum, bucket_mb, overlap_comm, link,
-              placement, status, coalesce(attempt, 1) AS attempt, superseded_by
+              placement, ddp_grad_dtype, status, coalesce(attempt, 1) AS attempt, superseded_by
        FROM runs WHERE sweep_id = $sweep_id ORDER BY seq, attempt""",
 )
 RUN_STEP_COUNTS = _q(
@@ -108,8 +108,8 @@ LINK_ALGBW = _q(
 # --- the link model (orchestrator/linkmodel.py) --------------------------------------------
 SWEEP_MODEL_RUNS = _q(
     "sweep_model_runs",
-    """SELECT strategy, offload, grad_accum, bucket_mb, overlap_comm, link, placement, status,
-              coalesce(throttled, false) AS throttled, median_step_time_s,
+    """SELECT strategy, offload, grad_accum, bucket_mb, overlap_comm, ddp_grad_dtype, link,
+              placement, status, coalesce(throttled, false) AS throttled, median_step_time_s,
               predicted_comm_s_per_step, link_class, coalesce(ranks_per_gpu, 1) AS ranks_per_gpu
        FROM runs WHERE sweep_id = $sweep_id ORDER BY seq""",
 )
@@ -185,7 +185,27 @@ REPORT_RUNS = _q(
     """SELECT * REPLACE (coalesce(n_steps, 0) AS n_steps) FROM runs
        WHERE sweep_id = $sweep_id ORDER BY seq""",
 )
-REPORT_VARIANTS = _q("report_variants", "SELECT * FROM variant_summary WHERE sweep_id = $sweep_id")
+# Each variant's figures, and the collectives its included runs sent by op and dtype, largest
+# first (``comm_dtypes``: "all_gather bf16 + reduce_scatter bf16"; messages under 64 bytes,
+# scalar norms and flags, left out), so strategies are compared with what they sent. A variant
+# row without a ddp_grad_dtype takes the runs of either DDP dtype.
+REPORT_VARIANTS = _q(
+    "report_variants",
+    f"""SELECT v.*,
+               (SELECT string_agg(op || ' ' || dtype, ' + ' ORDER BY nbytes DESC, op, dtype)
+                FROM (SELECT c.op, c.dtype, sum(c.msg_bytes * c.count) AS nbytes
+                      FROM comms c JOIN runs r ON r.run_id = c.run_id
+                      WHERE r.sweep_id = v.sweep_id AND r.strategy = v.strategy
+                        AND r.offload = v.offload AND r.grad_accum = v.grad_accum
+                        AND r.bucket_mb = v.bucket_mb AND r.link = v.link
+                        AND r.placement = v.placement
+                        AND r.overlap_comm IS NOT DISTINCT FROM v.overlap_comm
+                        AND (v.ddp_grad_dtype IS NULL OR r.ddp_grad_dtype = v.ddp_grad_dtype)
+                        AND {included_run_sql("r")} AND r.superseded_by IS NULL
+                        AND c.dtype IS NOT NULL AND c.msg_bytes >= 64
+                      GROUP BY c.op, c.dtype)) AS comm_dtypes
+        FROM variant_summary v WHERE v.sweep_id = $sweep_id""",
+)
 REPORT_SENSITIVITY = _q(
     "report_sensitivity", "SELECT * FROM link_sensitivity WHERE sweep_id = $sweep_id"
 )

@@ -259,3 +259,36 @@ def test_with_overlap_as_an_axis_strategies_are_compared_at_one_overlap_setting(
         "DDP (overlap default)", "DDP (overlap off)",
         "ZeRO-3 (overlap default)", "ZeRO-3 (overlap off)",
     ]  # fmt: skip
+
+
+def test_why_names_the_collectives_and_dtypes_each_strategy_sent():
+    """bf16 DDP all-reduces fp32 gradients unless compressed; bf16 ZeRO sends bf16: the
+    sentence that explains a slowdown by bytes says which collectives in which dtype."""
+    sens = [
+        _sens("ddp", 1, 1.91, 1.60, 2.00) | {"ddp_grad_dtype": "fp32"},
+        _sens("ddp", 1, 1.40, 1.30, 1.50) | {"ddp_grad_dtype": "bf16"},
+        _sens("zero3", 1, 2.29, 2.10, 2.40) | {"ddp_grad_dtype": None},
+    ]
+    variants = [
+        _var("ddp", 1, "fast", 13.5e6)
+        | {"ddp_grad_dtype": "fp32", "comm_dtypes": "all_reduce fp32"},
+        _var("ddp", 1, "fast", 6.75e6)
+        | {"ddp_grad_dtype": "bf16", "comm_dtypes": "all_reduce bf16"},
+        _var("zero3", 1, "fast", 27.1e6)
+        | {"ddp_grad_dtype": None, "comm_dtypes": "all_gather bf16 + reduce_scatter bf16"},
+    ]
+    (link,) = build_headline(sens, variants, OVERVIEW, ["fast", "slow"]).links
+    assert list(link.cells) == ["DDP (fp32 gradients)", "DDP (bf16 gradients)", "ZeRO-3"]
+    assert link.sentences[-1] == (
+        "Why: measured traffic per optimizer step per rank: DDP (fp32 gradients) 13.5 MB at "
+        "grad_accum 1 (all_reduce fp32); DDP (bf16 gradients) 6.75 MB at grad_accum 1 "
+        "(all_reduce bf16); ZeRO-3 27.1 MB at grad_accum 1 (all_gather bf16 + reduce_scatter bf16)."
+    )
+    # one DDP dtype: no dtype in the names, the dtypes still in the sentence
+    (one,) = build_headline(
+        [sens[0], sens[2]], [variants[0], variants[2]], OVERVIEW, ["fast", "slow"]
+    ).links
+    assert list(one.cells) == ["DDP", "ZeRO-3"]
+    assert (
+        "1 (all_reduce fp32); ZeRO-3 27.1 MB at grad_accum 1 (all_gather bf16" in one.sentences[-1]
+    )

@@ -66,3 +66,58 @@ def test_v6_database_upgrades_with_each_collectives_dtype(tmp_path):
         assert s.query("SELECT count(*) FROM link_model WHERE ddp_grad_dtype IS NULL")[1] == [(0,)]
     assert SCHEMA_VERSION == 7
     assert read_query(db, "SELECT value FROM meta")[1] == [(str(SCHEMA_VERSION),)]
+
+
+def test_report_variants_name_what_each_strategy_sent(tmp_path):
+    from orchestrator.store import Q
+
+    key = {"sweep_id": "s", "offload": "none", "grad_accum": 1, "bucket_mb": 25}
+    key |= {"link": "a", "placement": "pack", "overlap_comm": "default"}
+    runs = [
+        ("d32", "ddp", "fp32", "ok"),
+        ("d16", "ddp", "bf16", "ok"),
+        ("z3", "zero3", None, "ok"),
+        ("z3x", "zero3", None, "failed"),  # not in figures: its collectives are not named
+    ]
+    comms = [
+        ("d32", "all_reduce", 4000, 1, "fp32"),
+        ("d16", "all_reduce", 2000, 1, "bf16"),
+        ("z3", "all_gather", 2000, 2, "bf16"),
+        ("z3", "reduce_scatter", 2000, 1, "bf16"),
+        ("z3", "all_reduce", 8, 3, "fp32"),  # a scalar norm: left out
+        ("z3x", "all_to_all", 9000, 1, "fp32"),
+    ]
+    with Store(str(tmp_path / "r.duckdb")) as s:
+        with s.transaction():
+            s.insert("sweeps", [{"sweep_id": "s", "name": "r"}])
+            s.insert(
+                "runs",
+                [
+                    {"run_id": r, "strategy": st, "ddp_grad_dtype": g, "status": ok, **key}
+                    for r, st, g, ok in runs
+                ],
+            )
+            s.insert(
+                "comms",
+                [
+                    {"run_id": r, "rank": 0, "op": op, "msg_bytes": b, "count": n, "dtype": d}
+                    for r, op, b, n, d in comms
+                ],
+            )
+            s.insert(
+                "variant_stats",
+                [
+                    {"strategy": "ddp", "ddp_grad_dtype": "fp32", **key},
+                    {"strategy": "ddp", "ddp_grad_dtype": "bf16", **key},
+                    {"strategy": "zero3", "ddp_grad_dtype": None, **key},
+                ],
+            )
+        got = {
+            (v["strategy"], v["ddp_grad_dtype"]): v["comm_dtypes"]
+            for v in s.rows(Q.REPORT_VARIANTS, sweep_id="s")
+        }
+    assert got == {
+        ("ddp", "fp32"): "all_reduce fp32",
+        ("ddp", "bf16"): "all_reduce bf16",
+        ("zero3", None): "all_gather bf16 + reduce_scatter bf16",
+    }
