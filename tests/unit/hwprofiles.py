@@ -43,10 +43,9 @@ from types import SimpleNamespace
 
 import torch
 
-from tests.unit.fake_nvml import FakeNvml
+from tests.unit.fake_cuda import TORCH_CUDA, CudaView, NoNvml, nvml_for
 
 DATA = Path("/work/shared/data")
-TORCH_CUDA = "12.8"
 
 
 @dataclass(frozen=True)
@@ -200,195 +199,6 @@ def captures_missing(profile: Profile) -> list[str]:
     return [str(p) for n in profile.nodes if (p := _topo_path(n)) and not p.exists()]
 
 
-# -- the CUDA view --------------------------------------------------------------------------
-
-
-class CudaView:
-    """torch.cuda as one process on ``node`` sees it; devices follow CUDA_VISIBLE_DEVICES now."""
-
-    def __init__(self, node: Node):
-        self.node = node
-        self.current = 0
-        self.set_calls: list[int] = []
-
-    def _devices(self):
-        return self.node.devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
-
-    def _index(self, device) -> int:
-        if device is None:
-            return self.current
-        if isinstance(device, str):
-            device = torch.device(device)
-        if isinstance(device, torch.device):
-            return self.current if device.index is None else device.index
-        return int(device)
-
-    def _dev(self, device):
-        i = self._index(device)
-        devices = self._devices()
-        if not 0 <= i < len(devices):
-            raise RuntimeError("CUDA error: invalid device ordinal")
-        return devices[i]
-
-    def is_available(self) -> bool:
-        return bool(self._devices())
-
-    def device_count(self) -> int:
-        return len(self._devices())
-
-    def get_device_name(self, device=None) -> str:
-        return self._dev(device)[1]
-
-    def get_device_capability(self, device=None) -> tuple[int, int]:
-        return self._dev(device)[0].capability
-
-    def get_device_properties(self, device=None):
-        gpu, name, _ = self._dev(device)
-        major, minor = gpu.capability
-        return SimpleNamespace(name=name, major=major, minor=minor, total_memory=80 * 10**9)
-
-    def is_bf16_supported(self, including_emulation: bool = True) -> bool:
-        """torch 2.13: native from compute capability 8.0; below, a bf16 tensor can still be
-        made (emulation), which is what ``including_emulation=True`` (the default) asks."""
-        if not self.is_available():
-            return False
-        if self.get_device_capability()[0] >= 8:
-            return True
-        return including_emulation
-
-    def set_device(self, device) -> None:
-        i = self._index(device)
-        self.set_calls.append(i)
-        self._dev(i)  # raises as CUDA does for an ordinal it does not have
-        self.current = i
-
-    def current_device(self) -> int:
-        return self.current
-
-    def device(self, device):
-        """``torch.cuda.device(i)``: ``i`` current inside the block."""
-        view = self
-
-        @contextlib.contextmanager
-        def current():
-            before, view.current = view.current, view._index(device)
-            try:
-                yield
-            finally:
-                view.current = before
-
-        return current()
-
-    def install(self, mp) -> None:
-        for name in (
-            "is_available",
-            "device_count",
-            "get_device_name",
-            "get_device_capability",
-            "get_device_properties",
-            "is_bf16_supported",
-            "set_device",
-            "current_device",
-            "device",
-        ):
-            mp.setattr(torch.cuda, name, getattr(self, name))
-        mp.setattr(torch.version, "cuda", TORCH_CUDA if self.node.gpus else None)
-
-
-# -- NVML -----------------------------------------------------------------------------------
-
-
-class ProfileNvml(FakeNvml):
-    """FakeNvml with what the node probe also asks: the CUDA version the driver supports, and
-    NVML's names for a MIG instance."""
-
-    def nvmlSystemGetCudaDriverVersion(self):
-        return 12040 if self.driver == "new" else 11040
-
-    def nvmlDeviceGetName(self, handle):
-        if isinstance(handle, tuple):
-            return self.gpus[handle[1]]["name"] + " MIG"
-        return super().nvmlDeviceGetName(handle)
-
-
-def nvml_for(node: Node) -> ProfileNvml:
-    return ProfileNvml(
-        node.nvml_gpus(), driver=node.nvml_driver, no_permission=node.nvml_no_permission
-    )
-
-
-class _NoNvml:
-    """pynvml on a node without a driver: nvmlInit fails as NVMLError_LibraryNotFound does."""
-
-    class NVMLError(Exception):
-        pass
-
-    def nvmlInit(self):
-        raise self.NVMLError("NVML Shared Library Not Found")
-
-
-# -- DeepSpeed's accelerator ----------------------------------------------------------------
-
-
-def recording_accelerator():
-    """DeepSpeed's CUDA accelerator, recording every ``set_device`` (and going through the
-    faked ``torch.cuda.set_device``, so an ordinal the process cannot see raises as on a GPU)."""
-    from deepspeed.accelerator.cuda_accelerator import CUDA_Accelerator
-
-    class RecordingAccelerator(CUDA_Accelerator):
-        def __init__(self):  # no pynvml: the real one calls nvmlInit
-            self._name = "cuda"
-            self._communication_backend_name = "nccl"
-            self._compile_backend = "inductor"
-            self._nvtx_domains = {}
-            self.set_calls: list[int] = []
-
-        def set_device(self, device_index):
-            self.set_calls.append(device_index)
-            super().set_device(device_index)
-
-    return RecordingAccelerator()
-
-
-def deepspeed_device(world_size: int, rank: int) -> str:
-    """The device DeepSpeed's engine takes in this process's environment: its real
-    ``_configure_with_arguments`` (LOCAL_RANK) and ``_set_distributed_vars`` on a bare engine,
-    with a :class:`RecordingAccelerator` installed through ``set_accelerator``. ``error: ...``
-    when DeepSpeed's ``set_device`` fails (an ordinal this process cannot see)."""
-    import deepspeed.accelerator.real_accelerator as real
-    import deepspeed.comm as ds_comm
-    from deepspeed.accelerator import set_accelerator
-    from deepspeed.runtime.engine import DeepSpeedEngine
-
-    saved = real.ds_accelerator
-    accel = recording_accelerator()
-    set_accelerator(accel)
-    try:
-        with _patched(ds_comm, get_world_size=lambda *a: world_size, get_rank=lambda *a: rank):
-            engine = DeepSpeedEngine.__new__(DeepSpeedEngine)
-            torch.nn.Module.__init__(engine)
-            engine._configure_with_arguments(None, None)
-            try:
-                engine._set_distributed_vars(None)
-            except RuntimeError as exc:
-                return f"error: set_device({accel.set_calls[-1]}): {exc}"
-            return str(engine.device)
-    finally:
-        real.ds_accelerator = saved
-
-
-@contextlib.contextmanager
-def _patched(obj, **attrs):
-    saved = {k: getattr(obj, k) for k in attrs}
-    for k, v in attrs.items():
-        setattr(obj, k, v)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            setattr(obj, k, v)
-
-
 # -- one node's process view ----------------------------------------------------------------
 
 
@@ -452,7 +262,7 @@ class Cluster:
 
             mp = stack.enter_context(_pytest.monkeypatch.MonkeyPatch.context())
             view.install(mp)
-            mp.setitem(sys.modules, "pynvml", nvml_for(node) if node.gpus else _NoNvml())
+            mp.setitem(sys.modules, "pynvml", nvml_for(node) if node.gpus else NoNvml())
             mp.setenv("PATH", f"{folder}:/usr/bin:/bin")
             if cvd is None:
                 mp.delenv("CUDA_VISIBLE_DEVICES", raising=False)

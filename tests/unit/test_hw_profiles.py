@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.hwprofiles import PROFILES, captures_missing, deepspeed_device, installed
+from tests.unit.fake_cuda import deepspeed_device
+from tests.unit.hwprofiles import PROFILES, captures_missing, installed
 
 # -- the table of expected outcomes ----------------------------------------------------------
 # one_rank / rehearsal / two_gpu: each rank's device as linksweep chooses it, and (for ZeRO) as
@@ -28,6 +29,28 @@ NOT_ON_ONE_GPU = "not run: no node has 2 GPUs in Ray"
 # plan: the selftest checks the plan skips, with words its reason must hold; every other check
 # runs. plan_nodes: where its GPU checks run (gpu_captures: every node with a GPU, two_gpu: the
 # nodes Ray offers 2 GPUs on).
+# fleet: per node that the fleet checks, (its group, its all_reduce MiB, its rule's rel): nodes
+# are judged among their own kind and GPU model, a CPU node at CPU sizes and threshold.
+CPU_GROUP = ("cpu", 4.0, 0.5)
+
+
+class Holds:
+    """Equal to any text holding ``words``: where the exact spelling is the code's to choose."""
+
+    def __init__(self, words: str):
+        self.words = words
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, str) and self.words in other
+
+    def __repr__(self) -> str:
+        return f"<text holding {self.words!r}>"
+
+
+def gpu_group(model: str | Holds) -> tuple[str | Holds, float, float]:
+    return (model if isinstance(model, Holds) else f"gpu:{model}", 64.0, 0.15)
+
+
 ONE_GPU_PLAN = {"two_gpu": "needs 2 on one node"}
 CPU_PLAN = {
     "gpu_captures": "no GPU",
@@ -39,6 +62,7 @@ CPU_PLAN = {
 }
 EXPECTED: dict[str, dict[str, object]] = {
     "a10g-gpuless-head": {
+        "fleet": {"ip-10-0-0-10": CPU_GROUP, "ip-10-0-1-20": gpu_group("NVIDIA A10G")},
         "plan": ONE_GPU_PLAN,
         "plan_nodes": {"gpu_captures": ("ip-10-0-1-20",), "two_gpu": ()},
         "one_rank": ("cuda:0",),
@@ -49,6 +73,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",  # the g5 node has libaio and the toolkit; the m5 head runs no rank
     },
     "a100-pcie-x2": {
+        "fleet": {"a100p-0": gpu_group("NVIDIA A100 80GB PCIe")},
         "plan": {},
         "plan_nodes": {"gpu_captures": ("a100p-0",), "two_gpu": ("a100p-0",)},
         "one_rank": ("cuda:0",),
@@ -59,6 +84,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",
     },
     "h100x8": {
+        "fleet": {"h100-0": gpu_group("NVIDIA H100 80GB HBM3")},
         "plan": {},
         "plan_nodes": {"gpu_captures": ("h100-0",), "two_gpu": ("h100-0",)},
         "one_rank": ("cuda:0",),
@@ -69,6 +95,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "not run: h100-0 lacks the CUDA toolkit",  # the node's own gap: say so
     },
     "h100x8-cvd0": {
+        "fleet": {"h100-0": gpu_group("NVIDIA H100 80GB HBM3")},
         "plan": {"two_gpu": "Ray offers 1"},
         "plan_nodes": {"gpu_captures": ("h100-0",), "two_gpu": ()},
         "one_rank": ("cuda:0",),
@@ -79,6 +106,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "not run: h100-0 lacks the CUDA toolkit",
     },
     "a100-mig-1g": {
+        "fleet": {"mig-0": gpu_group(Holds("MIG 1g.10gb"))},
         "plan": ONE_GPU_PLAN,
         "plan_nodes": {"gpu_captures": ("mig-0",), "two_gpu": ()},
         "one_rank": ("cuda:0",),
@@ -89,6 +117,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",
     },
     "v100x8": {
+        "fleet": {"dgx1-0": gpu_group("Tesla V100-SXM2-16GB")},
         "plan": {},
         "plan_nodes": {"gpu_captures": ("dgx1-0",), "two_gpu": ("dgx1-0",)},
         "one_rank": ("cuda:0",),
@@ -99,6 +128,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",
     },
     "unknown-gpu": {
+        "fleet": {"proto-0": gpu_group("NVIDIA Graphics Device")},
         "plan": ONE_GPU_PLAN,
         "plan_nodes": {"gpu_captures": ("proto-0",), "two_gpu": ()},
         "one_rank": ("cuda:0",),
@@ -109,6 +139,12 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",
     },
     "mixed-cpu-a100": {
+        "fleet": {
+            "head-0": CPU_GROUP,
+            "cpu-1": CPU_GROUP,
+            "a100-1": gpu_group("NVIDIA A100-SXM4-80GB"),
+            "a100-2": gpu_group("NVIDIA A100-SXM4-80GB"),
+        },
         "plan": {},
         "plan_nodes": {"gpu_captures": ("a100-1", "a100-2"), "two_gpu": ("a100-1", "a100-2")},
         "one_rank": ("cuda:0",),
@@ -119,6 +155,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",  # the A100 nodes build it; the CPU head lacks libaio and runs no rank
     },
     "kuberay-no-smi-driver": {
+        "fleet": {"gpu-pod": gpu_group("NVIDIA L4")},
         "plan": {},
         "plan_nodes": {"gpu_captures": ("gpu-pod",), "two_gpu": ("gpu-pod",)},
         "one_rank": ("cuda:0",),
@@ -129,6 +166,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",
     },
     "cpu-only": {
+        "fleet": {"cpu-a": CPU_GROUP, "cpu-b": CPU_GROUP},
         "plan": CPU_PLAN,
         "plan_nodes": {"gpu_captures": (), "two_gpu": ()},
         "one_rank": (CPU,),
@@ -474,3 +512,26 @@ def test_selftest_verdict_of_what_the_hardware_gives(cluster, tmp_path):
         c: "not run" if c in EXPECTED[cluster.profile.name]["plan"] else "pass" for c in checks
     }
     assert {c: got[c] for c in checks} == expected
+
+
+def test_fleet_groups_sizes_and_rules(cluster):
+    """The fleet check's nodes (Ray's table), their health read on each node (NVML there), and
+    the groups they are judged in, with each group's message size and rule: a CPU node never
+    sets a GPU node's size or threshold, and a MIG slice is not judged as a whole GPU."""
+    from orchestrator.fleet import FleetOptions, plan_groups
+    from orchestrator.fleet_plan import parse_pairs
+    from orchestrator.raycluster.fleet import fleet_nodes, read_health
+
+    with cluster.on(cluster.profile.driver, cluster.profile.driver_cvd):
+        nodes, _ = fleet_nodes()
+        health = read_health(nodes)
+    groups = plan_groups(nodes, health, FleetOptions({"default": {}}, parse_pairs("all")))
+    got = {
+        n.hostname: (
+            key := groups.of[n.node_id],
+            groups.msg_bytes[key] / 2**20,
+            groups.rules[key].rel,
+        )
+        for n in nodes
+    }
+    assert got == EXPECTED[cluster.profile.name]["fleet"]
