@@ -327,7 +327,8 @@ def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None
         raise
     finally:
         heartbeat.stop()
-        of = node_groups(nodes, measured.health)
+        # a node whose health was never read (a stop before it) has no group to store
+        of = {k: g for k, g in node_groups(nodes, measured.health).items() if k in measured.health}
         _store_result(store, fleet_id, nodes, of, measured, verdict, status, error, started)
     return fleet_id
 
