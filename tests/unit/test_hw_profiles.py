@@ -11,6 +11,8 @@ hardware. An expectation the code misses, where the hardware is not at fault, is
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from tests.unit.fake_cuda import deepspeed_device
@@ -250,10 +252,12 @@ def ranks(cluster, world_size: int, ranks_per_gpu: int) -> list[dict]:
     out = []
     seen: dict[str, str] = {}
 
+    @functools.wraps(dist.init_process_group)  # its signature: the rank inspects it
     def at_pg(backend, **kwargs):
         import torch
 
         seen["device"] = f"cuda:{torch.cuda.current_device()}" if backend == "nccl" else CPU
+        seen["device_id"] = str(kwargs.get("device_id"))  # the NCCL communicator's device
         raise _AtProcessGroup
 
     for p, gpu_ids in zip(place_ranks(infos), assigned, strict=True):
@@ -264,11 +268,11 @@ def ranks(cluster, world_size: int, ranks_per_gpu: int) -> list[dict]:
             visible = list(p.visible_gpus) if p.visible_gpus else None
             try:
                 Rank().run(cfg, p.rank, world_size, p.local_rank, node.ip, 29500, visible)
-            except _AtProcessGroup:
-                pass
+            except _AtProcessGroup as exc:  # the rank names its device in its error
+                seen["note"] = "\n".join(getattr(exc, "__notes__", ()))
             except Exception as exc:  # noqa: BLE001 - a DeviceError is an outcome here
                 seen["device"] = f"error: {exc}"
-            record = {"device": seen["device"], "deepspeed": None, "placement": p}
+            record = {"deepspeed": None, "placement": p, **seen}
             if seen["device"] != CPU:
                 record["deepspeed"] = deepspeed_device(world_size, p.rank)
             record |= gpu_figures(p.local_rank, visible)
@@ -535,3 +539,28 @@ def test_fleet_groups_sizes_and_rules(cluster):
         for n in nodes
     }
     assert got == EXPECTED[cluster.profile.name]["fleet"]
+
+
+@pytest.mark.parametrize("shape", ["rehearsal", "two_gpu"])
+def test_nccl_communicator_on_the_rank_device(cluster, shape):
+    """``init_process_group`` gets the rank's device (``device_id``) on NCCL, so the
+    communicator is created there, in pg_init, not on whatever device NCCL guesses later."""
+    _, _, got = shape_outcome(cluster, *SHAPES[shape])
+    if not got:
+        pytest.skip("the shape does not run on this profile")
+    assert [r["device_id"] for r in got] == [r["device"] for r in got]
+
+
+def test_a_failed_run_keeps_each_rank_device(cluster):
+    """A rehearsal whose ranks fail at the process group: the stored ``runs.nodes`` (``rows``)
+    still gives each rank the device it decided (read from the note its error carries), and
+    lists the node's shared GPU once."""
+    from orchestrator import rows
+
+    shape = "rehearsal" if rank_node(cluster).ray_gpu_ids else "one_rank"
+    _, _, got = shape_outcome(cluster, *SHAPES[shape])
+    error = "\n".join(r["note"] for r in got)
+    stored = rows._nodes([r["placement"] for r in got], [], error)
+    assert [n["device_decision"]["device"] for n in stored] == [r["device"] for r in got]
+    visible = {n["visible_gpus"] for n in stored}
+    assert visible == ({rank_node(cluster).ray_gpu_ids[:1]} if shape == "rehearsal" else {None})
