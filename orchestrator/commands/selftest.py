@@ -94,7 +94,8 @@ def add_parser(sub) -> None:
         type=_peak,
         default=None,
         metavar="X",
-        help="dense peak TFLOP/s per GPU for MFU, for a GPU the built-in table lacks",
+        help="dense peak TFLOP/s per GPU for MFU in the GPU sweeps (ignored on CPU), for a GPU "
+        "the built-in table lacks (orchestrator/flops.py)",
     )
     s.set_defaults(func=main)
 
