@@ -564,3 +564,34 @@ def test_a_failed_run_keeps_each_rank_device(cluster):
     assert [n["device_decision"]["device"] for n in stored] == [r["device"] for r in got]
     visible = {n["visible_gpus"] for n in stored}
     assert visible == ({rank_node(cluster).ray_gpu_ids[:1]} if shape == "rehearsal" else {None})
+
+
+def test_doctor_finds_nothing_invalidating(cluster):
+    """``linksweep doctor`` (selftest's first check) on healthy hardware: the real probe on
+    every node, then ``doctor_findings``; nothing may invalidate a link comparison, whether the
+    driver is a GPU-less head, Ray holds fewer GPUs than the node has, or a GPU is a MIG slice."""
+    from orchestrator.discovery import discover_nodes, doctor_findings
+
+    with cluster.on(cluster.profile.driver, cluster.profile.driver_cvd):
+        findings = doctor_findings(discover_nodes())
+    assert [(f.node, f.code, f.message) for f in findings if f.invalidates] == []
+
+
+QUICK_SKIPS = {"fleet", "fleet_gpu", "two_rank_ddp", "two_rank_zero1", "two_rank_zero2"}
+"""``--quick`` keeps one check per kind: no fleet check, one two-rank strategy (ZeRO-3)."""
+
+
+def test_quick_plan_keeps_one_check_per_kind(cluster):
+    """``selftest --quick``: the full plan's skips, plus ``--quick`` for the fleet and all but
+    one two-rank strategy; every sweep it runs is one run; it ends sooner than the full plan."""
+    from orchestrator.selftest_plan import planned_runs
+
+    full, quick = selftest_plan(cluster), selftest_plan(cluster, quick=True)
+    skipped = {c.check: c.why_not for c in quick.checks if not c.run}
+    hardware = EXPECTED[cluster.profile.name]["plan"]
+    assert set(skipped) == set(hardware) | QUICK_SKIPS
+    assert all(skipped[c] == "--quick" for c in QUICK_SKIPS - set(hardware))
+    assert {k: len(planned_runs(s)) for k, s in quick.sweeps.items()} == dict.fromkeys(
+        quick.sweeps, 1
+    )
+    assert 0 < quick.estimate_s <= quick.bound_s < full.bound_s
