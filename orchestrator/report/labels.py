@@ -17,6 +17,7 @@ from orchestrator.stats import (  # noqa: F401 - the figures' and tables' import
 )
 
 OVERLAP_ORDER = ("default", "true", "false")
+GRAD_DTYPE_ORDER = ("fp32", "bf16")
 STRATEGY_ORDER = ("ddp", "zero1", "zero2", "zero3")
 OFFLOAD_ORDER = ("none", "cpu", "nvme")
 OP_ORDER = ("all_reduce", "all_gather", "reduce_scatter")
@@ -38,6 +39,7 @@ def variant_sort_key(row: dict, link_order: Sequence[str]) -> tuple:
         order_index(row.get("offload"), OFFLOAD_ORDER),
         row.get("bucket_mb") or 0,
         order_index(row.get("overlap_comm"), OVERLAP_ORDER),
+        order_index(row.get("ddp_grad_dtype"), GRAD_DTYPE_ORDER),
         order_index(row.get("placement"), ("pack", "spread")),
         row.get("grad_accum") or 0,
         order_index(row.get("link"), link_order),
@@ -46,12 +48,14 @@ def variant_sort_key(row: dict, link_order: Sequence[str]) -> tuple:
 
 def group_label(row: dict, vary: set[str]) -> str:
     """A variant group's short name (every key but the link): strategy and grad_accum always;
-    bucket, overlap and placement when they vary."""
+    bucket, overlap, DDP's gradient dtype and placement when they vary."""
     parts = [strategy_label(row), f"ga={row['grad_accum']}"]
     if "bucket_mb" in vary:
         parts.append(f"bucket={row['bucket_mb']}MB")
     if "overlap_comm" in vary:
         parts.append(f"overlap={row['overlap_comm']}")
+    if "ddp_grad_dtype" in vary and row.get("ddp_grad_dtype") is not None:
+        parts.append(f"grads={row['ddp_grad_dtype']}")
     if "placement" in vary:
         parts.append(str(row["placement"]))
     return " ".join(parts)
@@ -70,6 +74,8 @@ def series_key(row: dict, vary: set[str]) -> tuple:
         key.append(f"bucket={row['bucket_mb']}MB")
     if "overlap_comm" in vary:
         key.append(f"overlap={row['overlap_comm']}")
+    if "ddp_grad_dtype" in vary and row.get("ddp_grad_dtype") is not None:
+        key.append(f"grads={row['ddp_grad_dtype']}")
     return tuple(key)
 
 

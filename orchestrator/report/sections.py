@@ -46,6 +46,14 @@ def _ratio_cell(s: dict | None, single_run: bool = False) -> str:
     return f"<td class='{cls}'>{s['slowdown']:.2f}×{esc(interval)}</td>"
 
 
+COMM_COLUMNS = ("bucket_mb", "overlap_comm", "ddp_grad_dtype")
+"""The variant columns that shape a strategy's communication, one table row key together."""
+
+
+def _comm_key(row: dict) -> tuple:
+    return tuple(row.get(c) for c in COMM_COLUMNS)
+
+
 def classic_tables(data: ReportData) -> str:
     """The perf_hardware table ("NVLink Y: 101 s / N: 131 s"), per step and with intervals.
 
@@ -59,8 +67,7 @@ def classic_tables(data: ReportData) -> str:
     links = [x for x in data.link_order if any(v["link"] == x for v in data.variants)]
     others = [x for x in links if x != base]
     sens = {
-        (s["strategy"], s["offload"], s["grad_accum"], (s["bucket_mb"], s.get("overlap_comm")))
-        + (s["placement"], s["link"]): s
+        (s["strategy"], s["offload"], s["grad_accum"], _comm_key(s), s["placement"], s["link"]): s
         for s in data.sensitivity
     }
     strategies = sorted(
@@ -76,9 +83,10 @@ def classic_tables(data: ReportData) -> str:
         )
     for strategy in strategies:
         vs = [v for v in data.variants if v["strategy"] == strategy]
-        # bucket and overlap travel together as one "comm" key (both shape the communication)
-        vs = [v | {"comm": (v["bucket_mb"], v.get("overlap_comm"))} for v in vs]
-        vary = varying(vs, ("offload", "bucket_mb", "overlap_comm", "placement"))
+        # bucket, overlap and DDP's gradient dtype travel together as one "comm" key (each
+        # shapes the communication)
+        vs = [v | {"comm": _comm_key(v)} for v in vs]
+        vary = varying(vs, ("offload", *COMM_COLUMNS, "placement"))
         row_keys = sorted(
             {(v["offload"], v["comm"], v["placement"], v["grad_accum"]) for v in vs},
             key=lambda k: (order_index(k[0], OFFLOAD_ORDER), str(k[1]), k[2], k[3]),
@@ -86,7 +94,7 @@ def classic_tables(data: ReportData) -> str:
         cell = {
             (v["offload"], v["comm"], v["placement"], v["grad_accum"], v["link"]): v for v in vs
         }
-        head = [c for c in ("offload", "bucket_mb", "overlap_comm", "placement") if c in vary]
+        head = [c for c in ("offload", *COMM_COLUMNS, "placement") if c in vary]
         head += ["grad_accum"]
         brackets = interval_words(vs)
         head += [
@@ -96,15 +104,11 @@ def classic_tables(data: ReportData) -> str:
         head += [f"{x} ÷ {base}" for x in others]
         trs = []
         for off, bucket, placement, ga in row_keys:
-            extra = {
-                "offload": off,
-                "bucket_mb": bucket[0],
-                "overlap_comm": bucket[1],
-                "placement": placement,
-            }
+            extra = {"offload": off, **dict(zip(COMM_COLUMNS, bucket, strict=True))}
+            extra["placement"] = placement
             tds = [
                 f"<td>{esc(extra[c])}</td>"
-                for c in ("offload", "bucket_mb", "overlap_comm", "placement")
+                for c in ("offload", *COMM_COLUMNS, "placement")
                 if c in vary
             ]
             tds.append(f"<td class='num'>{ga}</td>")
@@ -146,7 +150,12 @@ def classic_tables(data: ReportData) -> str:
         fixed += [f"bucket {v0['bucket_mb']} MB"] if "bucket_mb" not in vary else []
         if "overlap_comm" not in vary and v0.get("overlap_comm") not in (None, "default"):
             fixed += [f"overlap_comm {v0['overlap_comm']}"]
+        if "ddp_grad_dtype" not in vary and v0.get("ddp_grad_dtype") not in (None, "fp32"):
+            fixed += [f"gradients all-reduced in {v0['ddp_grad_dtype']}"]
         fixed += [f"placement {v0['placement']}"] if "placement" not in vary else []
+        # what the strategy sent, by collective and dtype (bf16 DDP and bf16 ZeRO differ)
+        sent = dict.fromkeys(v["comm_dtypes"] for v in vs if v.get("comm_dtypes"))
+        fixed += [f"sent {' or '.join(sent)}"] if sent else []
         sub = f" <small>({esc(', '.join(fixed))})</small>" if fixed else ""
         out.append(
             f"<h3>{esc(title)}{sub}</h3><div class='scroll'><table class='classic'>"

@@ -209,3 +209,34 @@ def test_overlap_is_named_in_labels_only_when_it_varies():
     ]
     assert series_key(rows[0], vary) != series_key(rows[1], vary)
     assert "overlap" not in variant_label(rows[0], varying(rows[:1]))
+
+
+def test_strategy_tables_say_what_each_strategy_sent_and_split_ddp_by_gradient_dtype():
+    from orchestrator.report.labels import group_label
+    from orchestrator.report.sections import classic_tables
+
+    def variant(strategy, grad_dtype, link, sent, med):
+        return {
+            **VARIANT, "strategy": strategy, "grad_accum": 1, "link": link,
+            "ddp_grad_dtype": grad_dtype, "n_runs": 2, "n_excluded": 0,
+            "median_step_time_s": med, "ci_low_s": med, "ci_high_s": med * 1.1,
+            "comm_dtypes": sent,
+        }  # fmt: skip
+
+    variants = [
+        variant(s, g, link, sent, med)
+        for s, g, sent, med in (
+            ("ddp", "fp32", "all_reduce fp32", 1.0),
+            ("ddp", "bf16", "all_reduce bf16", 0.8),
+            ("zero3", None, "all_gather bf16 + reduce_scatter bf16", 1.5),
+        )
+        for link in ("fast", "slow")
+    ]
+    html = classic_tables(_data(variants=variants, link_order=["fast", "slow"]))
+    ddp, zero = html.split("<h3>")[1:3]
+    assert "sent all_reduce fp32 or all_reduce bf16" in ddp
+    assert "<th>ddp_grad_dtype</th>" in ddp and "<td>bf16</td>" in ddp and "<td>fp32</td>" in ddp
+    assert "sent all_gather bf16 + reduce_scatter bf16" in zero and "ddp_grad_dtype" not in zero
+    vary = {"ddp_grad_dtype"}
+    assert group_label(variants[2], vary) == "ddp ga=1 grads=bf16"
+    assert group_label(variants[4], vary) == "zero3 ga=1"
