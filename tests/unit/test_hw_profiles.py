@@ -595,3 +595,14 @@ def test_quick_plan_keeps_one_check_per_kind(cluster):
         quick.sweeps, 1
     )
     assert 0 < quick.estimate_s <= quick.bound_s < full.bound_s
+
+
+def test_selftest_gpu_sweeps_use_math_the_gpu_has(cluster):
+    """The selftest's sweeps train in a precision the ranks' GPU computes in hardware: bf16
+    where it has bf16 units, else fp32 (on V100 torch would emulate bf16 in fp32: the run
+    would time the emulation, as the fleet's compute probe already avoids); fp32 on CPU."""
+    rank = one_rank(cluster)
+    native = "bf16" if rank["native_bf16"] else "fp32"
+    assert {k: s["precision"] for k, s in selftest_plan(cluster).sweeps.items()} == dict.fromkeys(
+        selftest_plan(cluster).sweeps, native if rank["device"].startswith("cuda") else "fp32"
+    )
