@@ -44,6 +44,7 @@ from types import SimpleNamespace
 import torch
 
 from tests.unit.fake_cuda import TORCH_CUDA, CudaView, NoNvml, nvml_for
+from tests.unit.fake_nvml import FakeNvml
 
 DATA = Path("/work/shared/data")
 
@@ -81,6 +82,9 @@ class Node:
     """A capture of ``nvidia-smi topo -m`` under DATA; None: nvidia-smi absent on the node."""
     nvml_driver: str = "new"
     nvml_no_permission: bool = False
+    nvml_refused: tuple[str, ...] = ()
+    """FakeNvml keys whose NVML call answers NoPermission on every GPU (a container allowed to
+    sample but not to read power limits)."""
     aio: Aio = field(default_factory=Aio)
 
     @property
@@ -147,6 +151,10 @@ class Node:
                 "default_limit_mw": 300_000,
                 "nvlink": None,
                 "ecc": {"uncorrected": 0, "corrected": 0},
+            }
+            | {
+                k: FakeNvml.NVMLError_NoPermission("Insufficient Permissions")
+                for k in self.nvml_refused
             }
             for i, g in enumerate(self.gpus)
         ]
@@ -473,6 +481,7 @@ PROFILES: dict[str, Profile] = {
                     8,
                     (L4,) * 2,
                     topo="corpus/topo/03_2gpu-gtx1080ti-pcie-phb.txt",
+                    nvml_refused=("limit_mw", "default_limit_mw"),  # a pod may not read them
                 ),
             ),
             "head-pod",

@@ -1,11 +1,22 @@
 """Every GPU decision linksweep makes, against simulated hardware (``tests/unit/hwprofiles.py``).
 
 Each profile fakes a cluster at its boundaries only (torch's CUDA view, NVML, nvidia-smi, Ray's
-node table and GPU ids, ``CUDA_VISIBLE_DEVICES``, DeepSpeed's accelerator) and linksweep's real
-code runs between them: the rank's device (``workloads/rank.py`` -> ``decide_device``) and the
-device DeepSpeed's real engine takes in the environment the rank exported, the MFU peak, the
-telemetry status, the NVMe preflight, the fleet's grouping and message size, and the selftest's
-plan. ``EXPECTED`` is written by hand, one row per profile: what a correct linksweep does on that
+node table, tasks and GPU ids, ``CUDA_VISIBLE_DEVICES``, DeepSpeed's accelerator; and
+``init_process_group``, where a rank's device is decided and a test must stop) and linksweep's
+real code runs between them. Checked per profile:
+
+- each rank's device, one rank, two ranks sharing a GPU (the rehearsal) and two GPUs:
+  ``workloads/rank.py`` ``Rank.node_info`` / ``Rank.run`` after ``planner.place_ranks``;
+- the device DeepSpeed's real engine takes (``_configure_with_arguments`` reads LOCAL_RANK,
+  ``_set_distributed_vars`` sets the device; ZeRO-3's ``Init`` reads the same LOCAL_RANK) in the
+  environment the rank exported, and the ``device_id`` NCCL's communicator is created on;
+- the MFU peak for the selftest's math, TFLOP/s per distinct GPU, native bf16, the precision of
+  the selftest's sweeps, the telemetry status, ``runs.nodes`` of a run whose ranks failed;
+- doctor, the selftest plan (``--dry-run`` and ``--quick``), capacity of every planned sweep,
+  the NVMe preflight on the nodes that run ranks, the verdict on what the nodes answer;
+- the fleet check's groups, message sizes and rules.
+
+``EXPECTED`` is written by hand, one row per profile: what a correct linksweep does on that
 hardware. An expectation the code misses, where the hardware is not at fault, is a defect.
 """
 
