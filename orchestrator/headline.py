@@ -117,7 +117,7 @@ def _series(row: Mapping[str, Any], vary: set[str]) -> str:
         name += f" {row['placement']}"
     if "bucket_mb" in vary:
         name += f" bucket {row['bucket_mb']} MB"
-    if "ddp_grad_dtype" in vary and row.get("ddp_grad_dtype") is not None:
+    if "ddp_grad_dtype" in vary and row.get("strategy") == "ddp":
         name += f" ({row['ddp_grad_dtype']} gradients)"  # before the overlap: its suffix ends
     if "overlap_comm" in vary:
         name += OVERLAP_NAME.get(str(row.get("overlap_comm")), f" (overlap {row['overlap_comm']})")
@@ -128,7 +128,7 @@ def _vary(rows: Sequence[Mapping[str, Any]]) -> set[str]:
     """The keys series are named by: those that vary, and DDP's gradient dtype when DDP runs
     in more than one (ZeRO variants have none, which is no difference)."""
     vary = varying(rows, ("placement", "bucket_mb", "overlap_comm"))
-    if len({r.get("ddp_grad_dtype") for r in rows} - {None}) > 1:
+    if len({r.get("ddp_grad_dtype") for r in rows if r.get("strategy") == "ddp"} - {None}) > 1:
         vary.add("ddp_grad_dtype")
     return vary
 

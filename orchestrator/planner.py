@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 from orchestrator.ds_config import deepspeed_config, default_bucket_mb
 from orchestrator.exclusions import describe_exclusions, usable_nodes
-from orchestrator.spec import RANK_FORM, SpecError, SweepSpec, offload_applies
+from orchestrator.spec import GRAD_DTYPE_NA, RANK_FORM, SpecError, SweepSpec, offload_applies
 from workloads.contract import (
     NCCL_TRACE_PREFIX,
     LinkbenchConfig,
@@ -47,15 +47,16 @@ class Variant:
     ``default_bucket_mb``)."""
     overlap_comm: str = "default"
     """default | true | false (see ``ds_config.OVERLAP_CHOICES``)."""
-    ddp_grad_dtype: str | None = "fp32"
+    ddp_grad_dtype: str = "fp32"
     """DDP: fp32 | bf16, the dtype of its gradient all_reduce (``spec.Grid.ddp_grad_dtype``);
-    None for ZeRO, where it does not apply (the comms rows hold each collective's dtype)."""
+    ``spec.GRAD_DTYPE_NA`` for ZeRO, where it does not apply (comms rows hold each collective's
+    dtype)."""
 
     @property
     def label(self) -> str:
         off = "" if self.offload == "none" else f" offload={self.offload}"
         ovl = "" if self.overlap_comm == "default" else f" overlap={self.overlap_comm}"
-        grad = f" grads={self.ddp_grad_dtype}" if self.ddp_grad_dtype not in (None, "fp32") else ""
+        grad = f" grads={self.ddp_grad_dtype}" if self.ddp_grad_dtype == "bf16" else ""
         return (
             f"{self.strategy}{off}{ovl}{grad} ga={self.grad_accum} link={self.link} "
             f"{self.placement} bucket={self.bucket_mb}MB"
@@ -80,7 +81,7 @@ def expand_grid(spec: SweepSpec) -> list[Variant]:
     ``offload`` applies only to ZeRO strategies, and ``nvme`` only to zero3 (DeepSpeed swaps to
     NVMe with stage 3 only), so DDP variants take offload ``none`` and zero1/zero2 skip ``nvme``;
     combinations no strategy can use are rejected by the spec already. ``ddp_grad_dtype``
-    expands DDP variants only; ZeRO variants take None.
+    expands DDP variants only; ZeRO variants take ``GRAD_DTYPE_NA``.
     """
     g = spec.grid
     seen: set[Variant] = set()
@@ -100,7 +101,7 @@ def expand_grid(spec: SweepSpec) -> list[Variant]:
         elif not offload_applies(strategy, offload):
             continue
         else:
-            grad_dtype = None  # DDP's setting; ZeRO's dtypes follow precision and its config
+            grad_dtype = GRAD_DTYPE_NA  # ZeRO's dtypes follow precision and its config
         if bucket == "default":
             bucket = default_bucket_mb(
                 strategy, spec.precision, spec.deepspeed, spec.deepspeed_preset
@@ -386,7 +387,7 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
 def _ddp_grad_dtype_field(v: Variant) -> dict[str, str]:
     """``ddp_grad_dtype`` for the RunConfig (DDP variants). A contract whose RunConfig has no such
     field can run fp32 only: a bf16 variant is refused rather than run as fp32 under its label."""
-    if v.ddp_grad_dtype is None:
+    if v.strategy != "ddp":
         return {}
     if "ddp_grad_dtype" in RunConfig.__dataclass_fields__:
         return {"ddp_grad_dtype": v.ddp_grad_dtype}

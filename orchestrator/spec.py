@@ -27,6 +27,9 @@ ModelName = Literal["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt2-tiny"]
 Precision = Literal["fp32", "bf16"]
 Overlap = Literal["default", "true", "false"]
 GradDtype = Literal["fp32", "bf16"]
+GRAD_DTYPE_NA = "n/a"
+"""``ddp_grad_dtype`` of a ZeRO variant, where it does not apply: a value rather than NULL, so
+that the variant key matches with SQL ``=`` (resume, statistics, deletes) as every other key."""
 Preset = Literal["serialized"]
 
 DATASETS_BY_NAME = ("wikitext-2-raw-v1", "builtin")

@@ -54,7 +54,7 @@ def group_label(row: dict, vary: set[str]) -> str:
         parts.append(f"bucket={row['bucket_mb']}MB")
     if "overlap_comm" in vary:
         parts.append(f"overlap={row['overlap_comm']}")
-    if "ddp_grad_dtype" in vary and row.get("ddp_grad_dtype") is not None:
+    if "ddp_grad_dtype" in vary and row.get("strategy") == "ddp":
         parts.append(f"grads={row['ddp_grad_dtype']}")
     if "placement" in vary:
         parts.append(str(row["placement"]))
@@ -74,7 +74,7 @@ def series_key(row: dict, vary: set[str]) -> tuple:
         key.append(f"bucket={row['bucket_mb']}MB")
     if "overlap_comm" in vary:
         key.append(f"overlap={row['overlap_comm']}")
-    if "ddp_grad_dtype" in vary and row.get("ddp_grad_dtype") is not None:
+    if "ddp_grad_dtype" in vary and row.get("strategy") == "ddp":
         key.append(f"grads={row['ddp_grad_dtype']}")
     return tuple(key)
 

@@ -150,7 +150,7 @@ def classic_tables(data: ReportData) -> str:
         fixed += [f"bucket {v0['bucket_mb']} MB"] if "bucket_mb" not in vary else []
         if "overlap_comm" not in vary and v0.get("overlap_comm") not in (None, "default"):
             fixed += [f"overlap_comm {v0['overlap_comm']}"]
-        if "ddp_grad_dtype" not in vary and v0.get("ddp_grad_dtype") not in (None, "fp32"):
+        if "ddp_grad_dtype" not in vary and v0.get("ddp_grad_dtype") == "bf16":
             fixed += [f"gradients all-reduced in {v0['ddp_grad_dtype']}"]
         fixed += [f"placement {v0['placement']}"] if "placement" not in vary else []
         # what the strategy sent, by collective and dtype (bf16 DDP and bf16 ZeRO differ)

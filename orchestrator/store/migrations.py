@@ -169,7 +169,7 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE fleet_checks ADD COLUMN IF NOT EXISTS heartbeat_at TIMESTAMPTZ",
     ],
     # v7: the dtype of each collective (comms.dtype) and DDP's gradient dtype as a grid axis
-    # (ddp_grad_dtype, a variant key; NULL for ZeRO, where it does not apply). Before v7 DDP
+    # (ddp_grad_dtype, a variant key; 'n/a' for ZeRO, where it does not apply). Before v7 DDP
     # always all-reduced its gradients in fp32 (torch's allreduce_hook on fp32 gradients, bf16
     # autocast included), so DDP rows say fp32; a ZeRO run's collectives mixed dtypes the
     # comms logger did not record, so their comms.dtype stays NULL. link_model(_check) may
@@ -188,7 +188,8 @@ MIGRATIONS: dict[int, list[str]] = {
             )
         ),
         *(
-            f"UPDATE {table} SET ddp_grad_dtype = 'fp32' WHERE strategy = 'ddp'"
+            f"UPDATE {table} SET ddp_grad_dtype = "
+            "CASE WHEN strategy = 'ddp' THEN 'fp32' ELSE 'n/a' END"
             for table in ("runs", *_V7_KEYED)
         ),
         "UPDATE comms SET dtype = 'fp32' WHERE run_id IN "

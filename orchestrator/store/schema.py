@@ -106,7 +106,7 @@ TABLES: dict[str, str] = {
         throttle_why VARCHAR,        -- why the run counts as throttled (excluded); NULL if not
         rank_env JSON,               -- env every rank started with on top of its node's (v4)
         ranks_per_gpu INTEGER,       -- 1, or 2: the one-GPU rehearsal (link_class shared-gpu)
-        ddp_grad_dtype VARCHAR       -- DDP's all_reduce dtype, fp32 | bf16 (grid axis); NULL: ZeRO
+        ddp_grad_dtype VARCHAR       -- DDP's all_reduce dtype, fp32 | bf16 (grid axis); ZeRO: n/a
     """,
     "steps": """
         run_id VARCHAR,

@@ -103,7 +103,7 @@ COMMON = {
     "offload": "none | cpu | nvme (ZeRO only)",
     "grad_accum": "micro-steps per optimizer step",
     "bucket_mb": "MiB: DDP bucket_cap_mb; DeepSpeed reduce/allgather bucket (the same bytes)",
-    "ddp_grad_dtype": "DDP's gradient all_reduce dtype, fp32 | bf16 (grid axis); NULL for ZeRO",
+    "ddp_grad_dtype": "DDP's gradient all_reduce dtype, fp32 | bf16 (grid axis); n/a for ZeRO",
     "link": "link name from the sweep file's `links`",
     "baseline_link": "the link slowdowns are measured against",
     "placement": "pack: ranks on one node; spread: one rank per node",

@@ -267,7 +267,7 @@ def test_why_names_the_collectives_and_dtypes_each_strategy_sent():
     sens = [
         _sens("ddp", 1, 1.91, 1.60, 2.00) | {"ddp_grad_dtype": "fp32"},
         _sens("ddp", 1, 1.40, 1.30, 1.50) | {"ddp_grad_dtype": "bf16"},
-        _sens("zero3", 1, 2.29, 2.10, 2.40) | {"ddp_grad_dtype": None},
+        _sens("zero3", 1, 2.29, 2.10, 2.40) | {"ddp_grad_dtype": "n/a"},
     ]
     variants = [
         _var("ddp", 1, "fast", 13.5e6)
@@ -275,7 +275,7 @@ def test_why_names_the_collectives_and_dtypes_each_strategy_sent():
         _var("ddp", 1, "fast", 6.75e6)
         | {"ddp_grad_dtype": "bf16", "comm_dtypes": "all_reduce bf16"},
         _var("zero3", 1, "fast", 27.1e6)
-        | {"ddp_grad_dtype": None, "comm_dtypes": "all_gather bf16 + reduce_scatter bf16"},
+        | {"ddp_grad_dtype": "n/a", "comm_dtypes": "all_gather bf16 + reduce_scatter bf16"},
     ]
     (link,) = build_headline(sens, variants, OVERVIEW, ["fast", "slow"]).links
     assert list(link.cells) == ["DDP (fp32 gradients)", "DDP (bf16 gradients)", "ZeRO-3"]

@@ -306,7 +306,7 @@ def test_ddp_grad_dtype_expands_ddp_only_and_reaches_the_ranks():
     assert [(v.strategy, v.ddp_grad_dtype) for v in variants] == [
         ("ddp", "fp32"),
         ("ddp", "bf16"),
-        ("zero3", None),  # ZeRO's dtypes follow precision and its config: no DDP axis
+        ("zero3", "n/a"),  # ZeRO's dtypes follow precision and its config: no DDP axis
     ]
     assert "grads=bf16" in variants[1].label and "grads" not in variants[0].label
     assert variants[1].to_dict()["ddp_grad_dtype"] == "bf16"  # stored with the variant

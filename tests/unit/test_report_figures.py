@@ -228,7 +228,7 @@ def test_strategy_tables_say_what_each_strategy_sent_and_split_ddp_by_gradient_d
         for s, g, sent, med in (
             ("ddp", "fp32", "all_reduce fp32", 1.0),
             ("ddp", "bf16", "all_reduce bf16", 0.8),
-            ("zero3", None, "all_gather bf16 + reduce_scatter bf16", 1.5),
+            ("zero3", "n/a", "all_gather bf16 + reduce_scatter bf16", 1.5),
         )
         for link in ("fast", "slow")
     ]

@@ -1,6 +1,7 @@
 """Schema v7: each collective's dtype (``comms.dtype``) and DDP's gradient dtype as a variant
 column (``ddp_grad_dtype``). A v6 database (the v7 columns dropped, as v6 wrote it) upgrades in
-place: DDP rows say fp32, as every DDP run before v7 all-reduced fp32; ZeRO rows stay NULL."""
+place: DDP rows say fp32, as every DDP run before v7 all-reduced fp32; ZeRO runs' ddp_grad_dtype
+is n/a and their collectives' dtype NULL (not recorded)."""
 
 from __future__ import annotations
 
@@ -46,22 +47,25 @@ def test_v6_database_upgrades_with_each_collectives_dtype(tmp_path):
         )
         s.insert(
             "variant_stats",
-            [{"strategy": "ddp", "link": "a", "placement": "pack", **key}],
+            [{"strategy": st, "link": "a", "placement": "pack", **key} for st in ("ddp", "zero3")],
         )
     _as_v6(db)
     with Store(db) as s:
         assert s.query("SELECT run_id, ddp_grad_dtype FROM runs ORDER BY run_id")[1] == [
             ("d", "fp32"),
-            ("z", None),
+            ("z", "n/a"),
         ]
         assert s.query("SELECT run_id, dtype FROM comms ORDER BY run_id")[1] == [
             ("d", "fp32"),
             ("z", None),
         ]
-        assert s.query("SELECT ddp_grad_dtype FROM variant_summary")[1] == [("fp32",)]
+        assert s.query("SELECT strategy, ddp_grad_dtype FROM variant_summary ORDER BY 1")[1] == [
+            ("ddp", "fp32"),
+            ("zero3", "n/a"),
+        ]
         assert s.query("SELECT ddp_grad_dtype FROM run_summary ORDER BY run_id")[1] == [
             ("fp32",),
-            (None,),
+            ("n/a",),
         ]
         assert s.query("SELECT count(*) FROM link_model WHERE ddp_grad_dtype IS NULL")[1] == [(0,)]
     assert SCHEMA_VERSION == 7
@@ -76,8 +80,8 @@ def test_report_variants_name_what_each_strategy_sent(tmp_path):
     runs = [
         ("d32", "ddp", "fp32", "ok"),
         ("d16", "ddp", "bf16", "ok"),
-        ("z3", "zero3", None, "ok"),
-        ("z3x", "zero3", None, "failed"),  # not in figures: its collectives are not named
+        ("z3", "zero3", "n/a", "ok"),
+        ("z3x", "zero3", "n/a", "failed"),  # not in figures: its collectives are not named
     ]
     comms = [
         ("d32", "all_reduce", 4000, 1, "fp32"),
@@ -109,7 +113,7 @@ def test_report_variants_name_what_each_strategy_sent(tmp_path):
                 [
                     {"strategy": "ddp", "ddp_grad_dtype": "fp32", **key},
                     {"strategy": "ddp", "ddp_grad_dtype": "bf16", **key},
-                    {"strategy": "zero3", "ddp_grad_dtype": None, **key},
+                    {"strategy": "zero3", "ddp_grad_dtype": "n/a", **key},
                 ],
             )
         got = {
@@ -119,5 +123,5 @@ def test_report_variants_name_what_each_strategy_sent(tmp_path):
     assert got == {
         ("ddp", "fp32"): "all_reduce fp32",
         ("ddp", "bf16"): "all_reduce bf16",
-        ("zero3", None): "all_gather bf16 + reduce_scatter bf16",
+        ("zero3", "n/a"): "all_gather bf16 + reduce_scatter bf16",
     }
