@@ -1,5 +1,5 @@
-"""The fleet check loop (``linksweep fleet``): nodes -> per link: intra-node, then rounds of
-pairs -> compute probe -> health -> verdict -> rows -> store.
+"""The fleet check loop (``linksweep fleet``): nodes -> health -> groups -> per link: intra-node,
+then rounds of pairs -> compute probe -> verdict -> rows -> store.
 
 Reads top to bottom; each step is one call into the module named for it: ``raycluster.fleet``
 (Ray: pin probes to nodes and measure), ``fleet_plan`` (which pairs, in which rounds),
