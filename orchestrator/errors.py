@@ -41,12 +41,30 @@ def error_text(exc: BaseException) -> str:
 
 def ranks_error_text(failures: dict[int, BaseException], world_size: int) -> str:
     """One line per failed rank (its exception's last line, where a traceback names the
-    cause), then the full text of the lowest failed rank's error, bounded."""
+    cause) with the device the rank chose (its ``rank N device:`` note, so every failed rank's
+    decision reaches ``runs.nodes``, not only the lowest one's), then the full text of the
+    lowest failed rank's error, bounded."""
     lines = [f"{len(failures)} of {world_size} rank(s) failed"]
     for rank in sorted(failures):
         lines.append(f"rank {rank}: {_cause_line(failures[rank])}")
+        lines.extend(_device_notes(failures[rank]))
     first = failures[min(failures)]
     return ("\n".join(lines) + "\n\n" + error_text(first)).strip()[:8000]
+
+
+_DEVICE_NOTE = re.compile(r"^rank \d+ device: ")
+
+
+def _device_notes(exc: BaseException) -> list[str]:
+    """The ``rank N device: ...`` lines a rank added to its exception: as notes of the
+    exception itself, or inside the text of Ray's wrapper (its ``cause`` or its message)."""
+    found: list[str] = []
+    for e in (exc, getattr(exc, "cause", None)):
+        if e is None:
+            continue
+        candidates = [*getattr(e, "__notes__", ()), *str(e).splitlines()]
+        found += [c.strip() for c in candidates if _DEVICE_NOTE.match(c.strip())]
+    return list(dict.fromkeys(found))
 
 
 _EXC_LINE = re.compile(r"^\w[\w.]*(Error|Exception|Failure|Interrupt)\b.*:")

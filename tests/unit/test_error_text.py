@@ -38,3 +38,26 @@ def test_a_rank_without_a_traceback_gets_its_first_line_and_the_text_is_bounded(
     assert text.splitlines()[:2] == ["1 of 4 rank(s) failed", "rank 3: ValueError: died"]
     assert len(text) == 8000
     assert first_line(Wrapped(KeyError("k"))) == "KeyError: 'k'"
+
+
+def test_every_failed_ranks_device_note_is_kept_not_only_the_lowest_ones():
+    """Each failed rank's ``rank N device:`` note is in the summary, so ``runs.nodes`` gets the
+    device every failed rank chose; only the lowest rank's full text is kept, so the others'
+    notes were lost before."""
+    from workloads.contract import DeviceDecision, noted_decisions
+
+    d0 = DeviceDecision("nccl", "cuda:0", "0", "0")
+    d1 = DeviceDecision("nccl", "cuda:1", "0,1", "1")
+    e0, e1 = RuntimeError("NCCL error"), RuntimeError("invalid device ordinal")
+    e0.add_note(d0.note(0))
+    e1.add_note(d1.note(1))
+    remote = RuntimeError(f"Traceback ...\nRuntimeError: invalid device ordinal\n{d1.note(1)}")
+    for failures in ({0: e0, 1: e1}, {0: e0, 1: Wrapped(remote)}):
+        text = ranks_error_text(failures, 2)
+        assert noted_decisions(text) == {0: d0, 1: d1}
+        assert text.splitlines()[1:5] == [
+            "rank 0: RuntimeError: NCCL error",
+            d0.note(0),
+            "rank 1: RuntimeError: invalid device ordinal",
+            d1.note(1),
+        ]
