@@ -382,6 +382,7 @@ H100_SXM = Gpu("NVIDIA H100 80GB HBM3", (9, 0))
 A10G = Gpu("NVIDIA A10G", (8, 6))
 V100 = Gpu("Tesla V100-SXM2-16GB", (7, 0))
 L4 = Gpu("NVIDIA L4", (8, 9))
+A10 = Gpu("NVIDIA A10", (8, 6))
 UNKNOWN = Gpu("NVIDIA Graphics Device", (10, 0))
 """What NVML calls a GPU its driver has no name for (a pre-release board)."""
 MIG_ID = "MIG-3f5c1d2e-0000-5a6b-8c9d-0123456789ab"
@@ -424,6 +425,21 @@ PROFILES: dict[str, Profile] = {
         ),
         _h100(),
         _h100("0"),
+        Profile(  # Ray started with CUDA_VISIBLE_DEVICES=2,3: its GPU ids are not 0-based
+            "a10x4-cvd23",
+            (
+                Node(
+                    "a10-0",
+                    "10.9.0.2",
+                    32,
+                    (A10,) * 4,
+                    "2,3",
+                    "corpus/topo/12_4gpu-a10-pcie-sys_2nic-legend.txt",
+                ),
+            ),
+            "a10-0",
+            driver_cvd="2,3",
+        ),
         Profile(  # one 1g.10gb instance given to the raylet by its MIG UUID
             "a100-mig-1g",
             (Node("mig-0", "10.3.0.2", 8, (A100_MIG,), MIG_ID, ONE_GPU),),

@@ -23,11 +23,12 @@ hardware. An expectation the code misses, where the hardware is not at fault, is
 from __future__ import annotations
 
 import functools
+import sys
 
 import pytest
 
 from tests.unit.fake_cuda import deepspeed_device
-from tests.unit.hwprofiles import PROFILES, captures_missing, installed
+from tests.unit.hwprofiles import MIG_ID, PROFILES, captures_missing, installed
 
 # -- the table of expected outcomes ----------------------------------------------------------
 # one_rank / rehearsal / two_gpu: each rank's device as linksweep chooses it, and (for ZeRO) as
@@ -75,6 +76,7 @@ CPU_PLAN = {
 }
 EXPECTED: dict[str, dict[str, object]] = {
     "a10g-gpuless-head": {
+        "nvml_gpu": [0],
         "fleet": {"ip-10-0-0-10": CPU_GROUP, "ip-10-0-1-20": gpu_group("NVIDIA A10G")},
         "plan": ONE_GPU_PLAN,
         "plan_nodes": {"gpu_captures": ("ip-10-0-1-20",), "two_gpu": ()},
@@ -86,6 +88,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",  # the g5 node has libaio and the toolkit; the m5 head runs no rank
     },
     "a100-pcie-x2": {
+        "nvml_gpu": [0],
         "fleet": {"a100p-0": gpu_group("NVIDIA A100 80GB PCIe")},
         "plan": {},
         "plan_nodes": {"gpu_captures": ("a100p-0",), "two_gpu": ("a100p-0",)},
@@ -97,6 +100,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",
     },
     "h100x8": {
+        "nvml_gpu": [0],
         "fleet": {"h100-0": gpu_group("NVIDIA H100 80GB HBM3")},
         "plan": {},
         "plan_nodes": {"gpu_captures": ("h100-0",), "two_gpu": ("h100-0",)},
@@ -108,6 +112,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "not run: h100-0 lacks the CUDA toolkit",  # the node's own gap: say so
     },
     "h100x8-cvd0": {
+        "nvml_gpu": [0],
         "fleet": {"h100-0": gpu_group("NVIDIA H100 80GB HBM3")},
         "plan": {"two_gpu": "Ray offers 1"},
         "plan_nodes": {"gpu_captures": ("h100-0",), "two_gpu": ()},
@@ -118,7 +123,20 @@ EXPECTED: dict[str, dict[str, object]] = {
         "telemetry": "nvml",
         "nvme": "not run: h100-0 lacks the CUDA toolkit",
     },
+    "a10x4-cvd23": {
+        "nvml_gpu": [2],  # physical GPU 2: Ray's id is NVML's index (PCI order)
+        "fleet": {"a10-0": gpu_group("NVIDIA A10")},
+        "plan": {},
+        "plan_nodes": {"gpu_captures": ("a10-0",), "two_gpu": ("a10-0",)},
+        "one_rank": ("cuda:0",),
+        "rehearsal": ("cuda:0", "cuda:0"),
+        "two_gpu": ("cuda:0", "cuda:1"),
+        "peak": 125.0,
+        "telemetry": "nvml",
+        "nvme": "run",
+    },
     "a100-mig-1g": {
+        "nvml_gpu": [MIG_ID],
         "fleet": {"mig-0": gpu_group(Holds("MIG 1g.10gb"))},
         "plan": ONE_GPU_PLAN,
         "plan_nodes": {"gpu_captures": ("mig-0",), "two_gpu": ()},
@@ -130,6 +148,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",
     },
     "v100x8": {
+        "nvml_gpu": [0],
         "fleet": {"dgx1-0": gpu_group("Tesla V100-SXM2-16GB")},
         "plan": {},
         "plan_nodes": {"gpu_captures": ("dgx1-0",), "two_gpu": ("dgx1-0",)},
@@ -141,6 +160,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",
     },
     "unknown-gpu": {
+        "nvml_gpu": [0],
         "fleet": {"proto-0": gpu_group("NVIDIA Graphics Device")},
         "plan": ONE_GPU_PLAN,
         "plan_nodes": {"gpu_captures": ("proto-0",), "two_gpu": ()},
@@ -152,6 +172,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",
     },
     "mixed-cpu-a100": {
+        "nvml_gpu": [0],
         "fleet": {
             "head-0": CPU_GROUP,
             "cpu-1": CPU_GROUP,
@@ -168,6 +189,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",  # the A100 nodes build it; the CPU head lacks libaio and runs no rank
     },
     "kuberay-no-smi-driver": {
+        "nvml_gpu": [0],
         "fleet": {"gpu-pod": gpu_group("NVIDIA L4")},
         "plan": {},
         "plan_nodes": {"gpu_captures": ("gpu-pod",), "two_gpu": ("gpu-pod",)},
@@ -179,6 +201,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvme": "run",
     },
     "cpu-only": {
+        "nvml_gpu": [],
         "fleet": {"cpu-a": CPU_GROUP, "cpu-b": CPU_GROUP},
         "plan": CPU_PLAN,
         "plan_nodes": {"gpu_captures": (), "two_gpu": ()},
@@ -304,6 +327,8 @@ def gpu_figures(local_rank: int, visible) -> dict:
     except Exception as exc:  # noqa: BLE001 - the device check reports it
         return {"name": None, "native_bf16": None, "telemetry": f"error: {exc}"}
     device = torch.device(decision.device)
+    nvml = sys.modules["pynvml"]
+    asked_before = len(getattr(nvml, "handles_asked", ()))
     telemetry = Telemetry(device, device_mod.nvml_target(decision.nvml_id))
     telemetry.start()
     status = telemetry.stop().status
@@ -313,6 +338,7 @@ def gpu_figures(local_rank: int, visible) -> dict:
         "name": torch.cuda.get_device_name(device) if gpu else None,
         "native_bf16": native() if native is not None else None,
         "telemetry": status,
+        "nvml_asked": list(getattr(nvml, "handles_asked", ())[asked_before:]),
     }
 
 
@@ -373,6 +399,12 @@ def test_native_bf16(cluster):
     """bf16 in hardware: compute capability 8.0 and newer; V100 only emulates it."""
     expected = cluster.profile.name not in ("v100x8", "cpu-only")
     assert one_rank(cluster)["native_bf16"] is expected
+
+
+def test_telemetry_samples_the_rank_gpu(cluster):
+    """The NVML sampler opens the GPU the rank uses: Ray's id is NVML's index (every rank runs
+    with CUDA_DEVICE_ORDER=PCI_BUS_ID), a MIG instance by its UUID; nothing on CPU."""
+    assert one_rank(cluster)["nvml_asked"] == EXPECTED[cluster.profile.name]["nvml_gpu"]
 
 
 def test_telemetry_status(cluster):
