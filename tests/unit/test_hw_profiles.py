@@ -337,6 +337,7 @@ def gpu_figures(local_rank: int, visible) -> dict:
     return {
         "name": torch.cuda.get_device_name(device) if gpu else None,
         "native_bf16": native() if native is not None else None,
+        "probe_precision": _probe_precision() if gpu else None,
         "telemetry": status,
         "nvml_asked": list(getattr(nvml, "handles_asked", ())[asked_before:]),
     }
@@ -395,10 +396,20 @@ def one_rank(cluster) -> dict:
     return ranks(cluster, 1, 1)[0] if node.cpus or node.ray_gpu_ids else {}
 
 
+def _probe_precision() -> str:
+    from workloads.fleet_probe import gpu_precision
+
+    return gpu_precision()
+
+
 def test_native_bf16(cluster):
-    """bf16 in hardware: compute capability 8.0 and newer; V100 only emulates it."""
-    expected = cluster.profile.name not in ("v100x8", "cpu-only")
-    assert one_rank(cluster)["native_bf16"] is expected
+    """bf16 in hardware: compute capability 8.0 and newer; V100 only emulates it, so the fleet's
+    GPU compute probe runs fp16 there (it would time the emulation)."""
+    rank = one_rank(cluster)
+    native = cluster.profile.name not in ("v100x8", "cpu-only")
+    assert rank["native_bf16"] is native
+    gpu = cluster.profile.name != "cpu-only"
+    assert rank["probe_precision"] == (None if not gpu else "bf16" if native else "fp16")
 
 
 def test_telemetry_samples_the_rank_gpu(cluster):
