@@ -303,7 +303,7 @@ def ranks(cluster, world_size: int, ranks_per_gpu: int) -> list[dict]:
             try:
                 Rank().run(cfg, p.rank, world_size, p.local_rank, node.ip, 29500, visible)
             except _AtProcessGroup as exc:  # the rank names its device in its error
-                seen["note"] = "\n".join(getattr(exc, "__notes__", ()))
+                seen["failure"] = exc
             except Exception as exc:  # noqa: BLE001 - a DeviceError is an outcome here
                 seen["device"] = f"error: {exc}"
             record = {"deepspeed": None, "placement": p, **seen}
@@ -606,14 +606,16 @@ def test_nccl_communicator_on_the_rank_device(cluster, shape):
 
 
 def test_a_failed_run_keeps_each_rank_device(cluster):
-    """A rehearsal whose ranks fail at the process group: the stored ``runs.nodes`` (``rows``)
-    still gives each rank the device it decided (read from the note its error carries), and
-    lists the node's shared GPU once."""
+    """A rehearsal whose ranks all fail at the process group: the run's error as the driver
+    builds it (``errors.ranks_error_text`` of each rank's exception) and the stored
+    ``runs.nodes`` (``rows``) give each rank the device it decided, and list the node's shared
+    GPU once."""
     from orchestrator import rows
+    from orchestrator.errors import ranks_error_text
 
     shape = "rehearsal" if rank_node(cluster).ray_gpu_ids else "one_rank"
     _, _, got = shape_outcome(cluster, *SHAPES[shape])
-    error = "\n".join(r["note"] for r in got)
+    error = ranks_error_text({i: r["failure"] for i, r in enumerate(got)}, len(got))
     stored = rows._nodes([r["placement"] for r in got], [], error)
     assert [n["device_decision"]["device"] for n in stored] == [r["device"] for r in got]
     visible = {n["visible_gpus"] for n in stored}
