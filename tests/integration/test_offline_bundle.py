@@ -1,0 +1,247 @@
+"""The offline bundle (``scripts/bundle``, docs/offline-bundle.md) as an air-gapped node meets it.
+
+The pure pieces first, in milliseconds: platform tags, ``--have`` lines, the stand-ins for what
+the target has, the split of pip's report, parts written and joined, the installer's version
+check. Then one end-to-end test (slow): a fresh venv without system site-packages gets the
+"image" (torch, transformers, pyarrow, nvidia-ml-py, ninja and their dependencies, from local
+wheels) first; the bundle is built for this Python against that venv's ``pip list``, split into
+20 MiB parts, moved, and installed with PIP_NO_INDEX=1 and a proxy that answers nothing, so any
+attempt to reach a registry fails; then ``linksweep selftest --dry-run`` runs from the venv.
+
+The build step may use the registries. Its downloads (and the image's wheels) are kept in
+``~/.cache/linksweep-bundle-test`` (LINKSWEEP_BUNDLE_TEST_CACHE), keyed by target and versions:
+a warm run resolves again (seconds) but downloads nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from bundle import build, parts  # noqa: E402
+from bundle.install import compare_versions, part_problems, unpack  # noqa: E402
+from bundle.target import (  # noqa: E402
+    BadInput,
+    expand_platforms,
+    is_stand_in,
+    parse_have,
+    stand_in_version,
+)
+
+CACHE = Path(
+    os.environ.get("LINKSWEEP_BUNDLE_TEST_CACHE", Path.home() / ".cache" / "linksweep-bundle-test")
+)
+IMAGE = ("torch", "transformers", "pyarrow", "nvidia-ml-py", "ninja")
+"""What the node image brings (the versions this checkout's venv has); the rest is the bundle's."""
+DRY_RUN_READY = True  # `linksweep selftest --dry-run` exists; False: the e2e test runs --help
+NO_NETWORK = {"http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}
+"""Port 9 (discard) answers nothing here: a request for a registry fails instead of passing."""
+
+
+# --- pure pieces ------------------------------------------------------------------------------
+
+
+def test_a_manylinux_tag_admits_every_older_manylinux_wheel():
+    tags = expand_platforms(["manylinux_2_28_x86_64"])
+    assert tags[0] == "manylinux_2_28_x86_64"
+    for older in ("manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"):
+        assert older in tags
+    assert "manylinux_2_29_x86_64" not in tags
+    assert expand_platforms(["manylinux2014_aarch64"])[0] == "manylinux_2_17_aarch64"
+    assert expand_platforms([]) == expand_platforms(["manylinux_2_28_x86_64"])
+
+
+def test_tags_of_two_architectures_are_refused_with_both_named():
+    with pytest.raises(BadInput, match="aarch64, x86_64"):
+        expand_platforms(["manylinux_2_28_x86_64", "manylinux_2_28_aarch64"])
+
+
+def test_have_lines_are_read_as_pip_list_prints_them_and_a_url_line_is_named():
+    lines = ["# the node", "Torch==2.11.0+cu130", "", "typing_extensions==4.15.0  # pinned"]
+    assert parse_have(lines, "have.txt") == {
+        "torch": "2.11.0+cu130",
+        "typing-extensions": "4.15.0",
+    }
+    with pytest.raises(BadInput, match=r"have.txt line 2: .*pip list --format=freeze"):
+        parse_have(["numpy==2.0.0", "torch @ file:///croot/torch"], "have.txt")
+    with pytest.raises(BadInput, match="torch given twice"):
+        parse_have(["torch==2.11.0", "torch==2.12.0"], "have.txt")
+
+
+def test_a_stand_in_is_the_targets_version_marked_as_ours():
+    assert stand_in_version("2.11.0") == "2.11.0+have"
+    assert stand_in_version("2.13.0+cpu") == "2.13.0+cpu.have"
+    have = {"torch": "2.13.0+cpu"}
+    assert is_stand_in("Torch", "2.13.0+cpu.have", have)
+    assert not is_stand_in("torch", "2.13.0+cpu", have)  # the real wheel of a find-links folder
+    assert not is_stand_in("numpy", "2.0.0+have", have)
+
+
+def _item(name, version, url, sha=None):
+    info = {"url": url} | ({"archive_info": {"hashes": {"sha256": sha}}} if sha else {})
+    return {"metadata": {"name": name, "version": version}, "download_info": info}
+
+
+def test_the_report_splits_into_wheels_to_ship_and_what_the_target_has():
+    report = {
+        "install": [
+            _item("torch", "2.11.0+have", "file:///w/have/torch-2.11.0%2Bhave-py3-none-any.whl"),
+            _item(
+                "Ray", "2.60.0", "https://x/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl", "ab"
+            ),
+            _item("linksweep", "0.1.0", "file:///w/own/linksweep-0.1.0-py3-none-any.whl"),
+        ]
+    }
+    ship, left_out = build.split_report(
+        report, {"torch": "2.11.0"}, {"linksweep-0.1.0-py3-none-any.whl"}
+    )
+    assert left_out == [{"name": "torch", "version": "2.11.0", "reason": "the target has it"}]
+    assert [(w["name"], w["own"], w["sha256"]) for w in ship] == [
+        ("linksweep", True, None),
+        ("ray", False, "ab"),
+    ]
+    assert ship[1]["file"] == "ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl"
+
+
+def test_parts_hold_the_exact_bytes_and_a_damaged_or_missing_part_is_named(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    files = {}
+    for name, size in (("a-1.0-py3-none-any.whl", 2500), ("b-2.0-py3-none-any.whl", 3100)):
+        (src / name).write_bytes(os.urandom(size))
+        files[name] = src / name
+    out = tmp_path / "out"
+    out.mkdir()
+    written = parts.write_parts(files, out, 1000)
+    assert len(written) >= 6 and all(p["bytes"] <= 1000 for p in written)
+    assert part_problems(out, written) == []
+    got = unpack(out, written, tmp_path / "wheels")
+    assert {p.name: p.read_bytes() for p in got} == {n: p.read_bytes() for n, p in files.items()}
+
+    second = out / written[1]["file"]
+    data = bytearray(second.read_bytes())
+    data[10] ^= 1
+    second.write_bytes(bytes(data))
+    (out / written[2]["file"]).unlink()
+    assert part_problems(out, written) == [
+        f"{written[1]['file']}: sha256 differs from the manifest's",
+        f"{written[2]['file']}: missing",
+    ]
+
+
+def test_an_out_folder_holding_other_files_is_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="notes.txt"):
+        parts.clear_old_bundle(tmp_path, parts.bundle_names())
+    assert (tmp_path / "notes.txt").exists()
+
+
+def test_versions_after_install_tell_installed_kept_and_missing():
+    manifest = {
+        "wheels": [{"name": "a", "version": "1.0"}, {"name": "B_c", "version": "2.0"}],
+        "left_out": [{"name": "torch", "version": "2.11.0", "reason": "the target has it"}],
+    }
+    seen = {"a": "1.0", "b-c": "1.5", "torch": "2.11.0"}
+    assert compare_versions(manifest, seen) == ([("a", "1.0")], [("B_c", "1.5", "2.0")], [])
+    _, _, problems = compare_versions(manifest, {"b-c": "2.0"})
+    assert problems[0] == "a 1.0: not installed"
+    assert "--system-site-packages" in problems[1]
+
+
+# --- end to end -------------------------------------------------------------------------------
+
+
+def _run(cmd: list[str], what: str, env: dict | None = None, cwd: Path | None = None) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, check=False)
+    assert done.returncode == 0, f"{what}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def _offline_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS")}
+    # PIP_NO_COMPILE: byte-compiling torch's files is most of an install's time on 2 cores
+    return env | NO_NETWORK | {"PIP_NO_INDEX": "1", "PIP_NO_COMPILE": "1"} | extra
+
+
+def _image_wheels() -> tuple[Path, list[str]]:
+    """The image's wheels in the cache (downloaded once: the build step may use registries)."""
+    pins = [f"{name}=={metadata.version(name)}" for name in IMAGE]
+    folder = CACHE / ("image-" + hashlib.sha256(" ".join(pins).encode()).hexdigest()[:12])
+    if not (folder / ".complete").exists():
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(folder), *pins]
+        _run(cmd, "downloading the image's wheels")
+        (folder / ".complete").write_text("\n".join(pins) + "\n")
+    return folder, pins
+
+
+@pytest.mark.slow
+def test_the_bundle_installs_offline_and_selftest_plans_from_it(tmp_path):
+    t0 = time.monotonic()
+    timings = {}
+    image, pins = _image_wheels()
+    node = tmp_path / "node"
+    _run([sys.executable, "-m", "venv", str(node)], "python -m venv")  # no system site-packages
+    py = str(node / "bin" / "python")
+    install = [py, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", str(image)]
+    _run([*install, *pins], "installing the image", env=_offline_env())
+    have = tmp_path / "have.txt"
+    have.write_text(_run([py, "-m", "pip", "list", "--format=freeze"], "pip list"))
+    timings["image"] = time.monotonic() - t0
+
+    built = tmp_path / "built"
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    cmd = [sys.executable, str(REPO / "scripts" / "bundle"), "--python", python]
+    cmd += ["--have-file", str(have), "--out", str(built), "--part-mib", "20"]
+    print(_run([*cmd, "--cache", str(CACHE / "wheels")], "building the bundle"))
+    timings["build"] = time.monotonic() - t0 - timings["image"]
+
+    manifest = json.loads((built / "manifest.json").read_text())
+    names = {w["name"] for w in manifest["wheels"]}
+    assert {"linksweep", "deepspeed", "ray", "duckdb", "datasets"} <= names
+    assert not names & {"torch", "transformers", "pyarrow", "sympy"}
+    assert not [n for n in names if n.startswith("nvidia-")]
+    assert {g["name"]: g["version"] for g in manifest["left_out"]}["torch"] == metadata.version(
+        "torch"
+    )
+    assert len(manifest["parts"]) >= 2
+    assert all(p["bytes"] <= 20 * parts.MIB for p in manifest["parts"])
+    (deepspeed,) = [w for w in manifest["wheels"] if w["name"] == "deepspeed"]
+    assert deepspeed["file"].endswith("-py3-none-any.whl")
+
+    moved = tmp_path / "on-the-node" / "bundle"  # the copy step: the folder, nothing else
+    moved.parent.mkdir()
+    built.rename(moved)
+    env = _offline_env(PYTHON=py)
+    out = _run(["sh", str(moved / "install-bundle.sh"), str(node)], "install", env, tmp_path)
+    print(out)
+    assert "checks passed: import ray, deepspeed, duckdb, pydantic, datasets" in out
+    timings["install"] = time.monotonic() - t0 - timings["image"] - timings["build"]
+
+    where = _run(
+        [py, "-c", "import orchestrator; print(orchestrator.__file__)"], "import", env, tmp_path
+    )
+    assert where.startswith(str(node)), where
+    linksweep = str(node / "bin" / "linksweep")
+    args = ["selftest", "--dry-run"] if DRY_RUN_READY else ["--help"]
+    plan = _run([linksweep, *args], "linksweep selftest --dry-run", env, tmp_path)
+    if DRY_RUN_READY:
+        assert "selftest plan" in plan and "checks:" in plan, plan
+    timings["dry_run"] = time.monotonic() - t0 - sum(timings.values())
+    size = sum(p["bytes"] for p in manifest["parts"])
+    print(
+        f"bundle {size / 1e6:.1f} MB in {len(manifest['parts'])} parts of at most 20 MiB; "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
+    )
+    shutil.rmtree(node)  # ~1.5 GB: not left for pytest's tmp retention
