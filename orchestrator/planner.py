@@ -52,6 +52,10 @@ class Variant:
     ``spec.GRAD_DTYPE_NA`` for ZeRO, where it does not apply (comms rows hold each collective's
     dtype)."""
 
+    def __post_init__(self) -> None:
+        if self.strategy != "ddp":  # however it was built, a ZeRO variant has no DDP dtype
+            object.__setattr__(self, "ddp_grad_dtype", GRAD_DTYPE_NA)
+
     @property
     def label(self) -> str:
         off = "" if self.offload == "none" else f" offload={self.offload}"

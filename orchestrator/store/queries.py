@@ -86,9 +86,9 @@ DIAGNOSTICS = _q(
 # reads (link_class, ranks_per_gpu): a one-GPU rehearsal never makes a slowdown or a link model.
 VARIANT_GROUP_RUNS = _q(
     "variant_group_runs",
-    """SELECT strategy, offload, grad_accum, bucket_mb, overlap_comm, link, placement, status,
-              coalesce(throttled, false) AS throttled, median_step_time_s, samples_per_s,
-              tokens_per_s, comm_bytes_per_step, expected_comm_bytes_per_step,
+    """SELECT strategy, offload, grad_accum, bucket_mb, overlap_comm, ddp_grad_dtype, link,
+              placement, status, coalesce(throttled, false) AS throttled, median_step_time_s,
+              samples_per_s, tokens_per_s, comm_bytes_per_step, expected_comm_bytes_per_step,
               predicted_comm_s_per_step, peak_mem_bytes, achieved_tflops_per_gpu, mfu,
               link_class, coalesce(ranks_per_gpu, 1) AS ranks_per_gpu
        FROM runs
@@ -211,8 +211,8 @@ REPORT_SENSITIVITY = _q(
 )
 REPORT_STEP_TIMES = _q(
     "report_step_times",
-    f"""SELECT r.strategy, r.offload, r.grad_accum, r.bucket_mb, r.overlap_comm, r.link,
-               r.placement, r.run_id, st.step, st.step_time_s
+    f"""SELECT r.strategy, r.offload, r.grad_accum, r.bucket_mb, r.overlap_comm,
+               r.ddp_grad_dtype, r.link, r.placement, r.run_id, st.step, st.step_time_s
         FROM step_times st JOIN runs r ON r.run_id = st.run_id
         WHERE r.sweep_id = $sweep_id AND {included_run_sql("r")}""",
 )

@@ -10,6 +10,7 @@ import pytest
 
 from orchestrator.planner import (
     RankPlacement,
+    Variant,
     expand_grid,
     link_placements,
     linkbench_config,
@@ -319,3 +320,5 @@ def test_ddp_grad_dtype_expands_ddp_only_and_reaches_the_ranks():
             run_config(s, variants[1], "r")
         assert run_config(s, variants[0], "r").strategy == "ddp"
     assert run_config(s, variants[2], "r").ds_config is not None
+    assert Variant("zero3", 1, "a", "pack").ddp_grad_dtype == "n/a"  # however it is built
+    assert Variant("ddp", 1, "a", "pack").ddp_grad_dtype == "fp32"

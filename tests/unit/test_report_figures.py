@@ -93,6 +93,7 @@ def _step_rows(n_variants: int) -> list[dict]:
                 {
                     **VARIANT,
                     "strategy": strategy,
+                    "ddp_grad_dtype": "fp32" if strategy == "ddp" else "n/a",
                     "grad_accum": 1 + i // 4,
                     "link": ("default", "no_p2p")[(i // 2) % 2],
                     "run_id": f"r{i}",
