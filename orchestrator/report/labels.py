@@ -46,15 +46,21 @@ def variant_sort_key(row: dict, link_order: Sequence[str]) -> tuple:
     )
 
 
+def _compressed(row: dict) -> bool:
+    """DDP all-reducing in a dtype other than its default fp32: named in labels (ZeRO's ``n/a``
+    and DDP's fp32 beside it are not, so a sweep of DDP and ZeRO at defaults reads as before)."""
+    return row.get("strategy") == "ddp" and row.get("ddp_grad_dtype") not in (None, "fp32")
+
+
 def group_label(row: dict, vary: set[str]) -> str:
     """A variant group's short name (every key but the link): strategy and grad_accum always;
-    bucket, overlap, DDP's gradient dtype and placement when they vary."""
+    bucket, overlap, DDP's gradient dtype (when not fp32) and placement when they vary."""
     parts = [strategy_label(row), f"ga={row['grad_accum']}"]
     if "bucket_mb" in vary:
         parts.append(f"bucket={row['bucket_mb']}MB")
     if "overlap_comm" in vary:
         parts.append(f"overlap={row['overlap_comm']}")
-    if "ddp_grad_dtype" in vary and row.get("strategy") == "ddp":
+    if "ddp_grad_dtype" in vary and _compressed(row):
         parts.append(f"grads={row['ddp_grad_dtype']}")
     if "placement" in vary:
         parts.append(str(row["placement"]))
@@ -74,7 +80,7 @@ def series_key(row: dict, vary: set[str]) -> tuple:
         key.append(f"bucket={row['bucket_mb']}MB")
     if "overlap_comm" in vary:
         key.append(f"overlap={row['overlap_comm']}")
-    if "ddp_grad_dtype" in vary and row.get("strategy") == "ddp":
+    if "ddp_grad_dtype" in vary and _compressed(row):
         key.append(f"grads={row['ddp_grad_dtype']}")
     return tuple(key)
 

@@ -240,4 +240,5 @@ def test_strategy_tables_say_what_each_strategy_sent_and_split_ddp_by_gradient_d
     assert "sent all_gather bf16 + reduce_scatter bf16" in zero and "ddp_grad_dtype" not in zero
     vary = {"ddp_grad_dtype"}
     assert group_label(variants[2], vary) == "ddp ga=1 grads=bf16"
+    assert group_label(variants[0], vary) == "ddp ga=1"  # DDP's default dtype is not named
     assert group_label(variants[4], vary) == "zero3 ga=1"
