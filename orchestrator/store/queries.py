@@ -186,9 +186,10 @@ REPORT_RUNS = _q(
        WHERE sweep_id = $sweep_id ORDER BY seq""",
 )
 # Each variant's figures, and the collectives its included runs sent by op and dtype, largest
-# first (``comm_dtypes``: "all_gather bf16 + reduce_scatter bf16"; messages under 64 bytes,
-# scalar norms and flags, left out), so strategies are compared with what they sent. A variant
-# row without a ddp_grad_dtype takes the runs of either DDP dtype.
+# first (``comm_dtypes``: "all_gather bf16 + reduce_scatter bf16"; an (op, dtype) carrying under
+# 1% of the largest one's bytes, such as scalar norms, flags and ZeRO-3's index broadcasts, is
+# left out), so strategies are compared with what they sent. A variant row without a
+# ddp_grad_dtype takes the runs of either DDP dtype.
 REPORT_VARIANTS = _q(
     "report_variants",
     f"""SELECT v.*,
@@ -202,8 +203,9 @@ REPORT_VARIANTS = _q(
                         AND r.overlap_comm IS NOT DISTINCT FROM v.overlap_comm
                         AND (v.ddp_grad_dtype IS NULL OR r.ddp_grad_dtype = v.ddp_grad_dtype)
                         AND {included_run_sql("r")} AND r.superseded_by IS NULL
-                        AND c.dtype IS NOT NULL AND c.msg_bytes >= 64
-                      GROUP BY c.op, c.dtype)) AS comm_dtypes
+                        AND c.dtype IS NOT NULL
+                      GROUP BY c.op, c.dtype
+                      QUALIFY nbytes >= 0.01 * max(nbytes) OVER ())) AS comm_dtypes
         FROM variant_summary v WHERE v.sweep_id = $sweep_id""",
 )
 REPORT_SENSITIVITY = _q(

@@ -89,6 +89,7 @@ def test_report_variants_name_what_each_strategy_sent(tmp_path):
         ("z3", "all_gather", 2000, 2, "bf16"),
         ("z3", "reduce_scatter", 2000, 1, "bf16"),
         ("z3", "all_reduce", 8, 3, "fp32"),  # a scalar norm: left out
+        ("z3", "broadcast", 16, 2, "int64"),  # under 1% of the largest (4000 B): left out
         ("z3x", "all_to_all", 9000, 1, "fp32"),
     ]
     with Store(str(tmp_path / "r.duckdb")) as s:
