@@ -237,12 +237,22 @@ def _install(args: argparse.Namespace, folder: Path, manifest: dict) -> int:
     if got.strip() != want:
         raise Failed(f"{python[0]} is Python {got.strip()}; the bundle's wheels are for {want}")
     pip = [*python, "-m", "pip", "install", "--quiet", "--no-index", "--disable-pip-version-check"]
-    if args.target:
+    if args.target:  # --upgrade: pip --target skips what the folder has, even if older
         files = [str(folder / "wheels" / w["file"]) for w in manifest["wheels"]]
-        pip += ["--no-deps", "--target", args.target, *files]
+        _run([*pip, "--no-deps", "--upgrade", "--target", args.target, *files], env, "pip", True)
     else:
-        pip += ["--find-links", str(folder / "wheels"), manifest["requirement"]]
-    _run(pip, env, "pip install (its message above names what is missing)", show=True)
+        pip_venv = [*pip, "--find-links", str(folder / "wheels"), manifest["requirement"]]
+        _run(pip_venv, env, "pip install (its message above names what is missing)", show=True)
+        # a linksweep of the same version already there (an earlier bundle) is replaced: pip
+        # would call it satisfied and keep the old code
+        ours = [w["file"] for w in manifest["wheels"] if w["name"] == "linksweep"]
+        again = [
+            *pip,
+            "--no-deps",
+            "--force-reinstall",
+            *(str(folder / "wheels" / f) for f in ours),
+        ]
+        _run(again, env, "pip install linksweep", show=True)
     seen = json.loads(_run([*python, "-c", _VERSIONS], env, "reading installed versions"))
     installed, kept, problems = compare_versions(manifest, seen)
     if problems:
@@ -250,11 +260,11 @@ def _install(args: argparse.Namespace, folder: Path, manifest: dict) -> int:
     _run([*python, "-c", "import " + ", ".join(SMOKE_IMPORTS)], env, "imports")
     help_cmd = [*python, *linksweep, "--help"] if args.target else [*linksweep, "--help"]
     _run(help_cmd, env, "linksweep --help")
-    _report(args, manifest, installed, kept)
+    _report(args, python[0], manifest, installed, kept)
     return 0
 
 
-def _report(args, manifest: dict, installed: list, kept: list) -> None:
+def _report(args, python: str, manifest: dict, installed: list, kept: list) -> None:
     where = args.target or args.venv
     print(f"installed from the bundle into {where} ({len(installed)} packages):")
     print("  " + ", ".join(f"{n} {v}" for n, v in installed))
@@ -265,11 +275,9 @@ def _report(args, manifest: dict, installed: list, kept: list) -> None:
         print("left out of the bundle, the target has them:")
         print("  " + ", ".join(f"{g['name']} {g['version']}" for g in manifest["left_out"]))
     print(f"checks passed: import {', '.join(SMOKE_IMPORTS)}; linksweep --help")
-    run = (
-        f"PYTHONPATH={args.target} python -m orchestrator"
-        if args.target
-        else f"{where}/bin/linksweep"
-    )
+    run = f"{where}/bin/linksweep"
+    if args.target:
+        run = f"PYTHONPATH={args.target} {python} -m orchestrator"
     print(f"next: {run} selftest --dry-run")
 
 
