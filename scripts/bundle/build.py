@@ -47,7 +47,8 @@ def pip(args: list[str], what: str, env: dict[str, str] | None = None) -> str:
         cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, check=False
     )
     if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-25:])
+        lines = (done.stdout + done.stderr).strip().splitlines()
+        tail = "\n".join([x for x in lines if not x.startswith("WARNING:")][-25:])
         raise BuildFailed(f"{what} failed (pip exit {done.returncode}):\n{tail}")
     return done.stdout
 
@@ -123,11 +124,18 @@ def resolve(
     constraints = work / "constraints.txt"
     constraints.write_text("".join(f"{p}\n" for p in pins))
     report = work / "report.json"
-    args = ["install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report)]
+    args = ["install", "--dry-run", "--ignore-installed", "--report", str(report)]
     args += ["--target", str(work / "never-written"), *target.pip_args()]
     for folder in find_links:
         args += ["--find-links", str(folder)]
-    pip([*args, "--constraint", str(constraints), requirement], "resolving for the target")
+    try:
+        pip([*args, "--constraint", str(constraints), requirement], "resolving for the target")
+    except BuildFailed as exc:
+        raise BuildFailed(
+            f"{exc}\n(a version ending in +have is the target's own: when pip says it is too "
+            "old, leave that package out of --have/--have-file, and the bundle ships a newer "
+            "one into the venv; or loosen a --pin)"
+        ) from None
     return json.loads(report.read_text())
 
 

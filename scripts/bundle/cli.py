@@ -35,6 +35,9 @@ from bundle.target import BadInput, Target, expand_platforms, parse_have, parse_
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = Path.home() / ".cache" / "linksweep-bundle"
+KEY = ("ray", "deepspeed", "duckdb", "pydantic", "datasets", "transformers", "linksweep")
+"""Shown in the summary: pip may take an older one to fit what the target has (ray 2.52 for a
+target whose packaging is older than ray 2.60 accepts); ``--pin`` holds one."""
 DEFAULT_PART_MIB = 60
 """A 64 MiB transfer with room for the installer, the manifest and the checkout (git archive of
 HEAD, ~1 MB gzipped) beside one part."""
@@ -57,6 +60,13 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         help="a package with no wheel, built here from its sdist (default: deepspeed); "
         "NAME or a requirement such as deepspeed==0.19.8",
+    )
+    p.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        help="a version to hold to, repeatable (ray==2.60.0: the Ray of the cluster to join; "
+        "pip may otherwise choose an older one to fit what the target has)",
     )
     p.add_argument("--out", required=True, help="the folder to write the bundle into")
     p.add_argument("--part-mib", type=float, default=DEFAULT_PART_MIB, help="most MiB per part")
@@ -108,6 +118,7 @@ def make(target: Target, have: dict[str, str], sdists: list[str], out: Path, arg
             built.append({"name": name, "version": version, "how": _how(name)})
         build.stand_ins(have, work / "have")
         pins += [f"{n}=={build.stand_in_version(v)}" for n, v in have.items()]
+        pins += [str(Requirement(p)) for p in args.pin]
         requirement = f"linksweep=={ours.name.split('-')[1]}"
         report = build.resolve(target, requirement, [own, work / "have"], pins, work)
         own_files = {p.name for p in own.glob("*.whl")}
@@ -170,6 +181,8 @@ def summary(manifest: dict, out: Path) -> str:
         f"{manifest['target']['platforms'][0]})",
         f"  {len(manifest['wheels'])} wheels, {total / 1e6:.1f} MB in {len(manifest['parts'])} "
         f"parts (largest {biggest / parts.MIB:.1f} MiB)",
+        "  "
+        + ", ".join(f"{w['name']} {w['version']}" for w in manifest["wheels"] if w["name"] in KEY),
         "  left out, the target has them: "
         + (", ".join(f"{g['name']} {g['version']}" for g in manifest["left_out"]) or "none"),
         f"  install on the node: sh {out}/install-bundle.sh VENV  (docs/offline-bundle.md)",

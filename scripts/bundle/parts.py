@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -95,8 +96,13 @@ def clear_old_bundle(folder: Path, keep_names: set[str]) -> None:
             "allowed: a new folder or a previous bundle's"
         )
     for p in ours:
-        p.unlink()
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
 
 
 def bundle_names() -> set[str]:
-    return {MANIFEST, "install-bundle.sh", "install_bundle.py"}
+    """What a bundle folder holds besides its parts; ``wheels/`` is where the installer
+    unpacked them (a bundle installed on the machine that built it)."""
+    return {MANIFEST, "install-bundle.sh", "install_bundle.py", "wheels"}

@@ -45,7 +45,6 @@ CACHE = Path(
 )
 IMAGE = ("torch", "transformers", "pyarrow", "nvidia-ml-py", "ninja")
 """What the node image brings (the versions this checkout's venv has); the rest is the bundle's."""
-DRY_RUN_READY = True  # `linksweep selftest --dry-run` exists; False: the e2e test runs --help
 NO_NETWORK = {"http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}
 """Port 9 (discard) answers nothing here: a request for a registry fails instead of passing."""
 
@@ -141,11 +140,18 @@ def test_parts_hold_the_exact_bytes_and_a_damaged_or_missing_part_is_named(tmp_p
     ]
 
 
-def test_an_out_folder_holding_other_files_is_refused(tmp_path):
+def test_an_out_folder_holding_other_files_is_refused_and_an_old_bundle_cleared(tmp_path):
+    for name in ("manifest.json", "linksweep-bundle.tar.001", "install-bundle.sh"):
+        (tmp_path / name).write_text("old")
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "a-1.0-py3-none-any.whl").write_text("old")
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="notes.txt"):
         parts.clear_old_bundle(tmp_path, parts.bundle_names())
-    assert (tmp_path / "notes.txt").exists()
+    assert (tmp_path / "manifest.json").exists()  # nothing removed when refused
+    (tmp_path / "notes.txt").unlink()
+    parts.clear_old_bundle(tmp_path, parts.bundle_names())
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_versions_after_install_tell_installed_kept_and_missing():
@@ -234,14 +240,13 @@ def test_the_bundle_installs_offline_and_selftest_plans_from_it(tmp_path):
     )
     assert where.startswith(str(node)), where
     linksweep = str(node / "bin" / "linksweep")
-    args = ["selftest", "--dry-run"] if DRY_RUN_READY else ["--help"]
-    plan = _run([linksweep, *args], "linksweep selftest --dry-run", env, tmp_path)
-    if DRY_RUN_READY:
-        assert "selftest plan" in plan and "checks:" in plan, plan
+    plan = _run([linksweep, "selftest", "--dry-run"], "linksweep selftest --dry-run", env, tmp_path)
+    assert "selftest plan" in plan and "checks:" in plan, plan
     timings["dry_run"] = time.monotonic() - t0 - sum(timings.values())
     size = sum(p["bytes"] for p in manifest["parts"])
     print(
         f"bundle {size / 1e6:.1f} MB in {len(manifest['parts'])} parts of at most 20 MiB; "
         + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
     )
-    shutil.rmtree(node)  # ~1.5 GB: not left for pytest's tmp retention
+    shutil.rmtree(node)  # ~1.5 GB and the bundle twice over: not left for pytest's retention
+    shutil.rmtree(moved)
