@@ -206,18 +206,9 @@ def _comm_rows(run_id: str, rank: int, t: TrainingRecord, world_size: int) -> li
     for c in t.comms:
         per_op_s = c.total_time_s / c.count if c.count else 0.0
         algbw, busbw = comm_model.bandwidths_gbps(c.op, world_size, c.msg_bytes, per_op_s)
-        rows.append(
-            {
-                "run_id": run_id,
-                "rank": rank,
-                "op": c.op,
-                "msg_bytes": c.msg_bytes,
-                "count": c.count,
-                "total_time_s": c.total_time_s,
-                "algbw_gbps": algbw,
-                "busbw_gbps": busbw,
-            }
-        )
+        # every CommRecord field is a comms column (op, msg_bytes, count, total_time_s, dtype)
+        row = {"run_id": run_id, "rank": rank, **dataclasses.asdict(c)}
+        rows.append(row | {"algbw_gbps": algbw, "busbw_gbps": busbw})
     return rows
 
 
@@ -247,6 +238,7 @@ def _comm_facts(spec: SweepSpec, planned: PlannedRun, trained, prices) -> dict:
         spec.world_size,
         first.n_params,
         _rank0(trained).ds_config,
+        ddp_grad_dtype=v.ddp_grad_dtype,  # DDP only; ZeRO reads its config
     )
     if expectation is not None:
         out["expected_comm_bytes_per_step"] = expectation.msg_bytes_per_step

@@ -271,6 +271,7 @@ VARIANT_KEY = (
     "grad_accum",
     "bucket_mb",
     "overlap_comm",
+    "ddp_grad_dtype",
     "link",
     "placement",
 )

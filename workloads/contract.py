@@ -124,6 +124,9 @@ class RunConfig:
     overlap_comm: str = "default"
     """default | true | false. DDP false: gradients all-reduced after backward, not during it
     (ZeRO's value is already in ``ds_config``)."""
+    ddp_grad_dtype: str = "fp32"
+    """DDP: fp32 | bf16, the dtype its gradients are all-reduced in (bf16: torch's
+    ``bf16_compress_hook``); ZeRO's dtypes are in ``ds_config``."""
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,8 @@ class CommRecord:
     msg_bytes: int
     count: int
     total_time_s: float
+    dtype: str | None = None
+    """The elements' dtype on the link (``fp32``, ``bf16``, ...); None where not recorded."""
 
 
 @dataclass(frozen=True)

@@ -175,10 +175,10 @@ MIGRATIONS: dict[int, list[str]] = {
     # comms logger did not record, so their comms.dtype stays NULL. link_model(_check) may
     # not exist yet in an old database: created as v7 has them.
     7: [
-        "ALTER TABLE runs ADD COLUMN ddp_grad_dtype VARCHAR",
-        "ALTER TABLE comms ADD COLUMN dtype VARCHAR",
-        "ALTER TABLE variant_stats ADD COLUMN ddp_grad_dtype VARCHAR",
-        "ALTER TABLE sensitivity_stats ADD COLUMN ddp_grad_dtype VARCHAR",
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS ddp_grad_dtype VARCHAR",
+        "ALTER TABLE comms ADD COLUMN IF NOT EXISTS dtype VARCHAR",
+        "ALTER TABLE variant_stats ADD COLUMN IF NOT EXISTS ddp_grad_dtype VARCHAR",
+        "ALTER TABLE sensitivity_stats ADD COLUMN IF NOT EXISTS ddp_grad_dtype VARCHAR",
         *(
             stmt
             for table in ("link_model", "link_model_check")

@@ -94,7 +94,7 @@ VARIANT_GROUP_RUNS = _q(
        FROM runs
        WHERE sweep_id = $sweep_id AND strategy = $strategy AND offload = $offload
          AND grad_accum = $grad_accum AND bucket_mb = $bucket_mb AND placement = $placement
-         AND overlap_comm = $overlap_comm
+         AND overlap_comm = $overlap_comm AND ddp_grad_dtype = $ddp_grad_dtype
          AND superseded_by IS NULL
        ORDER BY seq""",
 )

@@ -19,7 +19,7 @@ from orchestrator.linkmodel import (
 from orchestrator.stats import GROUP_KEY
 
 GROUP = {"strategy": "zero3", "offload": "none", "grad_accum": 8, "bucket_mb": 25, "overlap_comm": "default",
-         "placement": "spread"}  # fmt: skip
+         "ddp_grad_dtype": "n/a", "placement": "spread"}  # fmt: skip
 COMM_S = {"r50": 4.0, "r100": 2.0, "r300": 0.667, "r1g": 0.2}  # predicted comm per step
 
 

@@ -226,6 +226,7 @@ GROUP = {
     "grad_accum": 1,
     "bucket_mb": 25,
     "overlap_comm": "default",
+    "ddp_grad_dtype": "fp32",
 }
 
 
