@@ -87,7 +87,7 @@ def add_parser(sub) -> None:
         "--dry-run",
         action="store_true",
         help="print the checks it would run, on which nodes and GPUs, which it would skip and "
-        "why, and the time it should take; run nothing",
+        "why, and the time it should take; run nothing (default: run the checks)",
     )
     s.add_argument(
         "--peak-tflops",
@@ -95,7 +95,7 @@ def add_parser(sub) -> None:
         default=None,
         metavar="X",
         help="dense peak TFLOP/s per GPU for MFU in the GPU sweeps (ignored on CPU), for a GPU "
-        "the built-in table lacks (orchestrator/flops.py)",
+        "the built-in table lacks (default: the table in orchestrator/flops.py)",
     )
     s.set_defaults(func=main)
 
