@@ -365,10 +365,10 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
             comms_logger=False,  # enabled only for the profiled pass (workloads/ds_comms.py)
         )
     return RunConfig(
-        **_ddp_grad_dtype_field(v),
         run_id=run_id,
         strategy=v.strategy,
         grad_accum=v.grad_accum,
+        ddp_grad_dtype=v.ddp_grad_dtype if v.strategy == "ddp" else "fp32",
         bucket_mb=given_bucket,
         offload=v.offload,
         overlap_comm=v.overlap_comm,
@@ -386,23 +386,6 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
         nvme_dir=nvme_dir,
         ds_config=ds_config,
     )
-
-
-def _ddp_grad_dtype_field(v: Variant) -> dict[str, str]:
-    """``ddp_grad_dtype`` for the RunConfig (DDP variants). A contract whose RunConfig has no such
-    field can run fp32 only: a bf16 variant is refused rather than run as fp32 under its label."""
-    if v.strategy != "ddp":
-        return {}
-    if "ddp_grad_dtype" in RunConfig.__dataclass_fields__:
-        return {"ddp_grad_dtype": v.ddp_grad_dtype}
-    if v.ddp_grad_dtype != "fp32":
-        raise SpecError(
-            [
-                f"grid.ddp_grad_dtype: {v.ddp_grad_dtype!r} cannot reach the ranks (this "
-                "linksweep's RunConfig has no ddp_grad_dtype); allowed here: ['fp32']"
-            ]
-        )
-    return {}
 
 
 PG_TIMEOUT_MARGIN_S = 60.0

@@ -40,15 +40,10 @@ def dtype_name(dtype: Any) -> str:
 def comm_record(
     op: str, msg_bytes: int, count: int, total_time_s: float, dtype: str | None
 ) -> CommRecord:
-    """One :class:`CommRecord` with the dtype its elements crossed the link in.
-
-    The dtype is given to the record only where the contract's ``CommRecord`` has a ``dtype``
-    field; a contract without one gets the record without it (the dtype is then not stored).
-    """
-    kw: dict[str, Any] = {}
-    if "dtype" in getattr(CommRecord, "__dataclass_fields__", {}):
-        kw["dtype"] = dtype
-    return CommRecord(op=op, msg_bytes=msg_bytes, count=count, total_time_s=total_time_s, **kw)
+    """One :class:`CommRecord` with the dtype its elements crossed the link in."""
+    return CommRecord(
+        op=op, msg_bytes=msg_bytes, count=count, total_time_s=total_time_s, dtype=dtype
+    )
 
 
 DTYPE_TAG = " | dtype="

@@ -141,7 +141,7 @@ class DDPStrategy:
 
         self.device = device
         # RunConfig carries the variant's ddp_grad_dtype; a contract without it sends fp32
-        self.grad_dtype = getattr(cfg, "ddp_grad_dtype", "fp32")
+        self.grad_dtype = cfg.ddp_grad_dtype
         self.grad_accum = cfg.grad_accum
         self.overlap = cfg.overlap_comm != "false"
         # DDP's bucket_cap_mb is MiB; None is DDP's own default, 25 MiB
