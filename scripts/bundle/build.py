@@ -53,13 +53,24 @@ def pip(args: list[str], what: str, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
-def linksweep_wheel(repo: Path, dest: Path) -> Path:
+BUILT_FROM = "orchestrator/_built_from.py"
+"""Written into the wheel's copy of the tree only: the commit it was built from, for a run whose
+installed linksweep has no checkout around it to ask git (a wheel's folder is site-packages)."""
+
+
+def linksweep_wheel(repo: Path, dest: Path, git_sha: str | None, git_dirty: bool) -> Path:
     """linksweep's wheel, built from a copy of the checkout's files (tracked and new, as git
     lists them): setuptools reuses a ``build/`` folder, so a build in place could carry a
-    module deleted since into the wheel."""
+    module deleted since into the wheel. The copy gains :data:`BUILT_FROM`."""
     with tempfile.TemporaryDirectory(prefix="linksweep-src-") as tmp:
         src = Path(tmp) / "linksweep"
         _copy_tree(repo, src)
+        (src / BUILT_FROM).write_text(
+            '"""The commit this installed linksweep was built from (scripts/bundle writes it into '
+            "the wheel;\na checkout has no such file: git answers there).\n\n"
+            'May import: nothing.\n"""\n\n'
+            f"GIT_SHA = {git_sha!r}\nGIT_DIRTY = {git_dirty!r}\n"
+        )
         args = ["wheel", "--no-deps", "--quiet", "--wheel-dir", str(dest), str(src)]
         if _setuptools_here():
             args.insert(1, "--no-build-isolation")  # seconds instead of a fresh build env

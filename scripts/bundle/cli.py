@@ -103,7 +103,8 @@ def make(target: Target, have: dict[str, str], sdists: list[str], out: Path, arg
     with tempfile.TemporaryDirectory(prefix="linksweep-bundle-") as tmp:
         work = Path(tmp)
         own = work / "own"
-        ours = build.linksweep_wheel(REPO, own)
+        built_from = _git()
+        ours = build.linksweep_wheel(REPO, own, built_from["git_sha"], built_from["git_dirty"])
         pins, built = [], []
         have = {n: v for n, v in have.items() if n != "linksweep"}  # the one being installed
         for spec in sdists:
@@ -134,7 +135,7 @@ def make(target: Target, have: dict[str, str], sdists: list[str], out: Path, arg
             "parts": part_list,
             "wheels": [_wheel_entry(w, paths[w["file"]], built) for w in ship],
             "left_out": left_out,
-            "built": _built(built),
+            "built": _built(built) | built_from,
         }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     shutil.copy2(SCRIPTS / "install-bundle.sh", out / "install-bundle.sh")
@@ -159,16 +160,19 @@ def _wheel_entry(w: dict, path: Path, built: list[dict]) -> dict:
             "bytes": path.stat().st_size, "sha256": sha, "origin": origin}  # fmt: skip
 
 
-def _built(sdists: list[dict]) -> dict:
+def _git() -> dict:
     def git(*a: str) -> str:
         done = subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True, check=False)
         return done.stdout.strip()
 
+    sha = git("rev-parse", "HEAD") or None
+    return {"git_sha": sha, "git_dirty": bool(sha and git("status", "--porcelain", "-uno"))}
+
+
+def _built(sdists: list[dict]) -> dict:
     return {
         "at_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "pip": metadata.version("pip"),
-        "git_sha": git("rev-parse", "HEAD") or None,
-        "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
         "from_sdist": sdists,
     }
 

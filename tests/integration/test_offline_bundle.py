@@ -235,10 +235,10 @@ def test_the_bundle_installs_offline_and_selftest_plans_from_it(tmp_path):
     assert "checks passed: import ray, deepspeed, duckdb, pydantic, datasets" in out
     timings["install"] = time.monotonic() - t0 - timings["image"] - timings["build"]
 
-    where = _run(
-        [py, "-c", "import orchestrator; print(orchestrator.__file__)"], "import", env, tmp_path
-    )
-    assert where.startswith(str(node)), where
+    code = "import orchestrator._built_from as b; print(b.__file__); print(b.GIT_SHA)"
+    where, sha = _run([py, "-c", code], "import", env, tmp_path).split()
+    assert where.startswith(str(node)), where  # the venv's linksweep, not this checkout
+    assert sha == manifest["built"]["git_sha"]
     linksweep = str(node / "bin" / "linksweep")
     plan = _run([linksweep, "selftest", "--dry-run"], "linksweep selftest --dry-run", env, tmp_path)
     assert "selftest plan" in plan and "checks:" in plan, plan
