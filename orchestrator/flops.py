@@ -342,6 +342,11 @@ def lookup_peak(gpu_name: str | None, mode: str) -> tuple[float | None, str]:
     """(dense peak TFLOP/s, source) for an NVML GPU name and math mode; None with the reason."""
     if not gpu_name:
         return None, "cpu run: no GPU peak (MFU is a GPU figure)"
+    if re.search(r"\bMIG\b", gpu_name):  # torch names an instance "<GPU> MIG 1g.10gb"
+        return None, (
+            f"{gpu_name}: a MIG instance computes on a share of the GPU's SMs, so the whole "
+            "GPU's peak does not apply; set peak_tflops in the sweep file"
+        )
     for peak in PEAKS:
         if re.search(peak.pattern, gpu_name, flags=re.IGNORECASE):
             if peak.fp32 is None and peak.tf32 is None and peak.bf16 is None:

@@ -174,9 +174,12 @@ def sweep_name(key: str) -> str:
     return f"selftest-{key}"
 
 
-def _base(cuda: bool) -> dict:
+def _base(cuda: bool, bf16: bool = True) -> dict:
+    """The sweeps' common keys. GPU: gpt2 in bf16 where every GPU computes bf16 in hardware,
+    else fp32 (V100 and T4 emulate bf16: the run would time the emulation, not the GPU)."""
     if cuda:
-        base = {"model": "gpt2", "precision": "bf16", "seq_len": 512, "micro_batch_size": 4}
+        precision = "bf16" if bf16 else "fp32"
+        base = {"model": "gpt2", "precision": precision, "seq_len": 512, "micro_batch_size": 4}
         base |= {"steps": 10, "warmup_steps": 3}
     else:
         base = {"model": "gpt2-tiny", "precision": "fp32", "seq_len": 32, "micro_batch_size": 2}
@@ -187,7 +190,7 @@ def _base(cuda: bool) -> dict:
 def estimate_run_s(spec: dict, grad_accum: int) -> float:
     """One run of ``spec`` at ``grad_accum``, expected: its start plus every step it takes (the
     forced hang: its timeout plus the collection of stacks)."""
-    gpu = spec["precision"] == "bf16"
+    gpu = spec["model"] == "gpt2"  # the GPU sweeps' model; CPU's is gpt2-tiny (_base)
     if "hang" in spec["links"]:
         return HANG_TIMEOUT_S["gpu" if gpu else "cpu"] + HANG_COLLECT_S
     micro = GPU_MICRO_STEP_S * spec.get("ranks_per_gpu", 1) if gpu else CPU_MICRO_STEP_S
@@ -212,15 +215,20 @@ def planned_runs(spec: dict) -> list[tuple[str, int]]:
 
 
 def sweep_specs(
-    cuda: bool, n_gpus: int, quick: bool = False, peak_tflops: float | None = None
+    cuda: bool,
+    n_gpus: int,
+    quick: bool = False,
+    peak_tflops: float | None = None,
+    bf16: bool = True,
 ) -> dict[str, dict]:
     """The sweep files the selftest runs, as dicts (the command writes each as YAML), keyed as
     :data:`CHECKS` names them. CPU: gpt2-tiny, fp32, seq 32, 2 timed steps (the whole selftest
     in a few minutes on 2 cores). GPU: gpt2 bf16 for figures that mean something; two ranks
     share one GPU (``ranks_per_gpu: 2``) for the rehearsal, and for the hang when no node has
     two. ``n_gpus``: the most GPUs Ray offers on one CUDA node. ``quick``: one run per sweep
-    (:data:`QUICK_STRATEGY` at grad_accum 1). ``peak_tflops``: the GPU sweeps' MFU peak."""
-    base = _base(cuda)
+    (:data:`QUICK_STRATEGY` at grad_accum 1). ``peak_tflops``: the GPU sweeps' MFU peak.
+    ``bf16``: the GPUs compute bf16 in hardware (else the GPU sweeps train in fp32)."""
+    base = _base(cuda, bf16)
     if cuda and peak_tflops is not None:
         base["peak_tflops"] = peak_tflops
     shared_gpu = {"ranks_per_gpu": 2} if cuda else {}
@@ -281,6 +289,9 @@ class NodeFacts:
     """CPUs Ray offers on the node."""
     error: str | None = None
     """Why the node's probe failed; such a node is listed but counts for nothing."""
+    bf16_native: bool | None = None
+    """Every GPU torch sees here computes bf16 in hardware (compute capability 8.0 or newer);
+    None: not known (no CUDA, or a probe that did not say)."""
 
     @property
     def usable_gpus(self) -> int:
@@ -305,6 +316,7 @@ class NodeFacts:
             nvidia_smi=r.error is None and not no_smi,
             cpus=float(r.cpus or 0),
             error=r.error,
+            bf16_native=getattr(r, "bf16_native", None),
         )
 
 
@@ -390,7 +402,8 @@ def plan_selftest(
         raise ValueError(f"peak_tflops: {peak_tflops!r}; allowed: a number of TFLOP/s above 0")
     n_gpus = max((n.usable_gpus for n in nodes), default=0)
     mode: Literal["cpu", "gpu"] = "gpu" if n_gpus >= 1 else "cpu"
-    sweeps = sweep_specs(mode == "gpu", n_gpus, quick, peak_tflops)
+    bf16 = all(n.bf16_native is not False for n in nodes if n.usable_gpus)
+    sweeps = sweep_specs(mode == "gpu", n_gpus, quick, peak_tflops, bf16)
     answered = tuple(n.hostname for n in nodes if n.error is None)
     checks = []
     for c in CHECKS:

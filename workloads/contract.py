@@ -398,6 +398,9 @@ class NodeReport:
     """``"ok"`` or why there is no P2P matrix (CUDA unavailable, torch missing, probe timed out)."""
     nccl_version: str | None = None
     """``torch.cuda.nccl.version()`` as ``"2.21.5"``; None without CUDA."""
+    bf16_native: bool | None = None
+    """Every GPU torch sees computes bf16 in hardware (compute capability 8.0 or newer, or
+    ROCm); None without CUDA. The selftest's GPU sweeps train in fp32 where it is False."""
     torch_version: str | None = None
     torch_cuda: str | None = None
     """CUDA toolkit torch was built with (``torch.version.cuda``); None for CPU builds."""

@@ -63,6 +63,10 @@ if not torch.cuda.is_available():
 n = torch.cuda.device_count()
 out["cuda_available"] = True
 out["cuda_device_count"] = n
+# bf16 in hardware from compute capability 8.0 (Ampere); V100/T4 only emulate it, which
+# torch.cuda.is_bf16_supported() counts as support unless including_emulation=False
+out["bf16_native"] = bool(torch.version.hip) or all(
+    torch.cuda.get_device_capability(i)[0] >= 8 for i in range(n))
 try:
     out["p2p"] = [[None if i == j else bool(torch.cuda.can_device_access_peer(i, j))
                    for j in range(n)] for i in range(n)]

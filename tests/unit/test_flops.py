@@ -222,3 +222,13 @@ def test_a10g_stays_unknown_and_unlisted_v100_boards_say_why():
 def test_gpus_must_be_a_positive_count(gpus):
     with pytest.raises(ValueError, match=r"gpus must be a positive int .*got"):
         _eff(gpus=gpus)
+
+
+def test_a_mig_instance_has_no_peak_of_its_own():
+    """A 1g.10gb slice of an A100 has 1/7 of its compute: the A100's 312 TFLOP/s would put its
+    MFU 7x too low, so the peak is unknown with why (before: the whole A100's)."""
+    from orchestrator.flops import lookup_peak
+
+    peak, why = lookup_peak("NVIDIA A100-SXM4-80GB MIG 1g.10gb", "bf16")
+    assert peak is None and "MIG instance" in why and "peak_tflops" in why
+    assert lookup_peak("NVIDIA A100-SXM4-80GB", "bf16")[0] == 312.0

@@ -516,3 +516,19 @@ def test_fleet_gpu_reads_the_health_json_as_fleet_rows_stores_it():
     assert v.result == "pass", v
     _, v = _fleet(gpu_facts(n_gpus=2, fleet=stored(None)))
     assert "n1: idle health of 2 GPU(s)" in v.detail and "under-load" in v.detail
+
+
+def test_gpu_sweeps_train_in_fp32_where_a_gpu_only_emulates_bf16():
+    """V100 and T4 compute bf16 by emulation: a bf16 selftest would time the emulation and take
+    a peak the GPU has no units for; the GPU sweeps train in fp32 there (before: always bf16)."""
+    from orchestrator.selftest_plan import NodeFacts, plan_selftest
+
+    def node(native):
+        names = ("Tesla V100-SXM2-16GB",) if native is False else ("NVIDIA A100-SXM4-80GB",)
+        return NodeFacts("g", "10.0.0.2", True, 8.0, names * 8, True, 64.0, None, native)
+
+    for native, precision in ((False, "fp32"), (True, "bf16"), (None, "bf16")):
+        sweeps = plan_selftest([node(native)]).sweeps
+        assert {s["precision"] for s in sweeps.values()} == {precision}, native
+    cpu = plan_selftest([NodeFacts("c", cpus=4.0)]).sweeps
+    assert {s["precision"] for s in cpu.values()} == {"fp32"}
