@@ -5,6 +5,7 @@ May import: torch.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import platform
 import subprocess
@@ -15,7 +16,16 @@ PACKAGES = ("torch", "ray", "deepspeed", "transformers", "datasets", "duckdb", "
 
 
 def git_info(cwd: Path = REPO) -> tuple[str | None, bool | None]:
-    """(sha, dirty) of the checkout linksweep runs from; (None, None) outside git."""
+    """(sha, dirty) of the checkout linksweep runs from; (None, None) outside git. An installed
+    bundle wheel (``scripts/bundle``) carries the commit it was built from in
+    ``orchestrator/_built_from.py``: its folder is site-packages, where git would answer for
+    whatever repository the venv sits in, or not at all."""
+    if cwd == REPO:
+        try:  # by name, not an import statement: the module exists only in a bundle's wheel
+            built = importlib.import_module("orchestrator._built_from")
+            return built.GIT_SHA, built.GIT_DIRTY
+        except ImportError:
+            pass
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10
