@@ -24,6 +24,8 @@ from tests.unit.fake_nvml import FakeNvml
 
 TORCH_CUDA = "12.8"
 """``torch.version.cuda`` of the CUDA build a GPU node runs."""
+NCCL_VERSION = (2, 27, 3)
+"""``torch.cuda.nccl.version()`` of that build."""
 
 
 # -- the CUDA view --------------------------------------------------------------------------
@@ -91,6 +93,10 @@ class CudaView:
     def current_device(self) -> int:
         return self.current
 
+    def can_device_access_peer(self, device, peer) -> bool:
+        """P2P between two GPUs of the node (NVLink or a PCIe bridge lets it, in every profile)."""
+        return self._dev(device) is not None and self._dev(peer) is not None
+
     def device(self, device):
         """``torch.cuda.device(i)``: ``i`` current inside the block."""
         view = self
@@ -116,8 +122,10 @@ class CudaView:
             "set_device",
             "current_device",
             "device",
+            "can_device_access_peer",
         ):
             mp.setattr(torch.cuda, name, getattr(self, name))
+        mp.setattr(torch.cuda.nccl, "version", lambda: NCCL_VERSION)
         mp.setattr(torch.version, "cuda", TORCH_CUDA if self.node.gpus else None)
 
 

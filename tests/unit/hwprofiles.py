@@ -15,8 +15,8 @@ between them is linksweep's real code. The boundaries, and nothing else:
   NoPermission as the profile says;
 - ``nvidia-smi``: an executable on ``PATH`` printing a real public capture of ``nvidia-smi
   topo -m`` (``/work/shared/data``, see its SOURCES.md), absent where the node has none;
-- the CUDA probe's child process (``workloads/probe.py`` runs ``sys.executable -c``): a script
-  printing what torch would see there;
+- the CUDA probe's child process (``workloads/probe.py`` runs ``sys.executable -c``): its code
+  runs in this process, under the child's environment, against the node's CUDA view;
 - Ray: ``ray.nodes()`` (what ``raycluster.nodes.alive_nodes`` reads), tasks pinned to a node
   (``ray.remote`` / ``wait`` / ``get`` run the function with that node's view installed),
   ``ray.get_gpu_ids`` and the runtime context of a rank;
@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
+import io
 import os
 import socket
+import subprocess
 import sys
 import zlib
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from types import SimpleNamespace
 
 import torch
 
-from tests.unit.fake_cuda import TORCH_CUDA, CudaView, NoNvml, nvml_for
+from tests.unit.fake_cuda import CudaView, NoNvml, nvml_for
 from tests.unit.fake_nvml import FakeNvml
 
 DATA = Path("/work/shared/data")
@@ -210,6 +211,32 @@ def captures_missing(profile: Profile) -> list[str]:
 # -- one node's process view ----------------------------------------------------------------
 
 
+CHILD_PYTHON = "/simulated/bin/python"
+"""``sys.executable`` on a simulated node: a child process started with it runs its ``-c`` code
+in this process (:func:`_child_python`), where torch's CUDA view is the node's."""
+
+
+def _child_python(argv: list[str], env: dict | None) -> subprocess.CompletedProcess:
+    """``python -c CODE`` on the node: CODE (``workloads/probe.py``'s CUDA probe, unchanged)
+    runs here under the child's environment (the probe drops CUDA_VISIBLE_DEVICES), its
+    stdout captured as the child's."""
+    saved = dict(os.environ)
+    out = io.StringIO()
+    code = 0
+    try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        with contextlib.redirect_stdout(out):
+            exec(compile(argv[2], "<child -c>", "exec"), {"__name__": "__main__"})  # noqa: S102
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), "")
+
+
 class _Ref:
     """An object ref whose task has finished (hashable, as Ray's are)."""
 
@@ -227,7 +254,7 @@ class Cluster:
         self.views: dict[str, CudaView] = {}
 
     def _bin(self, node: Node) -> Path:
-        """The node's PATH folder: nvidia-smi (when it has one) and the CUDA probe's child."""
+        """The node's PATH folder: nvidia-smi, when it has one."""
         folder = self.tmp / node.hostname
         if folder.exists():
             return folder
@@ -242,19 +269,6 @@ class Cluster:
                 f'{len(node.gpus)}"\n'
             )
             smi.chmod(0o755)
-        devices = node.devices(None)  # the probe's child drops CUDA_VISIBLE_DEVICES
-        answer = {
-            "cuda_available": bool(devices),
-            "cuda_device_count": len(devices),
-            "p2p": [[None if i == j else True for j in devices] for i in devices] or None,
-            "nccl_version": "2.27.3" if devices else None,
-            "torch_version": "2.13.0+cu128" if node.gpus else "2.13.0+cpu",
-            "torch_cuda": TORCH_CUDA if node.gpus else None,
-            "cuda_status": "ok" if devices else "CUDA not available to torch 2.13.0+cpu",
-        }
-        child = folder / "python-cuda-probe"
-        child.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(answer)}\nEOF\n")
-        child.chmod(0o755)
         return folder
 
     @contextlib.contextmanager
@@ -276,7 +290,15 @@ class Cluster:
                 mp.delenv("CUDA_VISIBLE_DEVICES", raising=False)
             else:
                 mp.setenv("CUDA_VISIBLE_DEVICES", cvd)
-            mp.setattr(sys, "executable", str(folder / "python-cuda-probe"))
+            mp.setattr(sys, "executable", CHILD_PYTHON)
+            real_run = subprocess.run
+
+            def run(argv, *args, env=None, **kwargs):
+                if list(argv[:2]) == [CHILD_PYTHON, "-c"]:
+                    return _child_python(argv, env)
+                return real_run(argv, *args, env=env, **kwargs)
+
+            mp.setattr(subprocess, "run", run)
             mp.setattr(socket, "gethostname", lambda: hostname)
             self._install_aio(mp, node)
             try:
