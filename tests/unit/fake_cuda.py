@@ -133,16 +133,41 @@ class CudaView:
 
 
 class ProfileNvml(FakeNvml):
-    """FakeNvml with what the node probe also asks: the CUDA version the driver supports, and
-    NVML's names for a MIG instance."""
+    """FakeNvml with what the node probe and a MIG-aware reader also ask: the CUDA version the
+    driver supports, and a MIG-mode GPU's instances as NVML names them (nvidia-ml-py 13.615:
+    ``nvmlDeviceGetMigMode`` -> [current, pending], ``nvmlDeviceGetMaxMigDeviceCount``,
+    ``nvmlDeviceGetMigDeviceHandleByIndex``; a MIG handle's name is "<GPU> MIG <profile>")."""
+
+    NVML_DEVICE_MIG_DISABLE = 0
+    NVML_DEVICE_MIG_ENABLE = 1
+    MAX_MIG_DEVICES = 7
+    """An A100's most instances (seven 1g slices)."""
 
     def nvmlSystemGetCudaDriverVersion(self):
         return 12040 if self.driver == "new" else 11040
 
     def nvmlDeviceGetName(self, handle):
         if isinstance(handle, tuple):
-            return self.gpus[handle[1]]["name"] + " MIG"
+            gpu = self.gpus[handle[1]]
+            return f"{gpu['name']} MIG {gpu['mig_profile']}"
         return super().nvmlDeviceGetName(handle)
+
+    def nvmlDeviceGetUUID(self, handle):
+        if isinstance(handle, tuple):
+            return self.gpus[handle[1]]["mig"][handle[2]]
+        return super().nvmlDeviceGetUUID(handle)
+
+    def nvmlDeviceGetMigMode(self, handle):
+        on = bool(self.gpus[handle].get("mig"))
+        return [int(on), int(on)]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle):
+        return self.MAX_MIG_DEVICES if self.gpus[handle].get("mig") else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle, index):
+        if not 0 <= index < len(self.gpus[handle].get("mig") or ()):
+            raise self.NVMLError_NotFound("Not Found")
+        return ("mig", handle, index)
 
 
 def nvml_for(node) -> ProfileNvml:

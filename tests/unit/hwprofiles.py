@@ -136,6 +136,7 @@ class Node:
                 "name": g.name,
                 "uuid": self.uuid(i),
                 "mig": list(g.mig),
+                "mig_profile": g.mig_profile,
                 "bus_id": f"00000000:{0x18 + i:02X}:00.0",
                 "mem_bytes": 80 * 10**9,
                 "temps": [40, 41, 42],
