@@ -54,11 +54,16 @@ def group_key(gpus: float, gpu_names: Iterable[str | None]) -> str:
 
 def node_groups(nodes: Sequence[Any], health: Mapping[str, Any]) -> dict[str, str]:
     """node_id -> group key, from Ray's GPU count per node (``.gpus``) and the GPU names of the
-    node's health record (``HealthRecord.gpus[i]["name"]``, as NVML reads them)."""
+    node's health record (``HealthRecord.gpus[i]["name"]``, as NVML reads them; a GPU in MIG
+    mode by its instances' names, ``... MIG 1g.10gb``: a slice is not judged as a whole GPU)."""
     out = {}
     for n in nodes:
         record = health.get(n.node_id)
-        names = [g.get("name") for g in (getattr(record, "gpus", None) or ())]
+        names = [
+            name
+            for g in (getattr(record, "gpus", None) or ())
+            for name in (g.get("mig_instances") or [g.get("name")])
+        ]
         out[n.node_id] = group_key(n.gpus, names)
     return out
 

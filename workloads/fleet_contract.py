@@ -64,7 +64,8 @@ class HealthRecord:
     """Per GPU: index, name, uuid, pcie_gen_current, pcie_gen_max, pcie_width_current,
     pcie_width_max, clock_reasons (int bitmask or None), sm_clock_mhz, sm_clock_max_mhz,
     temp_c, ecc_uncorrected, ecc_corrected (volatile totals, None when ECC is off or
-    unsupported), under_load (bool), error (why a GPU could not be read, else None)."""
+    unsupported), mig_instances (NVML's names of its MIG instances when MIG is on, else
+    empty), under_load (bool), error (why a GPU could not be read, else None)."""
     cpu: dict[str, Any] = field(default_factory=dict)
     """cpus, loadavg_1m, mem_available_bytes (always read; on a GPU node too)."""
     note: str | None = None

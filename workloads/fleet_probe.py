@@ -160,8 +160,33 @@ def _gpu_facts(nvml: Any, index: int, under_load: bool) -> dict[str, Any]:
         ecc_corrected=read(
             "nvmlDeviceGetTotalEccErrors", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, volatile
         ),
+        mig_instances=_mig_instances(nvml, h),
     )
     return facts
+
+
+def _mig_instances(nvml: Any, handle: Any) -> tuple[str, ...]:
+    """NVML's names of the MIG instances of a GPU in MIG mode (``NVIDIA A100-SXM4-80GB MIG
+    1g.10gb``); empty when MIG is off or NVML cannot say (an old driver or nvidia-ml-py). A
+    rank on such a GPU computes on its instance, not the whole GPU, so the fleet judges it
+    among the same instances (``orchestrator/fleet_groups.py``)."""
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+        if not current:
+            return ()
+        names = []
+        for i in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            try:  # an empty slot answers NotFound
+                names.append(
+                    _text(
+                        nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i))
+                    )
+                )
+            except Exception:  # noqa: BLE001, S112 - this slot holds no instance
+                continue
+        return tuple(n for n in names if n)
+    except Exception:  # noqa: BLE001 - NotSupported (no MIG on this GPU), FunctionNotFound
+        return ()
 
 
 def read_node_health(

@@ -138,3 +138,43 @@ def test_bad_input_names_the_field():
         judge_groups(["x"], {}, {}, {}, {}, {}, {})
     with pytest.raises(ValueError, match=r"rules: no rule for group\(s\) \['cpu'\]"):
         judge_groups(["x"], {"x": "cpu"}, {}, {}, {}, {}, {})
+
+
+class _MigNvml:
+    """What NVML answers of one A100 in MIG mode with two 1g.10gb instances in slots 0 and 2
+    (slot 1 empty: NotFound), or of the same GPU with MIG off."""
+
+    def __init__(self, on: bool):
+        self.on = on
+
+    def nvmlDeviceGetMigMode(self, h):
+        return [int(self.on), int(self.on)]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h):
+        return 7 if self.on else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h, i):
+        if i not in (0, 2):
+            raise LookupError("NVMLError_NotFound")
+        return ("mig", i)
+
+    def nvmlDeviceGetName(self, h):
+        return "NVIDIA A100-SXM4-80GB" + (" MIG 1g.10gb" if isinstance(h, tuple) else "")
+
+
+def test_a_mig_slice_is_grouped_by_its_instance_not_as_the_whole_gpu():
+    """A node whose GPU is cut into 1g.10gb slices computes on a seventh of an A100: judged
+    beside whole A100s it would be named slow (before: grouped as the whole GPU's name)."""
+    from workloads.fleet_probe import _mig_instances
+
+    assert _mig_instances(_MigNvml(True), 0) == ("NVIDIA A100-SXM4-80GB MIG 1g.10gb",) * 2
+    assert _mig_instances(_MigNvml(False), 0) == ()
+    assert _mig_instances(object(), 0) == ()  # an NVML without MIG calls
+    whole = {"name": "NVIDIA A100-SXM4-80GB", "mig_instances": ()}
+    sliced = {"name": "NVIDIA A100-SXM4-80GB", "mig_instances": _mig_instances(_MigNvml(True), 0)}
+    nodes = [SimpleNamespace(node_id=n, gpus=1.0) for n in ("w", "m")]
+    health = {"w": SimpleNamespace(gpus=(whole,)), "m": SimpleNamespace(gpus=(sliced,))}
+    assert node_groups(nodes, health) == {
+        "w": "gpu:NVIDIA A100-SXM4-80GB",
+        "m": "gpu:NVIDIA A100-SXM4-80GB MIG 1g.10gb",
+    }

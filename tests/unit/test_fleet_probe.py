@@ -27,6 +27,7 @@ GPU_KEYS = {
     "index",
     "name",
     "uuid",
+    "mig_instances",
     "pcie_gen_current",
     "pcie_gen_max",
     "pcie_width_current",
