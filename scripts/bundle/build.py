@@ -11,7 +11,6 @@ May import: target, packaging.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ from urllib.parse import unquote, urlparse
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from bundle.install import sha256_of  # the installer's own (it ships alone, stdlib only)
 from bundle.target import BadInput, Target, is_stand_in, stand_in_version
 
 BUILD_ENV = {"DS_BUILD_OPS": "0"}
@@ -192,14 +192,6 @@ def fetch(target: Target, wanted: list[dict], cache: Path) -> dict[str, Path]:
             raise BuildFailed(f"{w['file']}: not downloaded, or its sha256 is not the index's")
         paths[w["file"]] = path
     return paths
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _good(path: Path, sha256: str | None) -> bool:
