@@ -7,21 +7,19 @@ the ``CUDA_VISIBLE_DEVICES`` its raylet started with, its driver, nvidia-smi, to
 :func:`installed` fakes, from that one description, every boundary linksweep reads; everything
 between them is linksweep's real code. The boundaries, and nothing else:
 
-- torch's CUDA view (``torch.cuda.is_available``, ``device_count``, ``get_device_name``,
-  ``get_device_capability``, ``get_device_properties``, ``is_bf16_supported`` with
-  ``including_emulation``, ``set_device``, ``current_device``; ``torch.version.cuda``), read
-  from ``CUDA_VISIBLE_DEVICES`` at each call, as the CUDA runtime does at its first call;
-- NVML (``pynvml``): ``tests/unit/fake_nvml.FakeNvml`` per node, with MIG, old drivers and
-  NoPermission as the profile says;
+- torch's CUDA view and DeepSpeed's accelerator (``tests/unit/fake_cuda.py``): device count,
+  names, capability, bf16 with and without emulation, ``set_device``, read from
+  ``CUDA_VISIBLE_DEVICES`` at each call, as the CUDA runtime does at its first call;
+- NVML (``pynvml``): ``fake_cuda.ProfileNvml`` (``tests/unit/fake_nvml.FakeNvml``) per node,
+  with MIG, old drivers and refused readings as the profile says;
 - ``nvidia-smi``: an executable on ``PATH`` printing a real public capture of ``nvidia-smi
-  topo -m`` (``/work/shared/data``, see its SOURCES.md), absent where the node has none;
+  topo -m`` (``/work/shared/data``, see its SOURCES.md; a one-GPU node's matrix is constructed,
+  :data:`ONE_GPU`; ``-q`` prints a two-line stand-in), absent where the node has none;
 - the CUDA probe's child process (``workloads/probe.py`` runs ``sys.executable -c``): its code
   runs in this process, under the child's environment, against the node's CUDA view;
 - Ray: ``ray.nodes()`` (what ``raycluster.nodes.alive_nodes`` reads), tasks pinned to a node
   (``ray.remote`` / ``wait`` / ``get`` run the function with that node's view installed),
   ``ray.get_gpu_ids`` and the runtime context of a rank;
-- DeepSpeed's accelerator: :class:`RecordingAccelerator`, installed with DeepSpeed's own
-  ``set_accelerator`` so its real ``DeepSpeedEngine._set_distributed_vars`` picks the device;
 - what building DeepSpeed's async_io reads (``CUDA_HOME``, ninja, DeepSpeed's libaio probe).
 
 Ray is reached through the module object ``orchestrator.raycluster.nodes`` already imported;
