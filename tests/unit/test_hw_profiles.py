@@ -396,10 +396,13 @@ def one_rank(cluster) -> dict:
     return ranks(cluster, 1, 1)[0] if node.cpus or node.ray_gpu_ids else {}
 
 
-def _probe_precision() -> str:
-    from workloads.fleet_probe import gpu_precision
+def _probe_precision() -> str | None:
+    """The fleet compute probe's precision on this GPU; None where linksweep has no such choice
+    (a version before it: the device checks still run there)."""
+    from workloads import fleet_probe
 
-    return gpu_precision()
+    choose = getattr(fleet_probe, "gpu_precision", None)
+    return choose() if choose is not None else None
 
 
 def test_native_bf16(cluster):
