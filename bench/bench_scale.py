@@ -271,6 +271,7 @@ def _stored_runs(n: int) -> list[dict]:
                 "grad_accum": 1,
                 "bucket_mb": group + 1,
                 "overlap_comm": "default",  # a group key: without it the refresh finds no run
+                "ddp_grad_dtype": "fp32",  # a group key too
                 "link": "default" if within % 2 == 0 else "no_p2p",
                 "placement": "pack",
                 "repeat": within // 2 + 1,

@@ -381,16 +381,23 @@ def variant_and_sensitivity_rows(
     return variant_rows, sens_rows
 
 
+PER_STRATEGY = ("bucket_mb", "ddp_grad_dtype")
+"""Variant keys whose value a strategy implies unless the grid sets several for it."""
+
+
 def varying(rows: Iterable[Mapping[str, Any]], keys: Sequence[str] = VARIANT_KEY) -> set[str]:
     """The keys that take more than one value over ``rows`` (the rest need no label).
-    ``bucket_mb`` varies only where one strategy has several: each framework's own default
-    (DDP 25 MB, DeepSpeed's) is implied by the strategy's name."""
+    ``bucket_mb`` and ``ddp_grad_dtype`` vary only where one strategy has several: each
+    framework's own default bucket (DDP 25 MiB, DeepSpeed's) and DDP's fp32 against ZeRO's
+    ``n/a`` are implied by the strategy's name."""
     rows = list(rows)
-    out = {k for k in keys if k != "bucket_mb" and len({r.get(k) for r in rows}) > 1}
-    if "bucket_mb" in keys:
+    out = {k for k in keys if k not in PER_STRATEGY and len({r.get(k) for r in rows}) > 1}
+    for key in PER_STRATEGY:
+        if key not in keys:
+            continue
         per_strategy: dict[Any, set] = {}
         for r in rows:
-            per_strategy.setdefault(r.get("strategy"), set()).add(r.get("bucket_mb"))
+            per_strategy.setdefault(r.get("strategy"), set()).add(r.get(key))
         if any(len(v) > 1 for v in per_strategy.values()):
-            out.add("bucket_mb")
+            out.add(key)
     return out

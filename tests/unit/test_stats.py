@@ -394,3 +394,17 @@ def test_bucket_varies_only_when_one_strategy_has_several():
     assert varying(defaults) == {"strategy", "link"}  # each framework's own default: no label
     swept = [*defaults, {"strategy": "ddp", "bucket_mb": 100, "link": "fast"}]
     assert varying(swept, ("bucket_mb",)) == {"bucket_mb"}
+
+
+def test_ddp_grad_dtype_varies_only_when_ddp_has_several():
+    """DDP's fp32 against ZeRO's n/a is implied by the strategy: no column in compare's table or
+    the report's labels (it added one to every DDP-vs-ZeRO table); fp32 and bf16 DDP do."""
+    from orchestrator.stats import varying
+
+    mixed = [
+        {"strategy": "ddp", "ddp_grad_dtype": "fp32", "link": "fast"},
+        {"strategy": "zero3", "ddp_grad_dtype": "n/a", "link": "fast"},
+    ]
+    assert varying(mixed) == {"strategy"}
+    both = [*mixed, {"strategy": "ddp", "ddp_grad_dtype": "bf16", "link": "fast"}]
+    assert varying(both) == {"strategy", "ddp_grad_dtype"}
