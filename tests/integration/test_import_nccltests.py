@@ -13,8 +13,10 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.store import Q, Reader, Store, read_query
+from tests.captures import CAPTURES, needs
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "nccl_tests"
+DATA = CAPTURES / "nccl_tests"
+pytestmark = needs(DATA)
 SID = "20261124-000000-beside"
 A3MEGA = str(DATA / "a3mega_h100_2node_binary_on_command_line.log")
 EFA = str(DATA / "eks_efa_t4_2node_mpirun_prefix.log")

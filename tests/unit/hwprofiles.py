@@ -13,7 +13,7 @@ between them is linksweep's real code. The boundaries, and nothing else:
 - NVML (``pynvml``): ``fake_cuda.ProfileNvml`` (``tests/unit/fake_nvml.FakeNvml``) per node,
   with MIG, old drivers and refused readings as the profile says;
 - ``nvidia-smi``: an executable on ``PATH`` printing a real public capture of ``nvidia-smi
-  topo -m`` (``/work/shared/data``, see its SOURCES.md; a one-GPU node's matrix is constructed,
+  topo -m`` (``shared/data`` beside the checkout, see its SOURCES.md; a one-GPU node's matrix is constructed,
   :data:`ONE_GPU`; ``-q`` prints a two-line stand-in), absent where the node has none;
 - the CUDA probe's child process (``workloads/probe.py`` runs ``sys.executable -c``): its code
   runs in this process, under the child's environment, against the node's CUDA view;
@@ -42,10 +42,11 @@ from types import SimpleNamespace
 
 import torch
 
+from tests.captures import SHARED_DATA
 from tests.unit.fake_cuda import CudaView, NoNvml, nvml_for
 from tests.unit.fake_nvml import FakeNvml
 
-DATA = Path("/work/shared/data")
+DATA = SHARED_DATA
 
 
 @dataclass(frozen=True)

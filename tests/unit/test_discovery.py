@@ -2,7 +2,7 @@
 session's Ray cluster: tests/integration/test_discovery_ray.py.
 
 Reports are plain dicts shaped like ``probe_node``'s output, with topology text from the real
-``nvidia-smi topo -m`` fixtures in tests/data/topo; NCCL logs come from tests/data/nccl.
+``nvidia-smi topo -m`` fixtures in shared/data/captures/topo; NCCL logs from shared/data/captures/nccl.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from orchestrator.discovery import (
     node_rows,
 )
 from orchestrator.store import TABLES
+from tests import captures
+from tests.captures import CAPTURES
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-TOPO = DATA / "topo"
-NCCL = DATA / "nccl"
+TOPO = CAPTURES / "topo"
+NCCL = CAPTURES / "nccl"
 CPU_ONLY_MESSAGE = (
     "no GPUs found on any node: link variants cannot differ on this cluster; "
     "the CPU path (gloo) still runs sweeps"
@@ -37,7 +38,7 @@ CPU_ONLY_MESSAGE = (
 
 
 def _topo_text(name: str) -> str:
-    return (TOPO / name).read_text()
+    return captures.read(TOPO / name)
 
 
 def _gpu(index: int, **over) -> dict:
@@ -316,7 +317,10 @@ def test_doctor_unreadable_topo_and_missing_p2p_are_notes():
 
 
 def test_topo_parse_json_exact(capsys):
-    assert main(["topo", "--parse", str(TOPO / "hf_perf_hardware_nv2.txt"), "--json"]) == 0
+    assert (
+        main(["topo", "--parse", str(captures.path(TOPO / "hf_perf_hardware_nv2.txt")), "--json"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.count("\n") == 1
     assert json.loads(out) == {
@@ -330,7 +334,7 @@ def test_topo_parse_json_exact(capsys):
 
 @pytest.mark.parametrize("name", sorted(p.name for p in TOPO.glob("*.txt")))
 def test_topo_parse_every_fixture(name, capsys):
-    path = TOPO / name
+    path = captures.path(TOPO / name)
     assert main(["topo", "--parse", str(path), "--json"]) == 0
     out = capsys.readouterr().out
     assert out == json.dumps(topo.to_json_dict(topo.parse_topo(path.read_text()))) + "\n"
@@ -340,7 +344,10 @@ def test_topo_parse_every_fixture(name, capsys):
 
 
 def test_topo_parse_table_shows_links(capsys):
-    assert main(["topo", "--parse", str(TOPO / "siboehm_bench_a6000_nv4_node.txt")]) == 0
+    assert (
+        main(["topo", "--parse", str(captures.path(TOPO / "siboehm_bench_a6000_nv4_node.txt"))])
+        == 0
+    )
     out = capsys.readouterr().out
     assert re.search(r"GPU0\s+X\s+NV4\s+NODE", out)
 
@@ -369,7 +376,15 @@ def test_topo_parse_missing_file(tmp_path, capsys):
 
 def test_transports_parse_json_exact(capsys):
     assert (
-        main(["transports", "--parse", str(NCCL / "nccl_952_ipc_read_socket.log"), "--json"]) == 0
+        main(
+            [
+                "transports",
+                "--parse",
+                str(captures.path(NCCL / "nccl_952_ipc_read_socket.log")),
+                "--json",
+            ]
+        )
+        == 0
     )
     out = capsys.readouterr().out
     assert out.count("\n") == 1
@@ -387,7 +402,7 @@ def test_transports_parse_version_only(capsys):
             [
                 "transports",
                 "--parse",
-                str(NCCL / "nccl_1637_rtx5090_p2p_disable_init.log"),
+                str(captures.path(NCCL / "nccl_1637_rtx5090_p2p_disable_init.log")),
                 "--json",
             ]
         )
@@ -402,7 +417,7 @@ def test_transports_parse_version_only(capsys):
 
 
 def test_transports_parse_table(capsys):
-    assert main(["transports", "--parse", str(NCCL / "nccl_1817_shm.log")]) == 0
+    assert main(["transports", "--parse", str(captures.path(NCCL / "nccl_1817_shm.log"))]) == 0
     out = capsys.readouterr().out
     assert "transports: SHM" in out
     assert re.search(r"7\s+2\s+1\s+-\s+SHM\s+SHM/direct/direct", out)  # Channel 01 : 7 -> 2

@@ -1,11 +1,9 @@
 """Tests for orchestrator.nccl_log against real NCCL_DEBUG=INFO logs from public issues.
 
-Fixtures and their sources: tests/data/nccl/SOURCES.md.
+Fixtures and their sources: shared/data/captures/nccl/SOURCES.md (tests/captures.py).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -20,8 +18,10 @@ from orchestrator.nccl_log import (
     transport_families,
     transport_family,
 )
+from tests.captures import CAPTURES, needs
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "nccl"
+DATA = CAPTURES / "nccl"
+pytestmark = needs(DATA)
 
 
 def load(name: str) -> NcclLog:

@@ -1,13 +1,11 @@
 """NVLS and CollNet from NCCL logs, ``[receive]`` peers, and link_check's NVLS rule.
 
-Fixtures (real public captures) and their sources: tests/data/nccl/SOURCES.md. The line forms
+Fixtures (real public captures) and their sources: shared/data/captures/nccl/SOURCES.md. The line forms
 that no stored capture had (CollNet connections) are built from NCCL's own format strings and
 marked so.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -20,8 +18,10 @@ from orchestrator.nccl_log import (
     to_json_dict,
     transport_families,
 )
+from tests.captures import CAPTURES, needs
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "nccl"
+DATA = CAPTURES / "nccl"
+pytestmark = needs(DATA)
 
 
 def load(name: str):

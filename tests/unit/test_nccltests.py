@@ -1,10 +1,9 @@
-"""orchestrator/nccltests.py on real nccl-tests output (tests/data/nccl_tests, sources in its
+"""orchestrator/nccltests.py on real nccl-tests output (shared/data/captures/nccl_tests, sources in its
 SOURCES.md): every imported busbw is the one nccl-tests printed, in every layout."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +15,12 @@ from orchestrator.nccltests import (
     link_bench_rows,
     parse,
 )
+from tests.captures import CAPTURES, OWN, needs
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "nccl_tests"
+DATA = CAPTURES / "nccl_tests"
+CONSTRUCTED = OWN / "nccl_tests_json_v3_constructed.json"
+"""The -J layout as nccl-tests' writer emits it, made by this project (tests/data/SOURCES.md)."""
+pytestmark = needs(DATA)
 
 
 def _read(name: str) -> str:
@@ -162,7 +165,7 @@ def test_implied_world_size_only_where_the_figures_decide():
 
 
 def test_json_as_util_cu_writes_it():
-    text = _read("constructed_json_v3_from_util_cu.json")
+    text = CONSTRUCTED.read_text()
     run = parse(text)
     assert run.layout == "json" and run.op_source == "json args" and run.ops == ("all_reduce",)
     assert run.world_size == 16 and run.world_size_source == "json devices"
@@ -175,7 +178,7 @@ def test_json_as_util_cu_writes_it():
 
 
 def test_json_version_1_spelling_null_nwrong_and_cpu_time():
-    doc = json.loads(_read("constructed_json_v3_from_util_cu.json"))
+    doc = json.loads(CONSTRUCTED.read_text())
     doc["average_bus_bandwidith"] = {"bandwidith": 12.5, "okay": "unchecked"}
     del doc["average_bus_bandwidth"]
     doc["results"][0]["in_place"] = {

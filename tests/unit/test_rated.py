@@ -1,16 +1,16 @@
 """A link's rated rate (orchestrator/rated.py) over real NVML facts and real topologies
-(tests/data/topo, sources in its SOURCES.md), the link_descriptions rows built from them, and
+(shared/data/captures/topo, sources in its SOURCES.md), the link_descriptions rows built from them, and
 busbw as a share of the rate in the link's label."""
-
-from pathlib import Path
 
 import pytest
 
 from orchestrator.discovery import node_rows
 from orchestrator.links import describe_links, link_label
 from orchestrator.rated import idle_gen_text, nvlink_per_link, pcie_gbps, pcie_training, rated_link
+from tests import captures
+from tests.captures import CAPTURES
 
-TOPO = Path(__file__).parents[1] / "data" / "topo"
+TOPO = CAPTURES / "topo"
 
 
 def gpu(i, name, gen=4, width=16, gen_now=None, width_now=None, nvlinks=None, node="n1"):
@@ -127,7 +127,7 @@ def test_no_inventory_is_null():
 
 def _tables(topo_file: str, gpus: list[dict]) -> dict:
     report = {
-        "node_id": "x", "hostname": "n1", "topo_text": (TOPO / topo_file).read_text(),
+        "node_id": "x", "hostname": "n1", "topo_text": captures.read(TOPO / topo_file),
         "topo_status": "ok", "inventory": [{"index": g["gpu_index"], **g} for g in gpus],
     }  # fmt: skip
     return node_rows("s", [report])

@@ -14,6 +14,8 @@ from orchestrator.planner import plan_runs
 from orchestrator.raycluster.result import RunResult as Result
 from orchestrator.rows import GPU_VISIBILITY, build_rows, link_class_for, linkbench_rows
 from orchestrator.spec import parse_spec
+from tests import captures
+from tests.captures import CAPTURES
 from workloads.contract import (
     CommRecord,
     LinkbenchRecord,
@@ -25,7 +27,7 @@ from workloads.contract import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-NCCL = REPO / "tests" / "data" / "nccl"
+NCCL = CAPTURES / "nccl"
 
 SPEC = parse_spec(
     {
@@ -251,7 +253,7 @@ def test_build_rows_without_prices_predicts_nothing():
 def test_build_rows_nccl_transports_link_check_and_telemetry():
     """GPU ranks on an NV2 pair: transport rows from each rank's NCCL log; the link check
     compares the link's env with what NCCL used; telemetry samples become rows."""
-    log = (NCCL / "nccl_1817_p2p_direct_pointer.log").read_text()
+    log = captures.read(NCCL / "nccl_1817_p2p_direct_pointer.log")
     n_channels = len(nccl_log.parse_nccl_log(log).channels)
     hot = TelemetrySample(t_s=0.1, temp_c=70.0, power_w=250.0, sm_clock_mhz=1800.0, reasons=0)
     cool = TelemetrySample(t_s=0.2, temp_c=60.0, power_w=150.0, sm_clock_mhz=1900.0, reasons=0)

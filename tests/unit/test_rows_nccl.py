@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
 
 from orchestrator.planner import RankPlacement, plan_runs
 from orchestrator.raycluster.result import RunResult
 from orchestrator.rows import build_rows
 from orchestrator.spec import parse_spec
+from tests.captures import CAPTURES, needs
 from workloads.contract import RankRecord
 
-NCCL = Path(__file__).resolve().parents[1] / "data" / "nccl"
+NCCL = CAPTURES / "nccl"
+pytestmark = needs(NCCL)
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 SPEC = parse_spec(
     {

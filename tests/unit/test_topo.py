@@ -3,12 +3,10 @@
 Running nvidia-smi on this machine (``workloads.probe.read_topo_text``):
 tests/integration/test_node_probe.py.
 
-Fixtures and their sources: tests/data/topo/SOURCES.md.
+Fixtures and their sources: shared/data/captures/topo/SOURCES.md (tests/captures.py).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -23,8 +21,10 @@ from orchestrator.topo import (
     to_json_dict,
     topology_fingerprint,
 )
+from tests.captures import CAPTURES, needs
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "topo"
+DATA = CAPTURES / "topo"
+pytestmark = needs(DATA)
 
 
 def load(name: str) -> Topology:
