@@ -76,14 +76,14 @@ MIGRATIONS: dict[int, list[str]] = {
              AND variant_stats.bucket_mb = f.bucket_mb AND variant_stats.link = f.link
              AND variant_stats.placement = f.placement""",
     ],
-    # v3 (issue 11): the overlap_comm axis, the effective DeepSpeed config, compute efficiency.
+    # v3: the overlap_comm axis, the effective DeepSpeed config, compute efficiency.
     # Runs written before v3 pinned overlap_comm false for every ZeRO stage (DDP overlapped as
     # always), so that is what their rows say; their ds_config and FLOP figures stay NULL.
     # v3: intervals say what they are (interval_kind); below 5 runs they are the range of the
     # runs, so rows stored by v2 (a percentile bootstrap at any n) are relabelled or recomputed
     # from the stored run figures. New table link_descriptions (created from TABLES).
     # v3: run_phases (a new table: created by the schema itself); how a run's ranks started.
-    # v3: long sweeps (issue 10): driver liveness, retried runs.
+    # v3: long sweeps: driver liveness, retried runs.
     3: [
         "ALTER TABLE sweeps ADD COLUMN driver_pid INTEGER",
         "ALTER TABLE sweeps ADD COLUMN heartbeat_at TIMESTAMPTZ",
@@ -131,7 +131,7 @@ MIGRATIONS: dict[int, list[str]] = {
         """UPDATE sensitivity_stats SET interval_kind = 'bootstrap95'
            WHERE interval_kind IS NULL AND ci_low IS NOT NULL""",
     ],
-    # v4 (issue 22, GPU paths): NVLS/CollNet use, every clock reason and why a run is excluded,
+    # v4 (GPU paths): NVLS/CollNet use, every clock reason and why a run is excluded,
     # the env the ranks started with, the one-GPU rehearsal. Older runs keep NULL there, except
     # ranks_per_gpu: every run before v4 had one rank per GPU (or CPU bundle).
     4: [
@@ -147,7 +147,7 @@ MIGRATIONS: dict[int, list[str]] = {
             )
         ),
         "UPDATE runs SET ranks_per_gpu = 1",
-        # issue 23: nccl-tests output imported beside linksweep's own microbenchmark
+        # nccl-tests output imported beside linksweep's own microbenchmark
         "ALTER TABLE link_bench ADD COLUMN source VARCHAR",
         "ALTER TABLE link_bench ADD COLUMN in_place BOOLEAN",
         "ALTER TABLE link_bench ADD COLUMN wrong BIGINT",
@@ -158,7 +158,7 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE link_descriptions ADD COLUMN IF NOT EXISTS rated_source VARCHAR",
         "UPDATE link_descriptions SET rated_source = 'tc' WHERE rated_gbps IS NOT NULL",
     ],
-    # v5 (issue 24, fleet check): a sweep records the nodes placement kept off. The fleet
+    # v5 (fleet check): a sweep records the nodes placement kept off. The fleet
     # tables are new: created from TABLES.
     5: ["ALTER TABLE sweeps ADD COLUMN excluded_nodes JSON"],
     # v6: a fleet check's driver and heartbeat, so a check whose driver died reads interrupted.

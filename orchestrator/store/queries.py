@@ -47,7 +47,7 @@ FAILED_RUN_COUNT = _q(
        WHERE sweep_id = $sweep_id AND status <> 'ok' AND superseded_by IS NULL""",
 )
 
-# --- long sweeps: spool, liveness, resume (issue 10) ----------------------------------------
+# --- long sweeps: spool, liveness, resume ---------------------------------------------------
 RUN_EXISTS = _q("run_exists", "SELECT count(*) AS n FROM runs WHERE run_id = $run_id")
 RUNNING_SWEEPS = _q(
     "running_sweeps",
@@ -316,7 +316,7 @@ BENCH_RUN_STEP_PHASES = _q(
        GROUP BY r.seq, r.started_at, r.finished_at ORDER BY r.seq""",
 )
 
-# --- compare and baselines (issue 23: orchestrator/store/snapshot.py, Store.set_baseline) ----
+# --- compare and baselines (orchestrator/store/snapshot.py, Store.set_baseline) ------------
 # The newest sweep that stored a run: what a database file named alone on `compare` stands for.
 COMPARE_NEWEST_SWEEP = _q(
     "compare_newest_sweep",
@@ -358,7 +358,7 @@ BASELINES = _q(
 )
 BASELINE = _q("baseline", "SELECT * FROM baselines WHERE name = $name")
 
-# --- linksweep import nccl-tests (issue 23) -------------------------------------------------
+# --- linksweep import nccl-tests ------------------------------------------------------------
 # What an import must not repeat: the ops of a link already imported into a sweep.
 IMPORTED_OPS = _q(
     "imported_ops",
@@ -366,7 +366,7 @@ IMPORTED_OPS = _q(
        WHERE sweep_id = $sweep_id AND link = $link AND source = 'nccl-tests' ORDER BY op""",
 )
 
-# --- linksweep fleet (issue 24) -------------------------------------------------------------
+# --- linksweep fleet ------------------------------------------------------------------------
 FLEET_CHECK = _q("fleet_check", "SELECT * FROM fleet_checks WHERE fleet_id = $fleet_id")
 LATEST_FLEET = _q(
     "latest_fleet",
@@ -389,7 +389,7 @@ FLEET_SUSPECTS = _q(
     "fleet_suspects",
     "SELECT * FROM fleet_suspects WHERE fleet_id = $fleet_id ORDER BY kind DESC, ip, node_id",
 )
-# --- sweeps avoiding a fleet check's suspects (issue 24, linksweep run --exclude-suspects) -----
+# --- sweeps avoiding a fleet check's suspects (linksweep run --exclude-suspects) ------------
 RECENT_FLEETS = _q(
     "recent_fleets",
     """SELECT fleet_id, started_at, status, n_suspects FROM fleet_checks

@@ -1,4 +1,4 @@
-"""Issue 22 item 3 on the real thing: two gloo ranks (torch.multiprocessing, no Ray) build a
+"""Every process group times out at the run's timeout, on the real thing: two gloo ranks (torch.multiprocessing, no Ray) build a
 real DeepSpeed ZeRO-1 engine through ``ZeroStrategy`` and train one step; every process group
 that exists afterwards, DeepSpeed's data-parallel group included, must carry the run's
 ``pg_timeout_s``, read back from the group's gloo backend (``options._timeout``).

@@ -1,4 +1,4 @@
-"""A sweep with excluded nodes never places a rank on them (issue 24), checked from stored
+"""A sweep with excluded nodes never places a rank on them, checked from stored
 placements, on the session cluster (two nodes of 2 CPUs each).
 
 The session cluster's two nodes are Ray nodes on this one machine: they share its IP and its

@@ -1,4 +1,4 @@
-"""``linksweep fleet`` on the emulated cluster (root only): issue 24's acceptance.
+"""``linksweep fleet`` on the emulated cluster (root only): a planted slow node is found and a clean fleet names nobody.
 
 - One of 4 emulated nodes, chosen at random here (the seed is printed), is planted slow
   (``--slow-node I=100mbit``: every interface, both directions). ``fleet`` exits 1 and names that

@@ -181,7 +181,7 @@ def test_rank_env_orders_gpus_by_pci_bus_and_threads_by_the_bundles_cpus(gpu_swe
         env = run["rank_env"]
         assert env, "runs.rank_env is empty"
         assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-        assert env["OMP_NUM_THREADS"] == str(CPUS_PER_GPU)  # item 7: not 1 on a GPU bundle
+        assert env["OMP_NUM_THREADS"] == str(CPUS_PER_GPU)  # the CPUs per GPU, not 1
 
 
 def test_uuid_gpu_ids_on_one_node_are_stored_not_parsed(gpu_sweeps):

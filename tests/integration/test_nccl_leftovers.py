@@ -1,4 +1,4 @@
-"""Issue 22 item 12 on the session Ray cluster: a hung run's NCCL log is kept as data of the
+"""On the session Ray cluster: a hung run's NCCL log is kept as data of the
 failed run, and no run leaves files in /tmp.
 
 The run is gloo on CPU, so no NCCL writes a log: while rank 0 hangs (``LINKSWEEP_INJECT_FAULT``),

@@ -14,7 +14,7 @@ CPU_BUILD = ("2.13.0+cpu", None)
 
 
 def test_no_gpu_assigned_is_gloo_on_cpu_with_every_gpu_hidden():
-    # item 2: torch may see CUDA (Ray 2.60 leaves CUDA_VISIBLE_DEVICES alone for num_gpus=0),
+    # torch may see CUDA (Ray 2.60 leaves CUDA_VISIBLE_DEVICES alone for num_gpus=0),
     # the rank still must not use a GPU nobody gave it
     for ids in (None, [], ()):
         d = choose_device(ids, 0, True, 8, *CUDA_BUILD)
@@ -122,7 +122,7 @@ def _run(node_gpu_ids):
 
 
 def test_a_cpu_rank_hides_every_gpu_before_the_process_group(rank_env):
-    # item 2: a forked rank (no GPU ids) or a CPU bundle on a GPU host
+    # a forked rank (no GPU ids) or a CPU bundle on a GPU host
     with pytest.raises(_Stop) as err:
         _run(None)
     assert rank_env == {"backend": "gloo", "cvd": ""}

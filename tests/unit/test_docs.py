@@ -100,3 +100,23 @@ def test_one_default_slow_rate():
     assert f"--link slow={default}" in quickstart
     rates = set(re.findall(r"slow=(\d+[kmg]bit)", readme))
     assert rates == {default}, rates
+
+
+HISTORY = re.compile(r"\b[Ii]ssues? \d+|\bitems? \d+\b")
+"""A tracker's issue or item number: the tracker is not in the repository, so a reader cannot
+follow it; code and docs say the reason itself (a public project's issue is cited by its URL or
+``owner/repo#N``)."""
+
+
+def test_code_and_docs_give_reasons_not_tracker_numbers():
+    roots = ["orchestrator", "workloads", "tests", "scripts", "bench", "clusters", "sweeps", "docs"]
+    files = [REPO / "README.md"]
+    for root in roots:
+        files += [p for p in (REPO / root).rglob("*") if p.suffix in (".py", ".md", ".sh", ".yaml")]
+    hits = [
+        f"{p.relative_to(REPO)}:{i}: {line.strip()}"
+        for p in files
+        for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+        if HISTORY.search(line) and "HISTORY = re.compile" not in line
+    ]
+    assert hits == []

@@ -1,4 +1,4 @@
-"""Nodes a sweep keeps off (issue 24): the spec key, resolving entries against alive nodes,
+"""Nodes a sweep keeps off: the spec key, resolving entries against alive nodes,
 fleet suspects, capacity without the excluded nodes, the label selector placement uses."""
 
 from __future__ import annotations

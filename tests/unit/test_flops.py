@@ -73,7 +73,7 @@ def test_formula_terms():
         ("NVIDIA GeForce RTX 3090", "bf16", 71.0),
         ("NVIDIA GeForce RTX 4090", "tf32", 82.6),
         ("NVIDIA TITAN RTX", "fp32", 16.3),
-        # issue 22 item 11: variants with their own rows, never their sibling's
+        # variants with their own rows, never their sibling's (a 3090 Ti is not a 3090)
         ("NVIDIA GeForce RTX 3090 Ti", "bf16", 80.0),
         ("NVIDIA GeForce RTX 3090 Ti", "tf32", 40.0),
         ("NVIDIA GeForce RTX 4090 D", "bf16", 147.1),

@@ -1,4 +1,4 @@
-"""Issue 22 item 3, the wrapper alone: ``new_groups_inherit_timeout`` gives a ``new_group`` call
+"""Every process group times out at the run's timeout; the wrapper alone: ``new_groups_inherit_timeout`` gives a ``new_group`` call
 without a timeout the run's, keeps an explicit one, and undoes itself. The real DeepSpeed groups
 in a real 2-rank gloo run: tests/integration/test_ds_group_timeout.py."""
 

@@ -254,7 +254,7 @@ def _env_spec(links, **extra):
 
 
 def test_every_rank_orders_cuda_devices_by_pci_bus_id_unless_the_link_says_otherwise():
-    # item 6: CUDA index i is NVML / nvidia-smi index i only in PCI order
+    # CUDA index i is NVML / nvidia-smi index i only in PCI order
     s = _env_spec({"a": {}, "fast": {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"}})
     assert run_env(s, "a", "r", 1)["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert run_env(s, "fast", "r", 1)["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"

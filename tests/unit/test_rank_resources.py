@@ -21,7 +21,7 @@ TWO_CORES = [NodeCapacity("a", cpus=2, gpus=0)]
 @pytest.mark.parametrize(
     "nodes,world_size,bundle",
     [
-        # GPUs: never fractional, with the CPUs per GPU of the GPU nodes (item 7)
+        # GPUs: never fractional, with the CPUs per GPU of the GPU nodes
         ([NodeCapacity("a", cpus=16, gpus=8)], 64, {"GPU": 1.0, "CPU": 2.0}),
         (TWO_CORES, 2, {"CPU": 1.0}),
         (TWO_CORES, 8, {"CPU": 0.25}),
@@ -98,7 +98,7 @@ def test_cpus_per_gpu(nodes, k):
 
 
 def test_gpu_ranks_get_the_cpus_per_gpu_as_threads():
-    # item 7: a {GPU: 1} bundle had no CPU, so every GPU rank (and CPU offload) ran one thread
+    # a {GPU: 1} bundle had no CPU, so every GPU rank (and CPU offload) ran one thread
     spec = parse_spec({"name": "x", "world_size": 2, "links": {"default": {}}})
     nodes = [NodeCapacity("a", cpus=64, gpus=8)]
     bundle = rank_resources(nodes, spec.world_size)

@@ -46,7 +46,7 @@ def _placements(*gpu_ids: tuple[str, ...]) -> list[RankPlacement]:
 
 @pytest.mark.parametrize("ids", [((UUID0,), (UUID1,)), ((MIG,), (MIG,)), (("0",), (UUID1,))])
 def test_ids_that_are_not_indices_give_an_unknown_class_and_never_raise(ids):
-    # item 6: int("GPU-...") raised in build_rows and stopped the sweep
+    # int("GPU-...") raised in build_rows and stopped the sweep
     assert link_class_for("pack", _placements(*ids), LINKS) == "unknown"
     assert link_class_for("spread", _placements(*ids), LINKS) == "NET"
 

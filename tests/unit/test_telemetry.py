@@ -234,7 +234,7 @@ def test_summarize_benign_bits_are_not_throttled():
 
 
 def test_summarize_sw_power_cap_and_power_violation_are_recorded_not_excluded():
-    """Issue 22 item 5: SwPowerCap is normal under load; it used to exclude the run."""
+    """SwPowerCap is normal under load (power capping); it used to exclude the run."""
     busy = [sample(t_s=i * 0.25, sm=1755.0 + (i % 3) * 20, reasons=0x4) for i in range(12)]
     s = summarize(one(busy), {"rank 0": {"power": 2_000_000_000, "thermal": 0}})
     assert not s.throttled

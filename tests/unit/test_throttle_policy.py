@@ -1,4 +1,5 @@
-"""Issue 22 items 4 and 5 where they meet a run's row: the throttle policy applied by
+"""Telemetry that survives older drivers and a throttle rule that excludes only real slowdowns,
+where they meet a run's row: the throttle policy applied by
 ``orchestrator.rows._telemetry_facts`` and the rank-side ``workloads.train.Telemetry`` boundary,
 which must never fail a run over NVML trouble. NVML is the fake of tests/unit/fake_nvml.py."""
 
