@@ -53,7 +53,6 @@ ALPHA = 0.05
 exact p-value is 2/252 = 0.0079, so the test can speak from 5 runs on."""
 DEFAULT_THRESHOLD = 0.05
 SLOWER, FASTER, NO_CHANGE, NOT_COMPARABLE = "slower", "faster", "no change", "not comparable"
-VERDICTS = (SLOWER, FASTER, NO_CHANGE, NOT_COMPARABLE)
 TEST_MANN_WHITNEY = "mann-whitney"
 TEST_RANGES = "ranges"
 THROUGHPUT_FIGURES = ("tokens_per_s", "mfu")

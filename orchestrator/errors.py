@@ -11,7 +11,6 @@ import sys
 EXIT_OK = 0
 EXIT_FAILED = 1  # the sweep ran, and at least one run failed (stored as a row)
 EXIT_BAD_INPUT = 2  # bad file, flag or database: nothing ran, nothing was written
-EXIT_INTERRUPTED = 130  # Ctrl-C: finished runs are stored
 
 
 def err(msg: str) -> None:

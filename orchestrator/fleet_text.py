@@ -176,10 +176,6 @@ def heatmap_text(nodes: Sequence[dict], pairs: Sequence[dict], link: str) -> str
 # --- suspects ---------------------------------------------------------------------------------
 
 
-def _by_id(nodes: Sequence[dict]) -> dict[str, dict]:
-    return {str(n.get("node_id")): n for n in nodes}
-
-
 def labelled(text: str, labels: dict[str, str]) -> str:
     """``text`` (a stored why or note, which names nodes by Ray node id) with each node id
     replaced by the node's label, for reading; the stored text keeps the ids."""

@@ -72,8 +72,6 @@ REASON_NAMES: dict[int, str] = {
 
 SLOWDOWN_MASK = HW_SLOWDOWN | SW_THERMAL_SLOWDOWN | HW_THERMAL_SLOWDOWN | HW_POWER_BRAKE_SLOWDOWN
 """Bits that exclude a run: clocks cut by thermal or hardware protection."""
-LIMIT_MASK = SW_POWER_CAP | BOARD_LIMIT | RELIABILITY
-"""Bits recorded but not excluding: the board's own limits under load."""
 BENIGN_MASK = GPU_IDLE | APPLICATIONS_CLOCKS_SETTING | SYNC_BOOST | DISPLAY_CLOCK_SETTING
 """Bits of normal operation: nothing to do, or clocks someone chose."""
 

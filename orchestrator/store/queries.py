@@ -70,16 +70,6 @@ SWEEP_RUN_SLOTS = _q(
               placement, ddp_grad_dtype, status, coalesce(attempt, 1) AS attempt, superseded_by
        FROM runs WHERE sweep_id = $sweep_id ORDER BY seq, attempt""",
 )
-RUN_STEP_COUNTS = _q(
-    "run_step_counts",
-    """SELECT r.run_id, r.status, count(s.step) AS n_step_rows FROM runs r
-       LEFT JOIN steps s USING (run_id) WHERE r.sweep_id = $sweep_id GROUP BY ALL""",
-)
-DIAGNOSTICS = _q(
-    "diagnostics",
-    """SELECT d.* FROM diagnostics d JOIN runs r USING (run_id)
-       WHERE r.sweep_id = $sweep_id ORDER BY d.run_id, d.rank""",
-)
 
 # --- statistics (orchestrator/stats.py reads these, computes, stores variant/sensitivity) ---
 # The run rows the figures are computed from carry what orchestrator/stats.py ``link_measurement``
