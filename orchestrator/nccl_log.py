@@ -10,6 +10,7 @@ like (host:pid:tid, then the local device)::
     host:123:456 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC
     host:123:456 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
     host:123:456 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct
+    host:123:456 [0] NCCL INFO Channel 00 : 0[1b000] -> 7[41000] via direct shared memory
     host:123:456 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0
     host:123:456 [0] NCCL INFO Channel 01 : 2[c7000] -> 0[87000] [receive] via NET/IB/5/GDRDMA
 
@@ -23,7 +24,7 @@ channel connections (``Connected all rings``, ``Ring 00 : 7 -> 0 -> 1``, ``Trees
 ignored. NCCL 2.4-2.6 printed ``Ring 00 :`` where later versions print ``Channel 00 :``; both read.
 
 Transport families: ``P2P`` (NVLink or PCIe peer access, any mode), ``SHM`` (through host
-memory), ``NET/Socket`` (TCP), ``NET/IB`` (InfiniBand/RoCE verbs, including the HPC-X/SHARP
+memory; NCCL before 2.13 calls it ``direct shared memory``), ``NET/Socket`` (TCP), ``NET/IB`` (InfiniBand/RoCE verbs, including the HPC-X/SHARP
 plugin that names itself ``IBext`` or ``IBext_v8``), or ``NET/<name>`` for other net plugins.
 gloo runs have no such log; callers record ``GLOO_TRANSPORT`` for them.
 
@@ -147,8 +148,16 @@ class NcclLog:
     """``Loaded collnet plugin SHARP (v8)`` -> ``"SHARP"``: loaded, not necessarily used."""
 
 
+# Transports NCCL once named otherwise: 2.4 to 2.12 print SHM connections as "via direct shared
+# memory" (src/transport/shm.cc); 2.13 renamed them "via SHM/<send>/<recv>".
+_LEGACY_DETAILS = {"direct shared memory": "SHM"}
+
+
 def transport_family(detail: str) -> str:
-    """Family of a ``via`` detail: ``NET/IBext_v8/1`` -> ``NET/IB``, ``P2P/CUMEM`` -> ``P2P``."""
+    """Family of a ``via`` detail: ``NET/IBext_v8/1`` -> ``NET/IB``, ``P2P/CUMEM`` -> ``P2P``,
+    ``direct shared memory`` (NCCL before 2.13) -> ``SHM``."""
+    if detail in _LEGACY_DETAILS:
+        return _LEGACY_DETAILS[detail]
     parts = detail.split("/")
     head = parts[0]
     if head != "NET" or len(parts) < 2:

@@ -166,6 +166,20 @@ def test_transport_family():
     assert transport_family("NET/AWS Libfabric/0/GDRDMA") == "NET/AWS Libfabric"
 
 
+def test_shm_under_its_pre_2_13_name():
+    # NCCL 2.4 to 2.12 named the SHM transport "direct shared memory" (src/transport/shm.cc,
+    # "Ring %02d : %d[%lx] -> %d[%lx] via direct shared memory"); 2.13 renamed it SHM/<send>/<recv>.
+    assert transport_family("direct shared memory") == "SHM"
+    log = parse_nccl_log(
+        " [0] NCCL INFO Ring 00 : 0[1b000] -> 7[41000] via direct shared memory\n"
+        "host:1:2 [1] NCCL INFO Channel 01 : 1[1c000] -> 2[3d000] via direct shared memory\n"
+    )
+    assert log.channels[0] == TransportLine(0, 0, 7, "SHM", "direct shared memory", None)
+    assert transport_families(log) == ["SHM"]
+    # An NVLink variant whose ranks fell back to host memory is caught under either name.
+    assert link_check({}, transport_families(log), "NV2") == "mismatch"
+
+
 # --------------------------------------------------------------------------- effective / check
 
 
