@@ -40,7 +40,7 @@ them (``src/transport/nvls.cc``, ``src/graph/connect.cc``, ``src/init.cc``,
     Connected NVLS tree
     16 coll channels, 0 nvls channels, 16 p2p channels, 16 p2p channels per peer
     8 coll channels, 0 collnet channels, 0 nvls channels, 8 p2p channels, ...
-    CollNet 00/0 : 0 [send] via COLLNET/SHARP/0/GDRDMA
+    CollNet 00/0 : 0 [send] via COLLNET/SHARP/0/GDRDMA    (NCCL 2.6-2.8: "Coll 00 : 0 [send] ...")
     rank 0 Connected CollNet / Connected Collnet Chains ...
     NET/Plugin: Loaded collnet plugin SHARP (v8)        (loaded: not yet used)
 
@@ -91,8 +91,9 @@ _NVLS_SUPPORT_RE = re.compile(r"NVLS multicast support is (not )?available")
 _NVLS_SETUP_RE = re.compile(r"NVLS comm 0x|Connected NVLS|NVLS Head\s+\d+:")
 _NVLS_CHANNELS_RE = re.compile(r"\b(\d+) nvls channels")
 _COLLNET_CHANNELS_RE = re.compile(r"\b(\d+) collnet channels")
+# NCCL 2.6-2.8 began a CollNet connection line "Coll NN :", 2.9 on "CollNet NN :".
 _COLLNET_SETUP_RE = re.compile(
-    r"CollNet \d+(?:/\d+)?\s*:\s*\d+ \[(?:send|receive)\] via COLLNET/|Connected CollNet"
+    r"Coll(?:Net)? \d+(?:/\d+)?\s*:\s*\d+ \[(?:send|receive)\] via COLLNET/|Connected CollNet"
     r"|Connected Collnet Chains"
 )
 _COLLNET_OFF_RE = re.compile(r"less than CollNet node threshold|disabling CollNet")
@@ -141,7 +142,8 @@ class NcclLog:
     """Largest ``N collnet channels`` count seen (NCCL 2.2x+ prints its ring channel count
     there, ``src/init.cc``, so only 0 is evidence); None if no such line."""
     collnet_setup: bool = False
-    """A ``CollNet NN/N : r [send|receive] via COLLNET/..`` or ``Connected CollNet`` line."""
+    """A ``CollNet NN/N : r [send|receive] via COLLNET/..`` (``Coll NN :`` before NCCL 2.9) or
+    ``Connected CollNet`` line."""
     collnet_off: bool = False
     """NCCL said it disabled CollNet (too few nodes)."""
     collnet_plugin: str | None = None
@@ -229,7 +231,7 @@ class _Extra:
             m = _NVLS_CHANNELS_RE.search(line)
             if m:
                 self.nvls_channels = max(int(m.group(1)), self.nvls_channels or 0)
-        if "ollNet" in line or "ollnet" in line:
+        if "ollNet" in line or "ollnet" in line or "COLLNET" in line:
             m = _COLLNET_CHANNELS_RE.search(line)
             if m:
                 self.collnet_channels = max(int(m.group(1)), self.collnet_channels or 0)

@@ -11,6 +11,7 @@ from orchestrator.nccl_log import (
     GLOO_TRANSPORT,
     NcclLog,
     TransportLine,
+    collnet_used,
     effective_transport,
     link_check,
     parse_nccl_log,
@@ -178,6 +179,17 @@ def test_shm_under_its_pre_2_13_name():
     assert transport_families(log) == ["SHM"]
     # An NVLink variant whose ranks fell back to host memory is caught under either name.
     assert link_check({}, transport_families(log), "NV2") == "mismatch"
+
+
+def test_collnet_connection_under_its_2_6_to_2_8_name():
+    # NCCL 2.6 to 2.8 printed CollNet connections as "Coll %02d : %d [send] via COLLNET/%s/%d%s"
+    # (src/transport/coll_net.cc); 2.9 renamed the line "CollNet %02d : ...".
+    log = parse_nccl_log(
+        "h:1:2 [0] NCCL INFO Coll 00 : 0 [send] via COLLNET/SHARP/0/GDRDMA\n"
+        "h:1:2 [0] NCCL INFO Coll 00 : 0 [receive] via COLLNET/SHARP/0/GDRDMA\n"
+    )
+    assert collnet_used(log) is True
+    assert log.channels == ()  # not a rank-to-rank channel: no transport family of its own
 
 
 # --------------------------------------------------------------------------- effective / check
