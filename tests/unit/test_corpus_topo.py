@@ -4,7 +4,7 @@ a correct reader gives (``shared/data/corpus/topo/expected.json``; sources in
 
 The expected parse and linksweep's model differ in one way only, mapped here rather than
 modelled: expected.json writes ``null`` for an affinity column the header does not have
-(``NUMA Affinity`` before ~2017 drivers, ``GPU NUMA ID`` before ~2023), while ``Topology`` keeps
+(older drivers print no ``GPU NUMA ID``, the oldest no ``NUMA Affinity`` either), while ``Topology`` keeps
 only the cells it read, so an absent column is an empty dict. Nothing in linksweep needs to tell
 an absent column from one whose cells are all empty, so the test reads ``null`` as ``{}``.
 """
