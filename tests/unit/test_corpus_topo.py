@@ -3,10 +3,11 @@ a correct reader gives (``shared/data/corpus/topo/expected.json``; sources in
 ``shared/data/corpus/SOURCES.md``).
 
 The expected parse and linksweep's model differ in one way only, mapped here rather than
-modelled: expected.json writes ``null`` for an affinity column the header does not have
-(older drivers print no ``GPU NUMA ID``, the oldest no ``NUMA Affinity`` either), while ``Topology`` keeps
-only the cells it read, so an absent column is an empty dict. Nothing in linksweep needs to tell
-an absent column from one whose cells are all empty, so the test reads ``null`` as ``{}``.
+modelled: expected.json writes ``null`` for an affinity column the header does not have (older
+drivers print no ``GPU NUMA ID``, the oldest no ``NUMA Affinity`` either), while ``Topology``
+keeps only the cells it read, so an absent column is an empty dict. Nothing in linksweep needs
+to tell an absent column from one whose cells are all empty, so the test reads ``null`` as
+``{}``.
 """
 
 from __future__ import annotations
