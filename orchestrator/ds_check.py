@@ -18,11 +18,12 @@ here as it would pass ``deepspeed.initialize``'s config step. The driver has no 
 so DeepSpeedConfig sees world size 1: ``train_batch_size`` (derived, checked by DeepSpeed at
 initialize) is left out of the check.
 
-May import: ds_config, planner, spec, deepspeed, pydantic.
+May import: ds_config, planner, spec, deepspeed, pydantic, torch.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from orchestrator.ds_config import block_conflicts, deep_merge
@@ -53,8 +54,25 @@ class _ReadTracker(dict):
         return self
 
 
+def accelerator_env(environ: dict[str, str], cuda_available: bool) -> dict[str, str]:
+    """What to add to ``environ`` before importing DeepSpeed here: ``DS_ACCELERATOR=cpu`` where
+    torch sees no CUDA and nobody chose. DeepSpeed picks CPU there by itself, but says so as a
+    ``[WARNING] ... Setting accelerator to CPU`` line on stdout, in the middle of a sweep's
+    output; naming the choice it would make keeps it quiet. A choice already made is kept."""
+    if "DS_ACCELERATOR" in environ or cuda_available:
+        return {}
+    return {"DS_ACCELERATOR": "cpu"}
+
+
+def _name_the_accelerator() -> None:
+    import torch
+
+    os.environ.update(accelerator_env(dict(os.environ), torch.cuda.is_available()))
+
+
 def parse_errors(config: dict[str, Any], prefix: str = "deepspeed") -> list[str]:
     """DeepSpeed's complaints about ``config``, one line each, keys spelled ``prefix.a.b``."""
+    _name_the_accelerator()
     from deepspeed.runtime.config import DeepSpeedConfig
     from pydantic import ValidationError
 
@@ -95,6 +113,7 @@ def _section_of(config: dict, model_title: str) -> tuple[str, ...]:
 
 
 def _ds_version() -> str:
+    _name_the_accelerator()
     import deepspeed
 
     return deepspeed.__version__

@@ -198,3 +198,14 @@ def test_one_bucket_mb_is_one_byte_count_in_ddp_and_zero(bucket_mb, precision):
     assert zero["zero_optimization"]["allgather_bucket_size"] * BYTES_PER_ELEMENT[precision] == (
         ddp_bytes
     )
+
+
+def test_deepspeed_is_told_the_cpu_accelerator_it_would_pick_so_it_says_nothing():
+    """Without CUDA, DeepSpeed picks CPU itself but prints a [WARNING] line on stdout in the middle
+    of a sweep's output; the driver names that choice first. A choice made is kept, and where
+    torch sees CUDA nothing is set (DeepSpeed picks cuda, as before)."""
+    from orchestrator.ds_check import accelerator_env
+
+    assert accelerator_env({}, cuda_available=False) == {"DS_ACCELERATOR": "cpu"}
+    assert accelerator_env({}, cuda_available=True) == {}
+    assert accelerator_env({"DS_ACCELERATOR": "cuda"}, cuda_available=False) == {}
