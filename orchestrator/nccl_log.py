@@ -24,8 +24,9 @@ channel connections (``Connected all rings``, ``Ring 00 : 7 -> 0 -> 1``, ``Trees
 ignored. NCCL 2.4-2.6 printed ``Ring 00 :`` where later versions print ``Channel 00 :``; both read.
 
 Transport families: ``P2P`` (NVLink or PCIe peer access, any mode), ``SHM`` (through host
-memory; NCCL before 2.13 calls it ``direct shared memory``), ``NET/Socket`` (TCP), ``NET/IB`` (InfiniBand/RoCE verbs, including the HPC-X/SHARP
-plugin that names itself ``IBext`` or ``IBext_v8``), or ``NET/<name>`` for other net plugins.
+memory; NCCL before 2.13 calls it ``direct shared memory``), ``NET/Socket`` (TCP), ``NET/IB``
+(InfiniBand/RoCE verbs, including the HPC-X/SHARP plugin that names itself ``IBext`` or
+``IBext_v8``), or ``NET/<name>`` for other net plugins.
 gloo runs have no such log; callers record ``GLOO_TRANSPORT`` for them.
 
 NVLS (NVLink SHARP: reductions in the NVSwitch) and CollNet (reductions in the network, e.g. the
