@@ -14,6 +14,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_FILE_LINES = 500
+"""A module longer than this says in its docstring that it has one job (``One job:`` and what
+it is); a module never splits only to fit the number."""
+HARD_MAX_FILE_LINES = 800
 MAX_EXECUTE_SWEEP_LINES = 80
 
 
@@ -88,9 +91,17 @@ def test_no_sql_in_the_report_or_the_cli():
 
 
 @pytest.mark.parametrize("folder", ["orchestrator", "workloads", "bench"])
-def test_no_source_file_over_500_lines(folder):
-    sizes = {_rel(p): len(p.read_text().splitlines()) for p in _py(folder)}
-    assert {f: n for f, n in sizes.items() if n > MAX_FILE_LINES} == {}
+def test_a_long_module_says_its_one_job_and_none_is_very_long(folder):
+    """Over 500 lines a module's docstring says ``One job:`` and what it is (a long module that
+    does one thing reads better than two halves split at a number); none passes 800."""
+    over = {}
+    for p in _py(folder):
+        text = p.read_text()
+        n = len(text.splitlines())
+        doc = ast.get_docstring(ast.parse(text)) or ""
+        if n > HARD_MAX_FILE_LINES or (n > MAX_FILE_LINES and "One job:" not in doc):
+            over[_rel(p)] = n
+    assert over == {}
 
 
 def test_execute_sweep_reads_on_one_screen():
