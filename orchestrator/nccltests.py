@@ -1,5 +1,8 @@
 """nccl-tests output -> rows: the parser behind ``linksweep import nccl-tests`` (pure; no I/O).
 
+One job: reading one nccl-tests output (its table, the facts around it, the collective it
+measured) into rows.
+
 Reads what ``all_reduce_perf`` and its siblings print (text) or write with ``-J`` (JSON), so
 their figures can sit beside linksweep's own busbw in ``link_bench`` (``source='nccl-tests'``).
 Every figure is nccl-tests' own: busbw, algbw and time are the printed cells (or the JSON's
@@ -25,9 +28,14 @@ Text layouts, read from the column header so every version parses the same way
   world size and hosts), ``# Avg bus bandwidth : X`` and ``# Out of bounds values : N``.
 
 Which collective a table measured: ``# Collective test starting: all_reduce_perf`` (nccl-tests
-2.17.4+), else the binary named in the file before the table (a command line such as
-``mpirun ... ./build/all_reduce_perf -b 8``), else the caller's ``op`` (``--op``). A file that
-names one op while ``--op`` says another is refused.
+2.17.4+; a ``concluded`` line after the table names it too), else the binary named in the file
+before the table (a command line such as ``mpirun ... ./build/all_reduce_perf -b 8``), else what
+the table itself allows (:func:`infer_op`: the redop and root columns, size against count, the
+unchecked in-place result of alltoall, the bus factor); ``--op`` only where several ops remain.
+A file that names or allows one op while ``--op`` says another is refused, naming both.
+
+Rank banners give the world size only when they run 0..n-1 without a gap (an excerpt may keep
+only ``Rank 127``); otherwise the bus factor does.
 
 JSON (``-J FILE.json``, nccl-tests 2.17.4+; src/util.cu ``JSON_FILE_VERSION`` 1 to 3): ``args``
 (argv: the binary, hence the op), ``config`` (nthreads, ngpus, devices: one entry per process),
@@ -49,7 +57,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from orchestrator.comm_model import busbw_factor
-from workloads.contract import canonical_op
+from workloads.contract import CANONICAL_OPS, canonical_op
 
 BINARIES = (
     "all_reduce", "all_gather", "reduce_scatter", "alltoall", "alltoallv", "broadcast", "reduce",
@@ -218,6 +226,19 @@ def _placement(h: _Header, cells: list[str], where: str) -> dict:
     return out
 
 
+def _inference_cells(h: _Header, n: int, keys: dict, oop: list[str], inp: list[str]) -> dict:
+    """A row as :func:`infer_op` reads it: key cells, out-of-place figures, both check cells."""
+    named, where = dict(zip(h.group, oop, strict=True)), f"line {n}"
+    check = "#wrong" if "#wrong" in h.group else "error"
+    return {
+        **keys,
+        "algbw": _number(named["algbw"], "algbw", where),
+        "busbw": _number(named["busbw"], "busbw", where),
+        "oop_wrong": named[check],
+        "ip_wrong": dict(zip(h.group, inp, strict=True))[check],
+    }
+
+
 def _op_hint(line: str) -> tuple[str, str] | None:
     m = _STARTING.search(line)
     if m:
@@ -256,7 +277,11 @@ def parse_text(text: str, op: str | None = None, world_size: int | None = None) 
             elif (m := _VERSION.match(line)) is not None:
                 version = m.group(1)
             elif (found := _op_hint(line)) is not None and found[1] == "Collective test starting":
-                hint = found
+                if "concluded" in line:  # names the table above it (the start may be cut off)
+                    if headers and headers[-1].op is None:
+                        headers[-1].op, headers[-1].op_source = found
+                else:
+                    hint = found
             continue
         tokens = line.split()
         if headers and len(tokens) > 3 and tokens[0].isdigit() and tokens[1].isdigit():
@@ -276,6 +301,8 @@ def parse_text(text: str, op: str | None = None, world_size: int | None = None) 
     if not raw:
         raise NcclTestsError(f"line {headers[-1].line}: a table header but no rows under it")
 
+    # banners with a gap (an excerpt kept only some) count ranks they do not show
+    complete = sorted(ranks) == list(range(len(ranks)))
     ops: dict[int, tuple[str, str]] = {}
     for h in headers:
         if h.op is not None:
@@ -285,14 +312,26 @@ def parse_text(text: str, op: str | None = None, world_size: int | None = None) 
                     f"line {h.line}: the file names {h.op} ({h.op_source}); --op says {op}"
                 )
             ops[h.line] = (found, h.op_source or "")
-        elif op is not None:
-            ops[h.line] = (canonical_op_or_error(op), "--op")
+            continue
+        table = [_inference_cells(h, n, k, oop, inp) for hh, n, k, oop, inp in raw if hh is h]
+        # a --world-size at odds with the figures is refused below, naming both counts
+        known = len(ranks) if ranks and complete else None if op else world_size
+        inferred = infer_op(h.keys, table, known)
+        why = "; ".join(inferred.reasons) or "no redop, root or bus factor to go by"
+        if op is not None:
+            given = canonical_op_or_error(op)
+            if given not in inferred.ops:
+                left = ", ".join(inferred.ops) or "no collective"
+                raise NcclTestsError(f"line {h.line}: --op {op}, but the table fits {left} ({why})")
+            ops[h.line] = (given, "--op")
+        elif inferred.op is not None:
+            ops[h.line] = (inferred.op, "columns and figures")
         else:
+            left = " and ".join(inferred.ops) or "no collective"
             raise NcclTestsError(
-                f"line {h.line}: the file does not say which collective this table measured "
-                "(no '# Collective test starting: X_perf' line, no X_perf command line before "
-                "it); pass --op (all_reduce, all_gather, reduce_scatter, alltoall, broadcast, "
-                "reduce)"
+                f"line {h.line}: the file does not name its collective (no '# Collective test "
+                f"starting: X_perf' line, no X_perf command line) and its table fits {left} "
+                f"({why}); pass --op"
             )
 
     rows: list[NcclTestsRow] = []
@@ -326,7 +365,7 @@ def parse_text(text: str, op: str | None = None, world_size: int | None = None) 
     layout = "#wrong" if "#wrong" in headers[0].group else "error"
     sources = {s for _, s in ops.values()}
     world, world_src = world_size, "--world-size" if world_size else None
-    if ranks:
+    if ranks and complete:
         world, world_src = agree_world_size(world_size, len(ranks), "rank banners")
     run = NcclTestsRun(
         rows=tuple(rows),
@@ -343,6 +382,113 @@ def parse_text(text: str, op: str | None = None, world_size: int | None = None) 
         time_kind="cputime" if "cputime" in headers[0].group else "time",
     )
     return checked_world_size(run)
+
+
+# --- which collective, from the table itself ------------------------------------------------
+_GATHER_LIKE = ("all_gather", "reduce_scatter", "all_to_all")
+_TYPE_BYTES = {
+    "int8": 1, "uint8": 1, "f8e4m3": 1, "f8e5m2": 1, "half": 2, "bfloat16": 2, "int32": 4,
+    "uint32": 4, "float": 4, "int64": 8, "uint64": 8, "double": 8,
+}  # fmt: skip
+"""nccl-tests' type names (src/common.cu ``test_typenames``) and their sizes."""
+
+
+@dataclass(frozen=True)
+class OpInference:
+    """What the table's own columns and figures leave possible (canonical names), and why."""
+
+    ops: tuple[str, ...]
+    reasons: tuple[str, ...]
+
+    @property
+    def op(self) -> str | None:
+        return self.ops[0] if len(self.ops) == 1 else None
+
+
+def _fits(op: str, n: int | None, figures: list[tuple[float, float]]) -> bool:
+    """busbw/algbw of every figure is the op's bus factor at n ranks; where n is None, at the n
+    the largest decisive figure implies, else within the factor's range over all n >= 2."""
+    if n is None and op not in ("broadcast", "reduce"):
+        implied = [m for a, b in sorted(figures) if (m := implied_world_size(op, a, b)) is not None]
+        if implied:
+            n = implied[-1]
+        else:
+            low, high = (1.0, 2.0) if op == "all_reduce" else (0.5, 1.0)
+            return all(low - 0.02 <= b / a <= high + 0.02 for a, b in figures)
+    factor = 1.0 if n is None else busbw_factor(op, n)
+    return all(abs(b - a * factor) <= 0.015 + 2e-4 * b for a, b in figures)
+
+
+def infer_op(columns: list[str], cells: list[dict], world_size: int | None = None) -> OpInference:
+    """The collectives a table's columns and figures allow. ``columns``: the header's key columns
+    (``size count type [redop] [root]``); ``cells``: one dict per row with those keys as printed
+    (a blank redop cell absent) and ``algbw``, ``busbw``, ``oop_wrong``, ``ip_wrong`` (the
+    out-of-place figures and both #wrong/error cells as printed). Pure.
+
+    What nccl-tests prints (src/*.cu ``print_line_header``, ``*GetBw``, ``*InitData``): 2.13+
+    prints redop and root for every op, ``none`` where no reduction is done (all_gather,
+    alltoall, broadcast) and root ``-1`` where there is no root (all but broadcast and reduce);
+    before 2.13 all_gather and broadcast print no redop column, alltoall a blank one, and only
+    broadcast and reduce a root column. size = count x type size for all_reduce, broadcast and
+    reduce, x n for all_gather, reduce_scatter and alltoall. busbw/algbw is 2(n-1)/n for
+    all_reduce, (n-1)/n for all_gather, reduce_scatter and alltoall, 1 for broadcast and
+    reduce. alltoall never checks its in-place result: its in-place #wrong is N/A when the
+    out-of-place one is checked."""
+    ops = set(CANONICAL_OPS)
+    reasons: list[str] = []
+
+    def keep(allowed, why: str) -> None:
+        nonlocal ops
+        ops &= set(allowed)
+        reasons.append(why)
+
+    redops = {c.get("redop") for c in cells}
+    if "redop" not in columns:
+        keep(("all_gather", "broadcast"), "no redop column (before 2.13: all_gather, broadcast)")
+    elif redops == {None}:
+        keep(("all_to_all",), "blank redop cells (before 2.13: alltoall)")
+    elif redops == {"none"}:
+        keep(("all_gather", "all_to_all", "broadcast"), "redop none (no reduction)")
+    elif not redops & {None, "none"}:
+        keep(("all_reduce", "reduce_scatter", "reduce"), f"redop {'/'.join(sorted(redops))}")
+    roots = {c.get("root") for c in cells}
+    unrooted = [o for o in CANONICAL_OPS if o not in ("broadcast", "reduce")]
+    if "root" not in columns:
+        keep(unrooted, "no root column (before 2.13 only broadcast and reduce print one)")
+    elif roots == {"-1"}:
+        keep(unrooted, "root -1 (no root)")
+    elif all(r is not None and r.isdigit() for r in roots):
+        keep(("broadcast", "reduce"), f"root {'/'.join(sorted(roots))}")
+    ratios = {
+        int(c["size"]) // (int(c["count"]) * _TYPE_BYTES[c["type"]])
+        for c in cells
+        if int(c["count"]) > 0 and c["type"] in _TYPE_BYTES
+    }
+    n_by_op = dict.fromkeys(CANONICAL_OPS, world_size)
+    k = ratios.pop() if len(ratios) == 1 else None
+    if k is not None and k > 1:
+        keep(_GATHER_LIKE, f"size = count x type size x {k} (one part per rank)")
+        n_by_op.update(dict.fromkeys(_GATHER_LIKE, k))
+    elif k == 1 and world_size not in (None, 1):
+        keep(("all_reduce", "broadcast", "reduce"), "size = count x type size")
+    elif k == 1:
+        n_by_op.update(dict.fromkeys(_GATHER_LIKE, 1))
+    checked = [c for c in cells if c["oop_wrong"] != _NA]
+    if checked and all(c["ip_wrong"] == _NA for c in checked):
+        keep(("all_to_all",), "in-place #wrong N/A where out-of-place is checked (alltoall)")
+    elif any(c["ip_wrong"] != _NA for c in cells):
+        keep([o for o in CANONICAL_OPS if o != "all_to_all"], "in-place result checked")
+    figures = [
+        (c["algbw"], c["busbw"])
+        for c in cells
+        if c["algbw"] is not None and c["busbw"] is not None and c["algbw"] >= 1
+    ]
+    if figures:
+        fit = {o for o in ops if _fits(o, n_by_op[o], figures)}
+        if fit != ops:
+            at = f" at {world_size} ranks" if world_size else ""
+            keep(fit, f"busbw/algbw {figures[-1][1] / figures[-1][0]:.3g}{at}")
+    return OpInference(tuple(o for o in CANONICAL_OPS if o in ops), tuple(reasons))
 
 
 def canonical_op_or_error(op: str) -> str:

@@ -60,9 +60,10 @@ def add_parser(sub) -> None:
     nt.add_argument(
         "--op",
         default=None,
-        help="the collective, when the file does not say (no '# Collective test starting: X' "
-        "line, no X_perf command line): all_reduce, all_gather, reduce_scatter, alltoall, "
-        "broadcast, reduce (default: what the file says)",
+        help="the collective, only where the file leaves several possible (no X_perf line, "
+        "and its redop/root columns and bus factor fit more than one, e.g. all_gather and "
+        "alltoall): all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce "
+        "(default: what the file says or allows; one it rules out is refused)",
     )
     nt.add_argument(
         "--world-size",

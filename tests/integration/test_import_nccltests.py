@@ -91,14 +91,15 @@ def test_import_beside_linksweep_never_pools_and_the_report_shows_both(tmp_path,
 def test_import_without_sweep_makes_one_that_latest_sweep_skips(tmp_path, capsys):
     db = str(tmp_path / "r.duckdb")
     _plant(db)
-    rc = main(["import", "nccl-tests", EFA, "--link", "efa", "--op", "all_reduce", "--db", db])
+    # the file names no binary; its redop, root, size/count and bus factor fit all_reduce only
+    rc = main(["import", "nccl-tests", EFA, "--link", "efa", "--db", db])
     assert rc == 0
     _, rows = read_query(
         db, "SELECT sweep_id, name, status, started_at, spec FROM sweeps WHERE name LIKE 'import:%'"
     )
     (sid, name, status, started, spec) = rows[0]
     assert (name, status, started) == ("import:eks_efa_t4_2node_mpirun_prefix.log", "ok", None)
-    assert json.loads(spec)["imports"][0]["op_source"] == "--op"
+    assert json.loads(spec)["imports"][0]["op_source"] == "columns and figures"
     _, bench = read_query(
         db,
         "SELECT msg_bytes, in_place, busbw_gbps, wrong, world_size, source FROM link_bench "
@@ -113,8 +114,8 @@ def test_import_without_sweep_makes_one_that_latest_sweep_skips(tmp_path, capsys
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--link", "efa"], "line 55: the file does not say which collective"),
-        (["--link", "efa", "--op", "all_gather"], "is not all_gather's bus factor 0.5 at 2"),
+        (["--link", "efa", "--op", "all_gather"],
+         "line 55: --op all_gather, but the table fits all_reduce (redop sum"),
         (["--link", "efa", "--op", "all_reduce", "--world-size", "4"],
          "--world-size 4, but the file's rank banners count 2 ranks"),
         (["--link", "efa", "--op", "all_reduce", "--sweep", "nope"], "--sweep nope: no such sweep"),
@@ -137,3 +138,15 @@ def test_unreadable_file_creates_no_database(tmp_path, capsys):
     assert main(["import", "nccl-tests", str(bad), "--link", "l", "--db", db]) == 2
     assert "no nccl-tests table" in capsys.readouterr().err
     assert not os.path.exists(db)
+
+
+def test_a_file_that_leaves_two_ops_asks_for_op_naming_them(tmp_path, capsys):
+    db = str(tmp_path / "r.duckdb")
+    gke = str(DATA / "gke_a3high_all_gather_na_indented.log")
+    assert main(["import", "nccl-tests", gke, "--link", "nv", "--db", db]) == 2
+    err = capsys.readouterr().err
+    assert "fits all_gather and all_to_all" in err and "pass --op" in err
+    assert not os.path.exists(db)
+    assert (
+        main(["import", "nccl-tests", gke, "--link", "nv", "--db", db, "--op", "all_gather"]) == 0
+    )

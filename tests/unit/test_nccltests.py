@@ -151,9 +151,15 @@ def test_printed_busbw_follows_the_field_notes_factors(name, op, n):
 
 
 def test_a_wrong_op_shows_in_the_bus_factor():
-    with pytest.raises(NcclTestsError, match="line 15: busbw 71.35 / algbw 76.11 fits all_reduce"):
+    # the columns already rule all_reduce out: no reduction, one part per rank in the buffer
+    with pytest.raises(
+        NcclTestsError,
+        match=r"line 4: --op all_reduce, but the table fits all_gather, all_to_all \(redop none",
+    ):
         parse(_read("gke_a3high_all_gather_na_indented.log"), op="all_reduce")
-    with pytest.raises(NcclTestsError, match="is not all_gather's bus factor 0.5 at 2 ranks"):
+    with pytest.raises(
+        NcclTestsError, match="line 55: --op all_gather, but the table fits all_reduce"
+    ):
         parse(_read("eks_efa_t4_2node_mpirun_prefix.log"), op="all_gather")
 
 
@@ -221,9 +227,10 @@ def test_link_bench_rows_keep_printed_figures():
         ),
         (
             "#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
-            "   8   2  float  none  -1  1.0  0.00  0.00  0  1.0  0.00  0.00  0\n",
+            "   8   2  float  none  -1  1.0  0.00  0.00  N/A  1.0  0.00  0.00  N/A\n",
             None,
-            "line 1: the file does not say which collective",
+            "line 1: the file does not name its collective .* fits all_gather and all_to_all "
+            r"\(redop none .*\); pass --op",
         ),
         (
             "./build/sendrecv_perf -b 8\n"
