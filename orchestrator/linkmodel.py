@@ -39,7 +39,7 @@ Method
   above ``POOR_FIT_REL``), ``runs_excluded`` (a good fit, but failed or throttled runs were left
   out; ``n_excluded`` says how many), ``ok``. ``note`` says the same in words.
 
-Assumptions (stated in the README): compute_s does not depend on the link; the exposed share of
+Assumptions (stated in docs/link-model.md): compute_s does not depend on the link; the exposed share of
 communication is the same on every link (in truth overlap hides a fixed window of compute, so
 exposure drifts toward 1 on slow links and toward 0 on fast ones: the line is a secant over the
 measured range, and far outside it a projection is an extrapolation); the microbenchmark's

@@ -1,6 +1,6 @@
 """The sweep file: one typed spec, validated before anything runs.
 
-A sweep file is YAML whose keys are the public interface (see README). It maps onto frozen
+A sweep file is YAML whose keys are the public interface (docs/sweep-file.md). It maps onto frozen
 pydantic models with ``extra="forbid"``; closed choices are ``Literal``s. Every error names the
 field, the bad value and what is allowed, and :func:`load_spec` raises :class:`SpecError` carrying
 all of them at once, so a user fixes a file in one go.

@@ -120,3 +120,33 @@ def test_code_and_docs_give_reasons_not_tracker_numbers():
         if HISTORY.search(line) and "HISTORY = re.compile" not in line
     ]
     assert hits == []
+
+
+def test_the_readme_fits_on_a_few_screens():
+    """The front page: what linksweep answers, the two commands, the quickstart, the GPU status,
+    a minimal sweep file, the command list, links into docs/ for the rest (about 15 KB)."""
+    assert len((REPO / "README.md").read_bytes()) <= 15_000
+
+
+def _slug(heading: str) -> str:
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves():
+    """A page moved or a heading renamed leaves no dead link behind (file and anchor)."""
+    bad = []
+    for page in _markdown_files():
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, fragment = target.partition("#")
+            dest = (page.parent / path) if path else page
+            if not dest.exists():
+                bad.append(f"{page.relative_to(REPO)}: {target}")
+            elif fragment and dest.suffix == ".md":
+                body = re.sub(r"```.*?```", "", dest.read_text(), flags=re.S)
+                heads = {_slug(h) for h in re.findall(r"^#{1,6} (.*)$", body, flags=re.M)}
+                if fragment not in heads:
+                    bad.append(f"{page.relative_to(REPO)}: {target}")
+    assert bad == []
