@@ -24,6 +24,8 @@ Text layouts, read from the column header so every version parses the same way
   a timestamp and ``-I 1`` per-iteration columns, both ignored.
 - Lines may carry a launcher's prefix (``[1,0]<stdout>:`` from mpirun --tag-output, ``0: `` from
   srun -l, ``rank 0:``) and indentation; NCCL INFO lines may interleave with the table.
+- A table whose header was cut off (``kubectl logs --tail``) is read as the 2.13+ layout when
+  its rows have that layout's 13 cells (noted in ``NcclTestsRun.notes``).
 - Around the table: ``#  Rank  0 Group  0 Pid ... on HOST device 0 [...] GPU`` banners (the
   world size and hosts), ``# Avg bus bandwidth : X`` and ``# Out of bounds values : N``.
 
@@ -239,6 +241,24 @@ def _inference_cells(h: _Header, n: int, keys: dict, oop: list[str], inp: list[s
     }
 
 
+_LAYOUT_2_13 = (
+    "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+    "busbw", "#wrong",
+)  # fmt: skip
+
+
+def _headless_row(tokens: list[str]) -> bool:
+    """A row of the 2.13+ layout with no header above it: 13 cells, whole size and count, a
+    type nccl-tests names, a whole root. Read with that layout's columns."""
+    return (
+        len(tokens) == len(_LAYOUT_2_13)
+        and tokens[0].isdigit()
+        and tokens[1].isdigit()
+        and tokens[2] in _TYPE_BYTES
+        and re.fullmatch(r"-?\d+", tokens[4]) is not None
+    )
+
+
 def _op_hint(line: str) -> tuple[str, str] | None:
     m = _STARTING.search(line)
     if m:
@@ -257,6 +277,7 @@ def parse_text(text: str, op: str | None = None, world_size: int | None = None) 
     ranks: dict[int, tuple[str, str]] = {}
     avg = oob = version = nccl = None
     hint: tuple[str, str] | None = None
+    headless = False
     for n, full in enumerate(text.splitlines(), start=1):
         line = _PREFIX.sub("", full, count=1).strip()
         if not line:
@@ -284,6 +305,9 @@ def parse_text(text: str, op: str | None = None, world_size: int | None = None) 
                     hint = found
             continue
         tokens = line.split()
+        if not headers and (headless := _headless_row(tokens)):  # header cut off (``tail``)
+            headers.append(_header(list(_LAYOUT_2_13), n))
+            headers[-1].op, headers[-1].op_source = hint if hint else (None, None)
         if headers and len(tokens) > 3 and tokens[0].isdigit() and tokens[1].isdigit():
             where = f"line {n}"
             keys, oop, inp = _row_cells(headers[-1], tokens, where)
@@ -380,6 +404,7 @@ def parse_text(text: str, op: str | None = None, world_size: int | None = None) 
         nccl_tests_version=version,
         nccl_version=nccl,
         time_kind="cputime" if "cputime" in headers[0].group else "time",
+        notes=("no column header: read as the 2.13+ layout",) if headless else (),
     )
     return checked_world_size(run)
 
