@@ -4,6 +4,7 @@ SOURCES.md): every imported busbw is the one nccl-tests printed, in every layout
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -12,10 +13,11 @@ from orchestrator.nccltests import (
     NcclTestsError,
     implied_world_size,
     import_record,
+    infer_op,
     link_bench_rows,
     parse,
 )
-from tests.captures import CAPTURES, OWN, needs
+from tests.captures import CAPTURES, CORPUS, OWN, needs
 
 DATA = CAPTURES / "nccl_tests"
 CONSTRUCTED = OWN / "nccl_tests_json_v3_constructed.json"
@@ -310,3 +312,95 @@ def test_per_iteration_and_timestamp_columns_are_skipped():
         200.0,
         78.25,
     )
+
+
+# --- which collective, from the table alone ---------------------------------------------------
+ALLOWS = {
+    # (capture, ops the table allows once the lines naming a binary are taken out)
+    "a3mega_h100_2node_binary_on_command_line.log": ("all_reduce",),
+    "awsome_p5_srun_label_prefix.log": ("all_reduce",),
+    "azureml_nd96amsr_a100_old_layout_error_values.log": ("all_reduce",),  # redop, no root col
+    "eks_efa_t4_2node_mpirun_prefix.log": ("all_reduce",),
+    # redop none, root -1, size = count x 4 x 16, in-place N/A as out-of-place (-c 0): the two
+    # share the bus factor (n-1)/n and nothing printed tells them apart
+    "gke_a3high_all_gather_na_indented.log": ("all_gather", "all_to_all"),
+    "oci_a100_2node_collective_test_starting.log": ("all_reduce",),
+    "superbench_alltoall_old_layout_na.log": ("all_to_all",),  # blank redop cells
+    "superbench_broadcast_old_layout_root.log": ("broadcast",),  # root column, no redop
+}
+CORPUS_DIR = CORPUS / "nccltests"
+CORPUS_ALLOWS = {
+    "01": ("all_reduce",), "02": ("all_reduce",), "03": ("all_reduce",), "04": ("all_reduce",),
+    "05": ("reduce_scatter",),  # redop sum, size = count x 4 x 8, busbw/algbw 7/8
+    "06": ("broadcast",), "07": ("all_gather",),  # in-place checked: not alltoall
+    "08": ("all_to_all",),  # in-place #wrong N/A while out-of-place is checked
+    "09": ("all_to_all",), "10": ("all_reduce",), "11": ("all_reduce",), "12": ("all_reduce",),
+}  # fmt: skip
+
+
+def _unnamed(text: str) -> str:
+    """The text without the lines that name the binary, so only the table decides."""
+    return "\n".join(line for line in text.splitlines() if "_perf" not in line)
+
+
+def _allowed(text: str) -> tuple[str, ...]:
+    try:
+        return parse(_unnamed(text)).ops
+    except NcclTestsError as exc:
+        found = re.search(r"fits (.+?) \(", str(exc))
+        assert found and "pass --op" in str(exc), str(exc)
+        return tuple(found.group(1).split(" and "))
+
+
+@pytest.mark.parametrize("name", sorted(ALLOWS))
+def test_each_capture_names_or_allows_its_op(name):
+    assert _allowed(_read(name)) == ALLOWS[name]
+
+
+@needs(CORPUS_DIR)
+@pytest.mark.parametrize("key", sorted(CORPUS_ALLOWS))
+def test_each_corpus_file_allows_its_op(key):
+    (path,) = CORPUS_DIR.glob(f"{key}_*.txt")
+    assert _allowed(path.read_text()) == CORPUS_ALLOWS[key]
+
+
+def _cells(redop, root, size, count, algbw, busbw, oop="0", ip="0", dtype="float"):
+    keys = {"size": str(size), "count": str(count), "type": dtype}
+    if redop is not None:
+        keys["redop"] = redop
+    if root is not None:
+        keys["root"] = root
+    return [{**keys, "algbw": algbw, "busbw": busbw, "oop_wrong": oop, "ip_wrong": ip}]
+
+
+NEW = ["size", "count", "type", "redop", "root"]
+
+
+@pytest.mark.parametrize(
+    "columns, cells, world, ops, why",
+    [
+        # reduce_scatter and all_reduce both print a redop and root -1; size/count and the bus
+        # factor (n-1)/n against 2(n-1)/n tell them apart
+        (NEW, _cells("sum", "-1", 4096, 128, 20.0, 17.5), None, ("reduce_scatter",), "x 8"),
+        (NEW, _cells("sum", "-1", 4096, 1024, 20.0, 35.0), 8, ("all_reduce",), "redop sum"),
+        # reduce against broadcast: both rooted, only reduce reduces
+        (NEW, _cells("sum", "0", 4096, 1024, 20.0, 20.0), None, ("reduce",), "root 0"),
+        (NEW, _cells("none", "3", 4096, 1024, 20.0, 20.0), None, ("broadcast",), "root 3"),
+        # all_gather and alltoall: same columns, size, bus factor; validation off leaves both
+        (NEW, _cells("none", "-1", 4096, 512, 20.0, 10.0, "N/A", "N/A"), None,
+         ("all_gather", "all_to_all"), "redop none"),
+        # a ratio that is no op's factor: nothing left
+        (NEW, _cells("sum", "-1", 4096, 1024, 20.0, 50.0), None, (), "busbw/algbw 2.5"),
+    ],
+)  # fmt: skip
+def test_infer_op_from_columns_and_figures(columns, cells, world, ops, why):
+    found = infer_op(columns, cells, world)
+    assert found.ops == ops and any(why in r for r in found.reasons)
+    assert found.op == (ops[0] if len(ops) == 1 else None)
+
+
+def test_an_op_the_file_rules_out_is_refused_naming_both():
+    with pytest.raises(NcclTestsError, match="--op broadcast, but the table fits all_to_all"):
+        parse(_read("superbench_alltoall_old_layout_na.log"), op="broadcast")
+    run = parse(_read("gke_a3high_all_gather_na_indented.log"), op="alltoall")
+    assert run.ops == ("all_to_all",) and run.op_source == "--op"
