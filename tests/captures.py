@@ -41,3 +41,13 @@ def path(p: Path) -> Path:
 
 def read(p: Path) -> str:
     return path(p).read_text()
+
+
+def corpus_index(folder: Path, pattern: str, expected: dict) -> list[str]:
+    """What is off between a corpus folder's captures (``pattern``), its ``expected.json`` and
+    the corpus ``SOURCES.md``: each capture needs an expected parse and a source row."""
+    sources = (CORPUS / "SOURCES.md").read_text()
+    files = sorted(p.name for p in folder.glob(pattern))
+    off = [f"{n}: no expected parse" for n in files if n not in expected]
+    off += [f"{n}: expected, but no such capture" for n in expected if n not in files]
+    return off + [f"{n}: no row in SOURCES.md" for n in files if f"| {n} |" not in sources]
