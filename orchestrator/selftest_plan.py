@@ -168,6 +168,10 @@ NCCL setup come before the hang), then the wait is the check's whole cost."""
 HANG_COLLECT_S = 15.0
 """After the forced hang's timeout: every rank's stack and NCCL dump read, actors killed (5 s on
 CPU; NCCL's dump and killing CUDA actors take longer)."""
+AIO_BUILD_S = 600.0
+"""Added to the NVMe sweep's timeout: its rank JIT-builds DeepSpeed's async_io op where no
+build is cached (about 6 min on 2 cores; on a GPU node a CUDA extension, which nvcc builds in
+minutes too), and a run cut off mid-build would fail the check for the machine's build time."""
 
 
 def sweep_name(key: str) -> str:
@@ -248,9 +252,9 @@ def sweep_specs(
     }
     if cuda and n_gpus >= 2:
         out["two_gpu"] = spec("two_gpu", world_size=2, grid=every)
-    out["nvme"] = spec(
-        "nvme", world_size=1, grid={"strategy": "zero3", "offload": "nvme", "grad_accum": 1}
-    )
+    nvme_grid = {"strategy": "zero3", "offload": "nvme", "grad_accum": 1}
+    nvme_timeout = run_timeout_for({**base, "grid": nvme_grid}) + AIO_BUILD_S
+    out["nvme"] = spec("nvme", world_size=1, run_timeout_s=nvme_timeout, grid=nvme_grid)
     out["hang"] = spec(
         "hang",
         world_size=2,

@@ -532,3 +532,14 @@ def test_gpu_sweeps_train_in_fp32_where_a_gpu_only_emulates_bf16():
         assert {s["precision"] for s in sweeps.values()} == {precision}, native
     cpu = plan_selftest([NodeFacts("c", cpus=4.0)]).sweeps
     assert {s["precision"] for s in cpu.values()} == {"fp32"}
+
+
+def test_the_nvme_run_has_time_to_build_async_io():
+    """The NVMe run JIT-builds DeepSpeed's async_io where no build is cached (minutes): its
+    timeout holds that build on CPU and GPU; cut at 180 s it failed the check for the build."""
+    from orchestrator.selftest_plan import AIO_BUILD_S, run_timeout_for, sweep_specs
+
+    for cuda, n_gpus in ((False, 0), (True, 1), (True, 8)):
+        sweeps = sweep_specs(cuda, n_gpus)
+        nvme = sweeps["nvme"]
+        assert nvme["run_timeout_s"] >= AIO_BUILD_S + run_timeout_for(sweeps["one_rank"]) - 1
