@@ -47,4 +47,6 @@ def test_each_rank_gets_its_own_number_and_hides_the_gpus(run_sweep, tmp_path, l
     # the failed ranks chose their device first: the stored error names the decision
     assert "rank 0 device: backend=gloo device=cpu CUDA_VISIBLE_DEVICES=''" in error, error
     nodes = json.loads(nodes) if isinstance(nodes, str) else nodes
-    assert [n["device_decision"] for n in nodes] == [None, None]  # no rank returned a record
+    # no rank returned a record, yet each one's decision reaches runs.nodes from its error note
+    cpu = {"backend": "gloo", "device": "cpu", "cuda_visible_devices": "", "nvml_id": None}
+    assert [n["device_decision"] for n in nodes] == [cpu, cpu]

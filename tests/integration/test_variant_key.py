@@ -35,6 +35,7 @@ SPEC = {
         "offload": ["none", "cpu"],
         "bucket_mb": ["default", 4],
         "overlap_comm": ["true", "false"],
+        "ddp_grad_dtype": ["fp32", "bf16"],
         "placement": ["pack", "spread"],
         "linkbench": True,
     },
@@ -47,6 +48,7 @@ def _planted(v) -> tuple[float, float]:
     compute += 0.01 * (v.bucket_mb == 4) + 0.02 * (v.placement == "spread")
     exposure = 0.3 + 0.4 * (v.overlap_comm == "false") + 0.1 * (v.bucket_mb == 4)
     exposure += 0.05 * (v.strategy == "zero3") + 0.02 * (v.placement == "spread")
+    exposure -= 0.15 * (v.ddp_grad_dtype == "bf16")  # half the bytes on the link
     return compute, exposure
 
 
