@@ -14,6 +14,7 @@ import pytest
 
 from orchestrator import fleet
 from orchestrator.fleet_plan import parse_pairs
+from orchestrator.fleet_rows import BenchResult
 from orchestrator.store import Q, Reader
 from orchestrator.store.live import LiveStore
 from orchestrator.store.snapshot import load_fleet
@@ -31,21 +32,7 @@ class Node:
     gpus: float = 0.0
 
 
-@dataclass(frozen=True)
-class Result:
-    kind: str
-    node_a: str
-    node_b: str
-    world_size: int
-    backend: str | None
-    ifname: str | None
-    msg_bytes: int
-    times_s: tuple
-    time_s: float | None
-    busbw_gbps: float | None
-    status: str
-    error: str | None
-    wall_s: float
+Result = BenchResult  # what the Ray side returns, the loop's own record
 
 
 def _sizes(msg_bytes, keys) -> dict:
