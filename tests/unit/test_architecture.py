@@ -235,3 +235,15 @@ def test_an_import_the_line_omits_is_caught():
     assert names == {"ray", "orchestrator.stats"}
     allowed = allowed_names("orchestrator.headline", path, "May import: stats.")
     assert [n for n in sorted(names) if not _covered(n, allowed)] == ["ray"]
+
+
+def test_a_project_module_is_stood_in_through_stand_in():
+    """``sys.modules`` alone misses ``from package import module`` once the real module was
+    imported by an earlier test: the test passes alone and fails in the full suite."""
+    offenders = {
+        _rel(p): hits
+        for p in sorted((REPO / "tests").rglob("*.py"))
+        if p.name not in ("stand_in.py", "test_architecture.py")
+        and (hits := _lines_matching(p, r"setitem\([^,]*modules,\s*[\"'](orchestrator|workloads)"))
+    }
+    assert offenders == {}

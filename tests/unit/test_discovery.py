@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import types
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from orchestrator.discovery import (
 from orchestrator.store import TABLES
 from tests import captures
 from tests.captures import CAPTURES
+from tests.unit.stand_in import stand_in
 
 TOPO = CAPTURES / "topo"
 NCCL = CAPTURES / "nccl"
@@ -440,7 +440,7 @@ def test_doctor_command_exit_1_when_a_finding_invalidates(monkeypatch, capsys):
     connected = []
     fake_session = types.ModuleType("orchestrator.raycluster.session")
     fake_session.connect = lambda address: connected.append(address) or "embedded"
-    monkeypatch.setitem(sys.modules, "orchestrator.raycluster.session", fake_session)
+    stand_in(monkeypatch, fake_session)
 
     blocked = _gpu_report("hf_perf_hardware_nv2.txt", p2p=[[None, False], [False, None]])
     monkeypatch.setattr(doctor, "discover_nodes", lambda: [as_report(blocked)])
@@ -503,7 +503,7 @@ def test_capture_on_every_node_names_each_node_and_a_silent_one_keeps_its_error(
         ]  # fmt: skip
 
     nodes.run_on_every_node = run_on_every_node
-    monkeypatch.setitem(sys.modules, "orchestrator.raycluster.nodes", nodes)
+    stand_in(monkeypatch, nodes)
     (worker, worker_caps), (silent, silent_caps) = capture_on_every_node()
     assert (worker, worker_caps) == answered
     assert silent == "ip-10-0-0-9"
@@ -522,7 +522,7 @@ def test_selftest_dry_run_prints_the_plan_and_runs_nothing(monkeypatch, capsys, 
     fake_session = types.ModuleType("orchestrator.raycluster.session")
     fake_session.connect = lambda address: calls.append("connect") or "embedded"
     fake_session.disconnect = lambda: calls.append("disconnect")
-    monkeypatch.setitem(sys.modules, "orchestrator.raycluster.session", fake_session)
+    stand_in(monkeypatch, fake_session)
     gpu = _gpu_report("hf_perf_hardware_nv2.txt") | {"gpus": 1.0, "cuda_available": True,
                                                      "cuda_device_count": 2}  # fmt: skip
     monkeypatch.setattr(discovery, "discover_nodes", lambda: [as_report(gpu)])

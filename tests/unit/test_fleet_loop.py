@@ -18,6 +18,7 @@ from orchestrator.fleet_rows import BenchResult
 from orchestrator.store import Q, Reader
 from orchestrator.store.live import LiveStore
 from orchestrator.store.snapshot import load_fleet
+from tests.unit.stand_in import stand_in
 from workloads.fleet_contract import ComputeRecord, HealthRecord
 
 GOOD, BAD = 1.0, 0.1
@@ -134,7 +135,7 @@ def four(hostnames=("h0", "h1", "h2", "h3")):
 
 def check(monkeypatch, tmp_path, nodes, links=None, **plant):
     mod, log = fake_ray_side(nodes, **plant)
-    monkeypatch.setitem(__import__("sys").modules, "orchestrator.raycluster.fleet", mod)
+    stand_in(monkeypatch, mod)
     db = str(tmp_path / "f.duckdb")
     opts = fleet.FleetOptions(links=links or {"default": {}}, pairs=parse_pairs("all"))
     said: list[str] = []
@@ -231,7 +232,7 @@ def test_fake_nvml_pcie_x8_and_a_throttled_gpu_are_suspects_with_the_reason(monk
     mod.read_health = lambda nodes_, timeout_s=60.0: {
         n.node_id: read_node_health(FakeNvml(gpus[n.node_id]), expect_gpus=True) for n in nodes_
     }
-    monkeypatch.setitem(__import__("sys").modules, "orchestrator.raycluster.fleet", mod)
+    stand_in(monkeypatch, mod)
     db = str(tmp_path / "f.duckdb")
     opts = fleet.FleetOptions(links={"default": {}}, pairs=parse_pairs("all"))
     fleet_id = fleet.run_fleet(LiveStore(db), opts, "addr", lambda s: None)

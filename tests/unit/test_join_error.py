@@ -9,7 +9,6 @@ tests/integration/test_join_error.py runs `linksweep run --address` against real
 from __future__ import annotations
 
 import socket
-import sys
 import types
 
 import pytest
@@ -23,6 +22,7 @@ from orchestrator.raycluster.reach import (
     split_address,
     tcp_probe,
 )
+from tests.unit.stand_in import stand_in
 
 # ray.init's ConnectionError, its cause (node.py's RuntimeError, whose text carries the last
 # attempt's traceback) and the C++ client's log lines, as session._join joins them.
@@ -161,7 +161,7 @@ def test_topo_and_doctor_exit_2_with_one_line_when_the_cluster_cannot_be_joined(
     # the real session imports ray, which unit tests never do: a stand-in module
     fake_session = types.ModuleType("orchestrator.raycluster.session")
     fake_session.connect = unreachable
-    monkeypatch.setitem(sys.modules, "orchestrator.raycluster.session", fake_session)
+    stand_in(monkeypatch, fake_session)
     for module in (topo, doctor):
         monkeypatch.setattr(module, "discover_nodes", lambda: pytest.fail("not connected"))
     code = main([command, "--address", "10.0.0.5:6379"])

@@ -7,12 +7,13 @@ import sys
 import types
 
 from orchestrator import provenance
+from tests.unit.stand_in import stand_in
 
 
 def test_an_installed_bundle_reports_the_commit_it_was_built_from(monkeypatch):
     built = types.ModuleType("orchestrator._built_from")
     built.GIT_SHA, built.GIT_DIRTY = "0123abcd" * 5, False
-    monkeypatch.setitem(sys.modules, "orchestrator._built_from", built)
+    stand_in(monkeypatch, built)
     assert provenance.git_info() == ("0123abcd" * 5, False)
 
 
