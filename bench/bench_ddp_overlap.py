@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere: import workloads, orchestrator
 
-from orchestrator import stats  # noqa: E402
+from orchestrator.analysis import stats  # noqa: E402
 
 FIGURES = ("model", "n_buckets", "grad_bytes", "bytes_at_end_share", "window_s", "backward_s")
 """The ``--json`` keys of every row (the JSON is a list of rows), ``--smoke`` too."""

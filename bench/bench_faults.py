@@ -50,8 +50,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator.longsweep import KILL_IN_COMMIT_ENV  # noqa: E402
 from orchestrator.store import Q, Reader, StoreError  # noqa: E402
+from orchestrator.sweep.ledger import KILL_IN_COMMIT_ENV  # noqa: E402
 from orchestrator.watchdog import _stat, descendants  # noqa: E402
 
 FIGURES = (

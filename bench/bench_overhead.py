@@ -12,12 +12,12 @@ the figures (the first run's start-up, which warms the fork server, is shown apa
 Both sides train the same variant with the same code: ``linksweep run`` starts ranks that call
 ``workloads.train.run_training``; ``torchrun --standalone --nproc_per_node 2
 bench/standalone.py`` calls it from plain processes with the same ``RunConfig``
-(``orchestrator.planner.run_config``). Both get OMP_NUM_THREADS=1 per rank (linksweep sets it from
+(``orchestrator.sweep.planner.run_config``). Both get OMP_NUM_THREADS=1 per rank (linksweep sets it from
 the rank's one-CPU bundle, ``planner.run_env``; here it is set explicitly for torchrun), so the
 only difference left is what runs around the ranks: Ray's raylet, GCS and actor plumbing, the
 progress actor, the driver polling, versus torchrun's agent.
 
-Figure (both sides, the protocol of ``orchestrator/stats.py``): per timed step the max over the 2
+Figure (both sides, the protocol of ``orchestrator/analysis/stats.py``): per timed step the max over the 2
 ranks, then the median over the timed steps. linksweep's comes from ``run_summary``
 .median_step_time_s; torchrun's from the standalone JSON's per-rank steps (``stats.run_figure``).
 Trials alternate A, B, A, B... so drift and neighbours on a shared machine hit both sides; the
@@ -79,7 +79,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere: import orchestrator, workloads
 
-from orchestrator import stats  # noqa: E402
+from orchestrator.analysis import stats  # noqa: E402
 from orchestrator.store import Q, Reader  # noqa: E402
 
 TRIALS = 5

@@ -9,7 +9,7 @@ Four measurements, each printed as a table (and written with ``--json``):
 ingest   rows/s of ``Store.insert`` into ``steps``: the columnar path (one Arrow batch) and the
          row-at-a-time ``executemany`` path it replaced (``Store._insert_rows``), in the same
          process on the same machine, so their ratio is what counts. Target >= 200,000 rows/s.
-commit   seconds of a run's commit as a sweep's driver does it: ``longsweep.commit_run`` builds
+commit   seconds of a run's commit as a sweep's driver does it: ``ledger.commit_run`` builds
          the payload (runs, steps, ranks, comms, telemetry rows) and hands it to
          ``LiveStore.commit_run``, which spools it durably (JSON, fsync) and commits it in one
          transaction while the database is open; for a synthetic 64-rank x 1,000-step run (64,000
@@ -31,7 +31,7 @@ sweep    per strategy of ``--strategies`` (default ddp and zero3), a gpt2-tiny s
 Figures (``--json``; FIGURES lists the keys ``--smoke`` must produce):
 - ``ingest.columnar_rows_per_s``, ``ingest.executemany_rows_per_s``, ``ingest.speedup``;
 - ``commit.commit_s`` (``LiveStore.commit_run``: spool + commit), ``commit.longsweep_commit_s``
-  (all of ``longsweep.commit_run``: payload, spool, commit, then the run's ``commit`` phase row),
+  (all of ``ledger.commit_run``: payload, spool, commit, then the run's ``commit`` phase row),
   ``commit.spool_bytes``, ``commit.spool_encode_s`` and ``commit.spool_decode_s`` (the
   payload to and from JSON, both inside ``commit_s``), and
   ``commit.first_commit_in_fresh_process_s``;
@@ -67,13 +67,14 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere: import orchestrator, workloads
 
-from orchestrator import longsweep, stats  # noqa: E402
-from orchestrator.planner import PlannedRun, Variant  # noqa: E402
-from orchestrator.resume import RunSlot  # noqa: E402
-from orchestrator.rows import RunRows  # noqa: E402
-from orchestrator.spec import parse_spec  # noqa: E402
+from orchestrator.analysis import stats  # noqa: E402
 from orchestrator.store import Q, Reader, Store, spool  # noqa: E402
 from orchestrator.store.live import LiveStore  # noqa: E402
+from orchestrator.sweep import ledger  # noqa: E402
+from orchestrator.sweep.planner import PlannedRun, Variant  # noqa: E402
+from orchestrator.sweep.resume import RunSlot  # noqa: E402
+from orchestrator.sweep.rows import RunRows  # noqa: E402
+from orchestrator.sweep.spec import parse_spec  # noqa: E402
 
 SWEEP_TIMEOUT_S = 1800
 STRATEGIES = "ddp,zero3"
@@ -180,7 +181,7 @@ def bench_ingest(work: Path, size: dict) -> dict:
 
 class TimedLiveStore(LiveStore):
     """A ``LiveStore`` that times its ``commit_run`` (spool + commit) and keeps the payload
-    ``longsweep.commit_run`` built, so the benchmark measures the driver's own path."""
+    ``ledger.commit_run`` built, so the benchmark measures the driver's own path."""
 
     def commit_run(self, payload: spool.Payload) -> bool:
         self.payload = payload
@@ -192,11 +193,11 @@ class TimedLiveStore(LiveStore):
 
 
 def commit(db: str, run: RunRows) -> tuple[TimedLiveStore, float]:
-    """Commit ``run`` as the driver does (``longsweep.commit_run``); (store, its wall)."""
+    """Commit ``run`` as the driver does (``ledger.commit_run``); (store, its wall)."""
     store = TimedLiveStore(db, say=lambda msg: print(f"bench_scale: {msg}", file=sys.stderr))
     slot = RunSlot(PlannedRun(0, 1, Variant("ddp", 1, "default", "pack")), run.run["run_id"])
     t0 = time.perf_counter()
-    if not longsweep.commit_run(store, slot, run, []):
+    if not ledger.commit_run(store, slot, run, []):
         raise RuntimeError(f"{db}: the run stayed spooled (database busy)")
     return store, time.perf_counter() - t0
 
@@ -288,7 +289,7 @@ def _stored_runs(n: int) -> list[dict]:
 def bench_refresh(work: Path, repeat: int = FULL["refreshes"]) -> dict:
     """Median seconds of one refresh with 10 and with 500 runs stored, alternated (10, 500, 10,
     500, ...) so that a neighbour's load hits both."""
-    from orchestrator.sweep import refresh_stats
+    from orchestrator.sweep.execute import refresh_stats
 
     spec = _refresh_spec()
     stores, variants, times = {}, {}, {}

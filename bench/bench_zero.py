@@ -12,12 +12,12 @@ over all variants. The table (``--json``: ``rows``, one per variant) comes from 
 
 - ``step_s`` [``ci_low_s``, ``ci_high_s``]: median over repeats of each run's figure (median over
   timed steps of the max over ranks), with its percentile-bootstrap interval
-  (``orchestrator/stats.py``; with 2 repeats the interval is just the two runs' spread).
+  (``orchestrator/analysis/stats.py``; with 2 repeats the interval is just the two runs' spread).
 - ``vs_ddp`` [lo, hi]: that median / DDP's median at the same grad_accum, with a bootstrap
   interval resampling both groups' run figures (``stats.bootstrap_ratio_ci``).
 - ``comm_B_per_step``: bytes of collectives per optimizer step and rank, counted in the profiled
   step (``runs.comm_bytes_per_step``); ``expected_B_per_step`` is the analytic model
-  (``orchestrator/comm_model.py``; null where it makes no prediction, e.g. ZeRO-3 with
+  (``orchestrator/analysis/comm_model.py``; null where it makes no prediction, e.g. ZeRO-3 with
   DeepSpeed's default config).
 - ``peak_mem_B``: on CPU the rank process's peak RSS (GPU: allocator peak), max over ranks.
 
@@ -31,7 +31,7 @@ this script prints what the database holds. ``linksweep run`` starts its own emb
 
 ``init``: where a rank's ``strategy_init`` phase goes (``deepspeed.initialize`` for ZeRO, the DDP
 wrap for DDP). Two gloo ranks (torch.multiprocessing, no Ray) do what a rank of the sweep's first
-variant does, with the same ``RunConfig`` (``orchestrator.planner.run_config``, so the same
+variant does, with the same ``RunConfig`` (``orchestrator.sweep.planner.run_config``, so the same
 DeepSpeed config) and the same ``workloads.strategies.make_strategy``; each first imports what
 the fork launcher's server preloads (``workloads/forkserver_preload.py``), so the profile sees
 what a forked rank pays, not imports the fork server already paid. Rank 0 runs under cProfile
@@ -72,7 +72,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere: import orchestrator
 
-from orchestrator import stats  # noqa: E402
+from orchestrator.analysis import stats  # noqa: E402
 from orchestrator.store import Q, Reader  # noqa: E402
 
 STRATEGIES = ["ddp", "zero1", "zero2", "zero3"]
@@ -240,8 +240,8 @@ def init_profile(strategy: str, doc: dict) -> dict:
     """Profile ``make_strategy`` for ``strategy`` on 2 gloo ranks with the sweep's config."""
     import torch.multiprocessing as mp
 
-    from orchestrator.planner import Variant, run_config
-    from orchestrator.spec import parse_spec
+    from orchestrator.sweep.planner import Variant, run_config
+    from orchestrator.sweep.spec import parse_spec
 
     spec = parse_spec({**doc, "grid": {**doc["grid"], "strategy": [strategy]}})
     cfg = run_config(spec, Variant(strategy, 1, "default", "pack"), f"init-{strategy}")

@@ -6,7 +6,7 @@
 
 The sweep file supplies everything but the grid point (model, data, seq_len, micro batch, steps,
 warmup, seed); the flags pick one variant, defaulting to the grid's first values. The rank gets
-the same ``RunConfig`` a linksweep run's Ray actor gets (``orchestrator.planner.run_config``) and runs
+the same ``RunConfig`` a linksweep run's Ray actor gets (``orchestrator.sweep.planner.run_config``) and runs
 the same ``workloads.train.run_training``, so the two differ only in how the processes are
 started: this is the bare-torchrun baseline for ``bench/bench_overhead.py``, and a way to rerun
 one variant outside Ray. It is a torchrun target, not a benchmark: it has no ``--smoke`` of its
@@ -21,7 +21,7 @@ command line instead to be certain a library reading env at import time sees the
 Rank 0 gathers every rank's records (``dist.gather_object``) and prints one summary line; with
 ``--out`` it writes JSON: the variant, the cfg, per-rank records (per-step times, losses,
 first_step_wall, peak memory, comms) and ``median_step_time_s`` = median over timed steps of the
-max over ranks (``orchestrator.stats.run_figure``, the figure ``run_summary`` stores), plus
+max over ranks (``orchestrator.analysis.stats.run_figure``, the figure ``run_summary`` stores), plus
 ``startup_s`` = the last rank's first (warmup) step start minus the earliest rank's process
 start: interpreter, imports, process group, model and data build.
 """
@@ -51,7 +51,7 @@ PROCESS_START_WALL = _process_start_wall()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from orchestrator.spec import ALLOWED
+    from orchestrator.sweep.spec import ALLOWED
 
     p = argparse.ArgumentParser(
         prog="torchrun --nproc_per_node N bench/standalone.py",
@@ -74,9 +74,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build_variant(spec, args: argparse.Namespace):
     """The grid point from the flags, each defaulting to the sweep grid's first value."""
-    from orchestrator.ds_config import default_bucket_mb
-    from orchestrator.planner import Variant
-    from orchestrator.spec import OFFLOAD_RULE, SpecError, offload_applies
+    from orchestrator.sweep.ds_config import default_bucket_mb
+    from orchestrator.sweep.planner import Variant
+    from orchestrator.sweep.spec import OFFLOAD_RULE, SpecError, offload_applies
 
     g = spec.grid
     strategy = args.strategy or g.strategy[0]
@@ -107,7 +107,7 @@ def build_variant(spec, args: argparse.Namespace):
 
 def summarize(variant, cfg, records: list[dict]) -> dict:
     """Rank 0's JSON document from every rank's records. Pure."""
-    from orchestrator.stats import run_figure
+    from orchestrator.analysis.stats import run_figure
 
     timed = {r["rank"]: [s["step_time_s"] for s in r["steps"] if not s["warmup"]] for r in records}
     firsts = [r["first_step_wall_s"] for r in records if r.get("first_step_wall_s")]
@@ -124,8 +124,8 @@ def summarize(variant, cfg, records: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from orchestrator.planner import run_config
-    from orchestrator.spec import SpecError, load_spec
+    from orchestrator.sweep.planner import run_config
+    from orchestrator.sweep.spec import SpecError, load_spec
 
     try:
         spec = load_spec(args.sweep)

@@ -147,7 +147,7 @@ def fmt_cell(v, digits: int | None = None) -> str:
 
 
 def print_headline(headline, file=None) -> None:
-    """The headline (orchestrator/headline.py): per link, its sentences (one line each, never
+    """The headline (orchestrator/analysis/headline.py): per link, its sentences (one line each, never
     wrapped mid-number) and the compact table strategy x grad_accum -> slowdown [interval];
     then the notes."""
     if headline.empty:

@@ -15,7 +15,7 @@ needs depends on the node (``deepspeed/ops/op_builder``):
 - On a CPU node: the ``cpu`` accelerator's ``AsyncIOBuilder`` (a ``CPUOpBuilder``): no CUDA.
 
 ``aio_facts`` reads these facts (I/O); ``async_io_missing`` decides what to tell the user (pure).
-``node_nvme_facts`` is what ``orchestrator/preflight.py`` runs in a Ray task on every node that
+``node_nvme_facts`` is what ``orchestrator/sweep/preflight.py`` runs in a Ray task on every node that
 can run a rank, before anything runs (the async_io facts and whether ``nvme_path`` is writable
 there: the driver's machine is often a GPU-less head that runs no rank); ``workloads/strategies.py``
 uses the same ``async_io_missing`` when ``deepspeed.initialize`` fails in a rank on a node.

@@ -362,7 +362,7 @@ class NodeInfo:
 class NodeReport:
     """What one node's probe found (``workloads/probe.py``), completed by the driver with its
     view of the node from Ray; every field has a default so that a failed probe, or a
-    hand-written dict in a test (``orchestrator.discovery.as_report``), is still a report."""
+    hand-written dict in a test (``orchestrator.topology.discovery.as_report``), is still a report."""
 
     node_id: str
     """Ray node id (hex)."""

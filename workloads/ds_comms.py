@@ -4,7 +4,7 @@ While the logger is enabled DeepSpeed synchronises the device after every collec
 stays off during timed steps (the run's DeepSpeed config has it disabled) and is enabled here,
 for the profiled steps only (the last warmup step, or a pass after the timed steps). Sizes are converted to nccl-tests' convention (full buffer; DeepSpeed logs the local
 shard for all_gather) so DDP and ZeRO rows in ``comms`` compare directly. Why the sizes differ,
-and what DeepSpeed issues per step: ``orchestrator/comm_model.py``'s docstring.
+and what DeepSpeed issues per step: ``orchestrator/analysis/comm_model.py``'s docstring.
 
 Runs in rank processes; imports only the contract from linksweep.
 

@@ -1,6 +1,6 @@
 """What crosses Ray in a fleet check (``linksweep fleet``): the records a fleet probe returns.
 
-The driver (``orchestrator/raycluster/fleet.py``) starts ``workloads.fleet_probe`` actors pinned
+The driver (``orchestrator/raycluster/pinned_probes.py``) starts ``workloads.fleet_probe`` actors pinned
 to nodes; each call returns one of these frozen records. Units live in the field names.
 
 Glossary (the fleet check's words, used the same everywhere):

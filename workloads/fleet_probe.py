@@ -1,6 +1,6 @@
 """The fleet check's worker side: a node's health, its compute probe, and one all_reduce rank.
 
-Runs in Ray workers that ``orchestrator/raycluster/fleet.py`` pins to nodes; every answer is a
+Runs in Ray workers that ``orchestrator/raycluster/pinned_probes.py`` pins to nodes; every answer is a
 frozen record of ``workloads.fleet_contract``. Three jobs, each a plain function or method:
 
 - **Health** (:func:`read_node_health`): per GPU what NVML says now (PCIe generation and width
@@ -169,7 +169,7 @@ def _mig_instances(nvml: Any, handle: Any) -> tuple[str, ...]:
     """NVML's names of the MIG instances of a GPU in MIG mode (``NVIDIA A100-SXM4-80GB MIG
     1g.10gb``); empty when MIG is off or NVML cannot say (an old driver or nvidia-ml-py). A
     rank on such a GPU computes on its instance, not the whole GPU, so the fleet judges it
-    among the same instances (``orchestrator/fleet_groups.py``)."""
+    among the same instances (``orchestrator/fleet/groups.py``)."""
     try:
         current, _pending = nvml.nvmlDeviceGetMigMode(handle)
         if not current:

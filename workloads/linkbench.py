@@ -187,7 +187,7 @@ def run_linkbench(
 
     Must be called by every rank with the same arguments. Returns the same records on all ranks:
     per-iteration times (max over ranks); bandwidths are the driver's arithmetic
-    (``orchestrator/comm_model.py``).
+    (``orchestrator/analysis/comm_model.py``).
     """
     if not dist.is_initialized():
         raise RuntimeError("run_linkbench needs an initialised torch.distributed process group")

@@ -1,6 +1,6 @@
 """The per-node probe: what a node has (nvidia-smi topo -m, NVML, torch's CUDA view).
 
-Runs as a Ray task pinned to each node at sweep start (``orchestrator/discovery.py`` asks
+Runs as a Ray task pinned to each node at sweep start (``orchestrator/topology/discovery.py`` asks
 ``orchestrator/raycluster/nodes.py`` to run ``probe_node`` everywhere) and returns a
 ``contract.NodeReport``. Never raises. Imports nothing from ``orchestrator``.
 
@@ -125,7 +125,7 @@ def _nvml_versions() -> tuple[str | None, str | None]:
 def probe_node() -> NodeReport:
     """Everything discovery wants to know about the node this runs on.
 
-    Runs as a Ray task on the node (``orchestrator.discovery.discover_nodes``); never raises:
+    Runs as a Ray task on the node (``orchestrator.topology.discovery.discover_nodes``); never raises:
     each part that fails leaves its fields at their defaults and says why in its ``*_status``
     field. ``node_id``, ``ip``, ``cpus`` and ``gpus`` are the driver's to fill in (Ray's view).
     """
@@ -152,7 +152,7 @@ def capture_nvidia_smi() -> tuple[str, dict[str, dict[str, str | None]]]:
     """Every :data:`NVIDIA_SMI_CAPTURES` run here, verbatim: this node's hostname (as
     :func:`probe_node` reports it) and name -> ``{"text": stdout and stderr or None, "status":
     "ok" or why not}``; never raises. Runs as a Ray task on each node
-    (``orchestrator.discovery.capture_on_every_node``): the GPUs are on the nodes, and the
+    (``orchestrator.topology.discovery.capture_on_every_node``): the GPUs are on the nodes, and the
     machine running ``selftest`` is often a GPU-less head. Kept apart from :func:`probe_node`
     because ``-q`` is long (tens of KB per GPU) and only the selftest keeps it."""
     exe = shutil.which("nvidia-smi")

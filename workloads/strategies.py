@@ -68,7 +68,7 @@ def new_groups_inherit_timeout(timeout_s: float, module: ModuleType | Any = dist
     reaches ``torch.distributed.new_group`` through ``deepspeed.comm.torch.TorchBackend``. So a
     ZeRO collective that hangs was aborted by the NCCL watchdog at 10 minutes, before the run's
     own ``run_timeout_s`` could read the ranks' stacks; every group now shares the world
-    group's ``pg_timeout_s`` (``run_timeout_s`` + 60 s, ``orchestrator.planner.pg_timeout_s``).
+    group's ``pg_timeout_s`` (``run_timeout_s`` + 60 s, ``orchestrator.sweep.planner.pg_timeout_s``).
     Neither torch nor DeepSpeed has a setting for a new group's default timeout. The patch is
     applied in the rank process only, around ``deepspeed.initialize``, and undone after it;
     a call that passes its own timeout keeps it.

@@ -3,7 +3,7 @@
 Runs on every rank inside an initialised torch.distributed process group. One timed step is one
 optimizer step (grad_accum micro-steps + the update); on GPU the device is synchronised before
 each clock read. Per-rank step times are returned as they are; reducing them to one figure
-(max over ranks per step, median over steps) is the driver's job (orchestrator/stats.py).
+(max over ranks per step, median over steps) is the driver's job (orchestrator/analysis/stats.py).
 A profiled step counts every collective (op, bytes, time); it is kept out of the timed steps
 because timing a collective synchronises around it. When the run warms up for more steps than it
 profiles, the profiled steps are the last warmup steps (never the first step, which carries

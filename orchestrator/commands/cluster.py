@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from orchestrator.emulated.blueprint import plan_emulated
 from orchestrator.emulated.check import measure_link_busbw
 from orchestrator.emulated.faults import Fault, parse_slow_node_arg, parse_slow_pair_arg
 from orchestrator.emulated.lifecycle import down, status, stderr_log, up
 from orchestrator.emulated.netns import netns_available
-from orchestrator.emulated.plan import plan_emulated
 from orchestrator.emulated.raynodes import RayNodeOptions
 from orchestrator.emulated.shapes import (
     DEFAULT_LINKS,

@@ -3,13 +3,13 @@
 A side is a sweep id (in ``--db``), a database file (its newest sweep with runs), ``PATH:SWEEP_ID``,
 or, for the baseline, a named baseline (``--baseline NAME``, looked up in ``--db``). Every file is
 brought up to date (``shared.ready_to_read``: the one write a reader makes) and then read
-read-only (``orchestrator.store.snapshot``). The comparison is ``orchestrator.compare`` (pure);
-the text ``orchestrator.compare_text``.
+read-only (``orchestrator.store.snapshot``). The comparison is ``orchestrator.compare.comparison`` (pure);
+the text ``orchestrator.compare.table``.
 
 Exit 0: no regression beyond the threshold; 1: a regression; 2: bad input (unknown sweep or
 baseline, bad threshold or link map, unreadable file, a workload mismatch without ``--force``).
 
-May import: shared, orchestrator.cli_help, orchestrator.compare, orchestrator.compare_text,
+May import: shared, orchestrator.cli_help, orchestrator.compare.comparison, orchestrator.compare.table,
 orchestrator.errors, orchestrator.store.
 """
 
@@ -126,7 +126,7 @@ def _resolve(args) -> tuple[tuple[str, str | None], tuple[str, str | None]] | No
 
 
 def main(args: argparse.Namespace) -> int:
-    from orchestrator.compare import (
+    from orchestrator.compare.comparison import (
         CompareError,
         SweepFacts,
         compare_sweeps,
@@ -171,7 +171,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _refuse(result, fmt: str) -> int:
     """A workload mismatch: what differs, then exit 2 naming the fields."""
-    from orchestrator.compare_text import render_fingerprint
+    from orchestrator.compare.table import render_fingerprint
 
     if fmt == "json":
         out = {"fingerprint": result.fingerprint, "workload_mismatch": result.workload}
@@ -187,8 +187,8 @@ def _refuse(result, fmt: str) -> int:
 
 
 def _print(result, fmt: str) -> None:
-    from orchestrator.compare import comparison_json
-    from orchestrator.compare_text import render_markdown, render_table
+    from orchestrator.compare.comparison import comparison_json
+    from orchestrator.compare.table import render_markdown, render_table
 
     if fmt == "json":
         print(json.dumps(comparison_json(result), indent=1, default=str))

@@ -2,7 +2,7 @@
 something other than the link (``discovery.doctor_findings``), node by node; exit 1 if a finding
 invalidates a link comparison. On a CPU-only cluster it says so and exits 0.
 
-May import: shared, text, orchestrator.cli_help, orchestrator.discovery, orchestrator.errors.
+May import: shared, text, orchestrator.cli_help, orchestrator.topology.discovery, orchestrator.errors.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import argparse
 from orchestrator.cli_help import ADDRESS_HELP
 from orchestrator.commands.shared import join_cluster
 from orchestrator.commands.text import p2p_table, print_node
-from orchestrator.discovery import Finding, discover_nodes, doctor_findings
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from orchestrator.topology.discovery import Finding, discover_nodes, doctor_findings
 
 
 def add_parser(sub) -> None:

@@ -6,9 +6,9 @@ two pairs at once), a compute probe (a fixed short gpt2 run on one rank) and hea
 Suspects are decided by robust statistics (docs/fleet.md); everything lands in ``fleet_*``
 tables of ``--db``. Exit 1 when there are suspects (or the check could not finish), 0 when none.
 
-May import: shared, orchestrator.cli_help, orchestrator.errors, orchestrator.fleet,
-orchestrator.fleet_plan, orchestrator.fleet_rows, orchestrator.fleet_text, orchestrator.raycluster.session,
-orchestrator.spec, orchestrator.stopping, orchestrator.store, orchestrator.suspects.
+May import: shared, orchestrator.cli_help, orchestrator.errors, orchestrator.fleet.loop,
+orchestrator.fleet.pairs, orchestrator.fleet.tables, orchestrator.fleet.summary, orchestrator.raycluster.session,
+orchestrator.sweep.spec, orchestrator.sweep.stopping, orchestrator.store, orchestrator.fleet.suspects.
 """
 
 from __future__ import annotations
@@ -87,11 +87,11 @@ def add_parser(sub) -> None:
 
 def _options(args: argparse.Namespace):
     """The check's options from the flags, or None after saying which flag is wrong."""
-    from orchestrator.fleet import FleetOptions
-    from orchestrator.fleet_plan import parse_pairs
-    from orchestrator.fleet_rows import DEFAULT_LINK
-    from orchestrator.spec import SpecError, load_spec
-    from orchestrator.suspects import Rule
+    from orchestrator.fleet.loop import FleetOptions
+    from orchestrator.fleet.pairs import parse_pairs
+    from orchestrator.fleet.suspects import Rule
+    from orchestrator.fleet.tables import DEFAULT_LINK
+    from orchestrator.sweep.spec import SpecError, load_spec
 
     try:
         pairs = parse_pairs(args.pairs)
@@ -125,7 +125,7 @@ def _options(args: argparse.Namespace):
 
 def _print_result(db: str, fleet_id: str, fmt: str) -> int | None:
     """Print the stored check; its number of suspects (None when it has no verdict)."""
-    from orchestrator.fleet_text import summary_text
+    from orchestrator.fleet.summary import summary_text
     from orchestrator.store.snapshot import load_fleet
 
     rows = load_fleet(db, fleet_id)
@@ -137,11 +137,11 @@ def _print_result(db: str, fleet_id: str, fmt: str) -> int | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from orchestrator import stopping
-    from orchestrator.fleet import FleetError, run_fleet
+    from orchestrator.fleet.loop import FleetError, run_fleet
     from orchestrator.raycluster import session
     from orchestrator.store import StoreError, check_writable
     from orchestrator.store.live import LiveStore
+    from orchestrator.sweep import stopping
 
     opts = _options(args)
     if opts is None:

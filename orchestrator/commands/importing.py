@@ -2,7 +2,7 @@
 [--world-size N]``: another tool's link figures into ``link_bench``, beside linksweep's own.
 
 The file (nccl-tests' printed output, or its ``-J`` JSON) is parsed first
-(``orchestrator/nccltests.py``); a file it cannot read, a bad argument, an unknown ``--sweep`` or
+(``orchestrator/compare/nccltests.py``); a file it cannot read, a bad argument, an unknown ``--sweep`` or
 a link whose op was already imported into that sweep exits 2 naming the problem, with nothing
 written. Then one transaction (``Store.import_link_bench``) stores the rows with
 ``source='nccl-tests'`` and, without ``--sweep``, a new sweeps row named ``import:<file name>``
@@ -10,8 +10,8 @@ written. Then one transaction (``Store.import_link_bench``) stores the rows with
 ran) whose spec JSON says what was imported; with ``--sweep ID`` the rows join that sweep and
 its spec's ``imports`` list gains the same record.
 
-May import: shared, orchestrator.cli_help, orchestrator.errors, orchestrator.nccltests,
-orchestrator.planner, orchestrator.store.
+May import: shared, orchestrator.cli_help, orchestrator.errors, orchestrator.compare.nccltests,
+orchestrator.compare.nccltests_json, orchestrator.sweep.planner, orchestrator.store.
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from orchestrator.nccltests import NcclTestsError, import_record, link_bench_rows, parse
+    from orchestrator.compare.nccltests import NcclTestsError, import_record, link_bench_rows
+    from orchestrator.compare.nccltests_json import parse
 
     if args.world_size is not None and args.world_size < 1:
         err(f"--world-size {args.world_size}: must be a positive number of ranks")
@@ -119,7 +120,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _new_sweep_id() -> str:
-    from orchestrator.planner import new_sweep_id
+    from orchestrator.sweep.planner import new_sweep_id
 
     return new_sweep_id()
 

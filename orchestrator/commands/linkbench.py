@@ -3,7 +3,7 @@ placement (all_reduce, all_gather, reduce_scatter from 1 KiB to ``linkbench_max_
 ``link_bench`` and printed from the ``link_bandwidth`` view.
 
 May import: sweeping, orchestrator.cli_help, orchestrator.errors, orchestrator.store,
-orchestrator.sweep, orchestrator.ui.
+orchestrator.sweep.execute, orchestrator.ui.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def main(args: argparse.Namespace) -> int:
     def body(address: str, bundle: dict, excluded: list[dict]) -> int:
         from orchestrator.store import Q
         from orchestrator.store.db import StoreLocked
-        from orchestrator.sweep import execute_linkbench
+        from orchestrator.sweep.execute import execute_linkbench
         from orchestrator.ui import SweepUI
 
         ui = SweepUI()

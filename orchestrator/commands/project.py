@@ -2,11 +2,11 @@
 
 Validates its input before reading anything (exit 2 naming the option), reads one sweep's runs
 and its links' bus bandwidth through the named queries, and prints
-``orchestrator.linkmodel.project_sweep``'s rows, one per variant group (``stats.GROUP_KEY``) and
+``orchestrator.analysis.linkmodel.project_sweep``'s rows, one per variant group (``stats.GROUP_KEY``) and
 bandwidth. The computation is in ``linkmodel`` (pure); this module is arguments -> rows -> text.
 
-May import: shared, orchestrator.cli_help, orchestrator.errors, orchestrator.linkmodel,
-orchestrator.report.data, orchestrator.stats, orchestrator.store, orchestrator.ui.
+May import: shared, orchestrator.cli_help, orchestrator.errors, orchestrator.analysis.linkmodel,
+orchestrator.report.reading, orchestrator.analysis.stats, orchestrator.store, orchestrator.ui.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def add_parser(sub) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Exit 0 with the projection printed; 2 on bad input or an unreadable database/sweep."""
-    from orchestrator.linkmodel import parse_bandwidths, project_sweep
+    from orchestrator.analysis.linkmodel import parse_bandwidths, project_sweep
 
     db, sweep_id, fmt = args.db, args.sweep, args.format
 
@@ -72,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
     if not ready_to_read(db):
         return EXIT_BAD_INPUT
 
-    from orchestrator.report.data import ReportError, pick_sweep
+    from orchestrator.report.reading import ReportError, pick_sweep
     from orchestrator.store import Q, Reader, StoreError
 
     try:
@@ -95,7 +95,7 @@ def main(args: argparse.Namespace) -> int:
 
 def columns() -> tuple[tuple[str, str], ...]:
     """(row key, printed name): the variant group's keys (``stats.GROUP_KEY``), then figures."""
-    from orchestrator.stats import GROUP_KEY  # numpy: imported only when the command runs
+    from orchestrator.analysis.stats import GROUP_KEY  # numpy: imported only when the command runs
 
     return (*((k, SHORT.get(k, k)) for k in GROUP_KEY), *FIGURE_COLUMNS)
 

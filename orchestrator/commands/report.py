@@ -2,7 +2,7 @@
 ``--fleet [FLEET_ID]``, one fleet check's fleet.html and its heatmaps instead
 (``orchestrator/report/fleet_view.py``).
 
-May import: shared, orchestrator.cli_help, orchestrator.compare, orchestrator.errors,
+May import: shared, orchestrator.cli_help, orchestrator.compare.comparison, orchestrator.errors,
 orchestrator.report, orchestrator.store.
 """
 
@@ -61,7 +61,7 @@ def load_fleet(db: str, fleet_id: str) -> dict[str, list[dict] | dict]:
     arguments check, nodes, pairs, rounds, suspects; ``store.snapshot.load_fleet``).
     ``fleet_id`` 'latest': the latest check. Raises StoreError (unreadable database) or
     ReportError naming --fleet (no such check)."""
-    from orchestrator.report.data import ReportError
+    from orchestrator.report.reading import ReportError
     from orchestrator.store.snapshot import NoSuchFleet
     from orchestrator.store.snapshot import load_fleet as read_fleet
 
@@ -91,8 +91,8 @@ def fleet_main(args: argparse.Namespace) -> int:
     """``report --fleet``: exit 0 written; 2 no such database or check, or --out not writable."""
     import glob
 
-    from orchestrator.report.data import ReportError
     from orchestrator.report.fleet_view import render_fleet_html
+    from orchestrator.report.reading import ReportError
     from orchestrator.store import StoreError
 
     db, out_dir = args.db, args.out
@@ -129,7 +129,12 @@ def fleet_main(args: argparse.Namespace) -> int:
 def baseline_comparison(db: str, name: str, sweep_id: str) -> dict | None:
     """``compare``'s JSON of sweep ``sweep_id`` against the baseline ``name`` of ``db``; None
     after saying why not (no such baseline, unreadable sweep)."""
-    from orchestrator.compare import CompareError, SweepFacts, compare_sweeps, comparison_json
+    from orchestrator.compare.comparison import (
+        CompareError,
+        SweepFacts,
+        compare_sweeps,
+        comparison_json,
+    )
     from orchestrator.store import StoreError
     from orchestrator.store.snapshot import baseline, baselines, load_sweep
 
@@ -154,9 +159,9 @@ def main(args: argparse.Namespace) -> int:
     """
     if args.fleet is not None:
         return fleet_main(args)
-    from orchestrator.report.data import ReportError, load_report_data
     from orchestrator.report.figures import build_figures
     from orchestrator.report.html import render_html
+    from orchestrator.report.reading import ReportError, load_report_data
     from orchestrator.store import StoreError
 
     db, out_dir = args.db, args.out

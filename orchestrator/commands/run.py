@@ -4,10 +4,10 @@ stored as it ends; at the end the variant and slowdown tables, the links and the
 the ranks off the nodes a fleet check (``linksweep fleet``) named suspect, beside the sweep
 file's ``exclude_nodes``.
 
-May import: sweeping, orchestrator.cli_help, orchestrator.errors, orchestrator.exclusions,
-orchestrator.headline,
-orchestrator.links, orchestrator.longsweep, orchestrator.resume, orchestrator.store,
-orchestrator.sweep, orchestrator.ui.
+May import: sweeping, orchestrator.cli_help, orchestrator.errors, orchestrator.sweep.exclusions,
+orchestrator.analysis.headline,
+orchestrator.analysis.links, orchestrator.sweep.ledger, orchestrator.sweep.resume, orchestrator.store,
+orchestrator.sweep.execute, orchestrator.ui.
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     resume = None
     if args.resume or args.retry_failed:
-        from orchestrator.longsweep import resume_plan
-        from orchestrator.resume import ResumeError
         from orchestrator.store import StoreError
+        from orchestrator.sweep.ledger import resume_plan
+        from orchestrator.sweep.resume import ResumeError
 
         sweep_arg = args.resume if isinstance(args.resume, str) else None
         try:
@@ -83,7 +83,7 @@ def main(args: argparse.Namespace) -> int:
     def body(address: str, bundle: dict, excluded: list[dict]) -> int:
         from orchestrator.store import Q
         from orchestrator.store.db import StoreLocked
-        from orchestrator.sweep import execute_sweep
+        from orchestrator.sweep.execute import execute_sweep
         from orchestrator.ui import SweepUI
 
         ui = SweepUI()
@@ -121,8 +121,8 @@ def _exclusion_entries(store, args, resume) -> list[tuple[str, str]] | None:
     None after saying why (unknown fleet id: exit 2)."""
     import os
 
-    from orchestrator.exclusions import resume_entries, suspect_entries
     from orchestrator.store import Q, json_value
+    from orchestrator.sweep.exclusions import resume_entries, suspect_entries
 
     entries: list[tuple[str, str]] = []
     if resume is not None:
@@ -203,9 +203,9 @@ def _print_summary(store, sweep_id: str) -> None:
 
 
 def _print_headline(store, sweep_id: str) -> None:
-    """The links as described and measured, then the headline (orchestrator/headline.py)."""
-    from orchestrator.headline import build_headline
-    from orchestrator.links import link_label
+    """The links as described and measured, then the headline (orchestrator/analysis/headline.py)."""
+    from orchestrator.analysis.headline import build_headline
+    from orchestrator.analysis.links import link_label
     from orchestrator.store import Q
     from orchestrator.ui import print_headline
 

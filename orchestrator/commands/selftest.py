@@ -21,18 +21,18 @@ and ZeRO-1/2/3 at grad_accum 1 and 8, NVMe offload, a forced hang), each through
     nccl/<run_id>-<source>.log   each run's raw NCCL_DEBUG=INFO log (none on gloo)
     hang/                 the hung run's stacks and NCCL flight-recorder dumps, per rank
 
-Which checks run where, and their sweeps, is ``orchestrator/selftest_plan.py`` (pure, from the
-nodes' probe reports); how each is decided is ``orchestrator/selftest_verdict.py``; here is only
-the I/O. ``--dry-run`` prints the plan (``orchestrator/selftest_text.py``) and runs nothing: no
+Which checks run where, and their sweeps, is ``orchestrator/selftest/plan.py`` (pure, from the
+nodes' probe reports); how each is decided is ``orchestrator/selftest/verdicts.py``; here is only
+the I/O. ``--dry-run`` prints the plan (``orchestrator/selftest/plan_text.py``) and runs nothing: no
 sweep, no fleet check, no folder. Exit 0 only if every check that ran passed; 1 otherwise; 2 when
 the cluster cannot be joined or ``--out`` already holds a selftest.
 
-May import: doctor, shared, orchestrator.cli_help, orchestrator.discovery, orchestrator.ds_check,
-orchestrator.errors, orchestrator.fleet, orchestrator.fleet_plan, orchestrator.fleet_rows,
-orchestrator.fleet_text, orchestrator.preflight, orchestrator.raycluster.session,
-orchestrator.selftest_fleet, orchestrator.selftest_plan, orchestrator.selftest_text,
-orchestrator.selftest_verdict, orchestrator.spec, orchestrator.stopping, orchestrator.store,
-orchestrator.sweep, orchestrator.ui, yaml.
+May import: doctor, shared, orchestrator.cli_help, orchestrator.topology.discovery, orchestrator.sweep.ds_check,
+orchestrator.errors, orchestrator.fleet.loop, orchestrator.fleet.pairs, orchestrator.fleet.tables,
+orchestrator.fleet.summary, orchestrator.sweep.preflight, orchestrator.raycluster.session,
+orchestrator.selftest.fleet_facts, orchestrator.selftest.plan, orchestrator.selftest.plan_text,
+orchestrator.selftest.verdicts, orchestrator.sweep.spec, orchestrator.sweep.stopping, orchestrator.store,
+orchestrator.sweep.execute, orchestrator.ui, yaml.
 """
 
 from __future__ import annotations
@@ -50,11 +50,10 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator import selftest_fleet as fleet_plan
-from orchestrator import selftest_plan as plan
-from orchestrator import selftest_verdict as verdict
 from orchestrator.cli_help import ADDRESS_HELP
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, err
+from orchestrator.selftest import fleet_facts, plan
+from orchestrator.selftest import verdicts as verdict
 
 
 def add_parser(sub) -> None:
@@ -95,7 +94,7 @@ def add_parser(sub) -> None:
         default=None,
         metavar="X",
         help="dense peak TFLOP/s per GPU for MFU in the GPU sweeps (ignored on CPU), for a GPU "
-        "the built-in table lacks (default: the table in orchestrator/flops.py)",
+        "the built-in table lacks (default: the table in orchestrator/analysis/flops.py)",
     )
     s.set_defaults(func=main)
 
@@ -111,9 +110,9 @@ def _peak(text: str) -> float:
 
 
 def main(args: argparse.Namespace) -> int:
-    from orchestrator import stopping
     from orchestrator.commands.shared import join_cluster
     from orchestrator.raycluster import session
+    from orchestrator.sweep import stopping
 
     quick, peak = args.quick, getattr(args, "peak_tflops", None)
     if getattr(args, "dry_run", False):
@@ -148,7 +147,7 @@ def main(args: argparse.Namespace) -> int:
 
 def plan_here(quick: bool, peak_tflops: float | None) -> tuple[list, plan.SelftestPlan]:
     """The joined cluster's nodes probed (``discovery.discover_nodes``) and the plan for them."""
-    from orchestrator.discovery import discover_nodes
+    from orchestrator.topology.discovery import discover_nodes
 
     reports = discover_nodes()
     facts = [plan.NodeFacts.from_report(r) for r in reports]
@@ -157,7 +156,7 @@ def plan_here(quick: bool, peak_tflops: float | None) -> tuple[list, plan.Selfte
 
 def dry_run(quick: bool, peak_tflops: float | None) -> str:
     """``--dry-run``: the plan for the joined cluster, as text; probes the nodes, runs nothing."""
-    from orchestrator.selftest_text import plan_text
+    from orchestrator.selftest.plan_text import plan_text
 
     return plan_text(plan_here(quick, peak_tflops)[1])
 
@@ -165,7 +164,7 @@ def dry_run(quick: bool, peak_tflops: float | None) -> str:
 def _selftest(
     out: Path, label: str, address: str | None, quick: bool, peak_tflops: float | None = None
 ) -> list[verdict.Verdict]:
-    from orchestrator.selftest_text import plan_text
+    from orchestrator.selftest.plan_text import plan_text
 
     started = time.monotonic()
     doctor_exit, doctor_text = _doctor(out, address)
@@ -219,7 +218,7 @@ def _doctor(out: Path, address: str | None) -> tuple[int, str]:
 
 def _write_nodes(out: Path, reports) -> list[dict]:
     """nodes.json and nvml-inventory.json; the facts the verdict reads, per node."""
-    from orchestrator.discovery import parse_report_topo
+    from orchestrator.topology.discovery import parse_report_topo
 
     (out / "nodes.json").write_text(json.dumps([r.to_dict() for r in reports], indent=1))
     inventory = {r.hostname: {"nvml": r.nvml_status, "gpus": r.inventory} for r in reports}
@@ -247,7 +246,7 @@ def _capture_nvidia_smi(out: Path) -> dict[str, dict[str, str]]:
     """``nvidia-smi topo -m`` and ``-q`` on every node, verbatim, as
     ``nvidia-smi-topo-m-HOST.txt`` and ``nvidia-smi-q-HOST.txt`` wherever nvidia-smi answered
     (a CPU-only torch on a GPU node shows there); per hostname, name -> ok or why not."""
-    from orchestrator.discovery import capture_on_every_node
+    from orchestrator.topology.discovery import capture_on_every_node
 
     status: dict[str, dict[str, str]] = {}
     for host, captures in capture_on_every_node():
@@ -260,13 +259,13 @@ def _capture_nvidia_smi(out: Path) -> dict[str, dict[str, str]]:
     return status
 
 
-def _run_fleet(out: Path, db: str, label: str) -> fleet_plan.FleetFacts:
+def _run_fleet(out: Path, db: str, label: str) -> fleet_facts.FleetFacts:
     """One fleet check on the joined cluster (the default network, every pair, the default
     size) into the selftest's database, as ``linksweep fleet`` runs it; its summary into
     fleet.txt; its rows read back. A check that raises fails the ``fleet`` check, with why."""
-    from orchestrator.fleet import FleetOptions, run_fleet
-    from orchestrator.fleet_plan import parse_pairs
-    from orchestrator.fleet_rows import DEFAULT_LINK
+    from orchestrator.fleet.loop import FleetOptions, run_fleet
+    from orchestrator.fleet.pairs import parse_pairs
+    from orchestrator.fleet.tables import DEFAULT_LINK
     from orchestrator.store import StoreError, check_writable
     from orchestrator.store.live import LiveStore
 
@@ -290,20 +289,20 @@ def _run_fleet(out: Path, db: str, label: str) -> fleet_plan.FleetFacts:
     text = _fleet_text(db) or f"no fleet check stored: {why_not}"
     (out / "fleet.txt").write_text(text + "\n")
     if not os.path.exists(db):
-        return fleet_plan.FleetFacts(ran, why_not)
-    return fleet_plan.FleetFacts(
+        return fleet_facts.FleetFacts(ran, why_not)
+    return fleet_facts.FleetFacts(
         ran,
         why_not,
-        checks=tuple(_rows(db, fleet_plan.FLEET_CHECKS_SQL)),
-        nodes=tuple(_rows(db, fleet_plan.FLEET_NODES_SQL)),
-        pairs=tuple(_rows(db, fleet_plan.FLEET_PAIRS_SQL)),
-        suspects=tuple(_rows(db, fleet_plan.FLEET_SUSPECTS_SQL)),
+        checks=tuple(_rows(db, fleet_facts.FLEET_CHECKS_SQL)),
+        nodes=tuple(_rows(db, fleet_facts.FLEET_NODES_SQL)),
+        pairs=tuple(_rows(db, fleet_facts.FLEET_PAIRS_SQL)),
+        suspects=tuple(_rows(db, fleet_facts.FLEET_SUSPECTS_SQL)),
     )
 
 
 def _fleet_text(db: str) -> str | None:
     """The stored fleet check's summary as ``linksweep fleet`` prints it; None when none."""
-    from orchestrator.fleet_text import summary_text
+    from orchestrator.fleet.summary import summary_text
     from orchestrator.store.snapshot import NoSuchFleet, load_fleet
 
     if not os.path.exists(db):
@@ -327,11 +326,11 @@ def _run_sweep(out: Path, db: str, label: str, key: str, spec_dict: dict) -> ver
     NVMe) is not run, with the refusal as its reason."""
     import yaml
 
-    from orchestrator import preflight
-    from orchestrator.spec import SpecError, load_spec
     from orchestrator.store import StoreError, check_writable
     from orchestrator.store.live import LiveStore
-    from orchestrator.sweep import execute_sweep
+    from orchestrator.sweep import preflight
+    from orchestrator.sweep.execute import execute_sweep
+    from orchestrator.sweep.spec import SpecError, load_spec
     from orchestrator.ui import SweepUI
 
     path = out / "sweeps" / f"{key}.yaml"
@@ -340,7 +339,7 @@ def _run_sweep(out: Path, db: str, label: str, key: str, spec_dict: dict) -> ver
     try:
         spec = load_spec(str(path))
         if any(s != "ddp" for s in spec.grid.strategy):
-            from orchestrator.ds_check import check_deepspeed
+            from orchestrator.sweep.ds_check import check_deepspeed
 
             if problems := check_deepspeed(spec):
                 raise SpecError(problems, str(path))

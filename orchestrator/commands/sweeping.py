@@ -2,9 +2,9 @@
 work, an earlier driver's spool committed, the cluster joined with stop signals handled, the
 cluster's fit checked, and a named query printed as a table at the end.
 
-May import: shared, orchestrator.ds_check, orchestrator.errors, orchestrator.exclusions,
-orchestrator.preflight, orchestrator.raycluster.session, orchestrator.spec,
-orchestrator.stopping, orchestrator.store, orchestrator.ui.
+May import: shared, orchestrator.sweep.ds_check, orchestrator.errors, orchestrator.sweep.exclusions,
+orchestrator.sweep.preflight, orchestrator.raycluster.session, orchestrator.sweep.spec,
+orchestrator.sweep.stopping, orchestrator.store, orchestrator.ui.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from orchestrator.errors import EXIT_BAD_INPUT, err
 def load_checked(sweep_path: str, db: str, deepspeed: bool):
     """The sweep file's spec, checked (with ``deepspeed``: its ZeRO configs by DeepSpeed's own
     models), and the database checked writable; None after saying why (the caller exits 2)."""
-    from orchestrator.spec import SpecError, load_spec
     from orchestrator.store import StoreError, check_writable
+    from orchestrator.sweep.spec import SpecError, load_spec
 
     try:
         spec = load_spec(sweep_path)
         if deepspeed and any(s != "ddp" for s in spec.grid.strategy):
-            from orchestrator.ds_check import check_deepspeed
+            from orchestrator.sweep.ds_check import check_deepspeed
 
             if problems := check_deepspeed(spec):  # DeepSpeed's own models, before any work
                 raise SpecError(problems, sweep_path)
@@ -65,10 +65,10 @@ def on_cluster(
 
     Exit 2 when the cluster cannot be joined or the sweep does not fit; 130/143/129 on SIGINT,
     SIGTERM, SIGHUP (finished runs are stored; ``resume_hint`` says how to go on)."""
-    from orchestrator import preflight, stopping
-    from orchestrator.exclusions import exclusion_notes
     from orchestrator.raycluster import session
-    from orchestrator.spec import SpecError
+    from orchestrator.sweep import preflight, stopping
+    from orchestrator.sweep.exclusions import exclusion_notes
+    from orchestrator.sweep.spec import SpecError
 
     label = join_cluster(address)
     if label is None:

@@ -2,15 +2,15 @@
 columns, the topology matrix, the NVML inventory, a node's section. Pure string functions of
 the parsed reports.
 
-May import: orchestrator.discovery, orchestrator.topo.
+May import: orchestrator.topology.discovery, orchestrator.topology.matrix.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from orchestrator import topo
-from orchestrator.discovery import NodeReport, parse_report_topo
+from orchestrator.topology import matrix
+from orchestrator.topology.discovery import NodeReport, parse_report_topo
 
 
 def grid(header: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "  ") -> str:
@@ -23,7 +23,7 @@ def grid(header: Sequence[str], rows: Sequence[Sequence[object]], indent: str = 
     )
 
 
-def topo_table(t: topo.Topology) -> str:
+def topo_table(t: matrix.Topology) -> str:
     header = ["", *t.gpus, *t.nics, "CPU Affinity", "NUMA Affinity"]
     rows = []
     for a in t.gpus:

@@ -1,9 +1,9 @@
 """``linksweep topo``: each node's ``nvidia-smi topo -m`` matrix and NVML inventory, or a saved
 matrix parsed (``--parse FILE``). Changes nothing. ``--json`` prints exactly the stored form
-(``topo.to_json_dict``), one line, so scripts can rely on it.
+(``matrix.to_json_dict``), one line, so scripts can rely on it.
 
-May import: shared, text, orchestrator.cli_help, orchestrator.discovery, orchestrator.errors,
-orchestrator.topo.
+May import: shared, text, orchestrator.cli_help, orchestrator.topology.discovery, orchestrator.errors,
+orchestrator.topology.matrix.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from orchestrator import topo
 from orchestrator.cli_help import ADDRESS_HELP
 from orchestrator.commands.shared import join_cluster, read_text
 from orchestrator.commands.text import print_node, topo_table
-from orchestrator.discovery import discover_nodes, parse_report_topo
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_OK, err
+from orchestrator.topology import matrix
+from orchestrator.topology.discovery import discover_nodes, parse_report_topo
 
 
 def add_parser(sub) -> None:
@@ -42,16 +42,16 @@ def main(args: argparse.Namespace) -> int:
         if text is None:
             return EXIT_BAD_INPUT
         try:
-            parsed = topo.parse_topo(text)
-        except topo.TopoParseError as exc:
+            parsed = matrix.parse_topo(text)
+        except matrix.TopoParseError as exc:
             err(f"topo --parse {parse_file}: not readable as nvidia-smi topo -m output: {exc}")
             return EXIT_BAD_INPUT
         if as_json:
-            print(json.dumps(topo.to_json_dict(parsed)))
+            print(json.dumps(matrix.to_json_dict(parsed)))
         else:
             print(f"{parse_file}: {len(parsed.gpus)} GPU(s), {len(parsed.nics)} NIC(s)")
             print(topo_table(parsed))
-            print(f"fingerprint {topo.topology_fingerprint(parsed)}")
+            print(f"fingerprint {matrix.topology_fingerprint(parsed)}")
         return EXIT_OK
 
     if not join_cluster(address):
@@ -66,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
                     "node": r.hostname,
                     "node_id": r.node_id,
                     "ip": r.ip,
-                    "topo": None if t is None else topo.to_json_dict(t),
+                    "topo": None if t is None else matrix.to_json_dict(t),
                     "topo_status": r.topo_status,
                     "nvml": "ok" if r.nvml_ok else f"absent: {r.nvml_status}",
                     "gpus": r.inventory,

@@ -2,7 +2,7 @@
 whether NVLS / CollNet were set up, as an ``NCCL_DEBUG=INFO`` log shows them. ``--json`` prints exactly the stored form
 (``nccl_log.to_json_dict``).
 
-May import: shared, text, orchestrator.errors, orchestrator.nccl_log.
+May import: shared, text, orchestrator.errors, orchestrator.topology.nccl_log.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from orchestrator import nccl_log
 from orchestrator.commands.shared import read_text
 from orchestrator.commands.text import grid
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_OK, err
+from orchestrator.topology import nccl_log
 
 
 def add_parser(sub) -> None:

@@ -94,9 +94,16 @@ marker (`LINKSWEEP_EMULATED_ID`), by their namespace (`ip netns pids`), by the p
 start times `up` recorded, and by their process tree; never by name (`ray stop` would
 also stop every other Ray session on the machine).
 
-May import: check, faults, lifecycle, netns, plan, raynodes, shapes.
+May import: check, faults, lifecycle, netns, blueprint, raynodes, shapes.
 """
 
+from orchestrator.emulated.blueprint import (
+    EmulatedNode,
+    EmulatedPlan,
+    NodePort,
+    Step,
+    plan_emulated,
+)
 from orchestrator.emulated.check import measure_link_busbw
 from orchestrator.emulated.faults import (
     Fault,
@@ -113,7 +120,6 @@ from orchestrator.emulated.netns import (
     require_root,
     subnet_in_use,
 )
-from orchestrator.emulated.plan import EmulatedNode, EmulatedPlan, NodePort, Step, plan_emulated
 from orchestrator.emulated.raynodes import (
     MARKER_ENV,
     OBJECT_STORE_BYTES,

@@ -6,7 +6,7 @@ emulated nodes (pinned by their `emulated_node_<i>` resources) with
 (`comm_model.busbw_gbps`, nccl-tests convention), so `cluster check` can compare each link
 with its tc rate.
 
-May import: shapes, orchestrator.comm_model, orchestrator.raycluster.nodes,
+May import: shapes, orchestrator.analysis.comm_model, orchestrator.raycluster.nodes,
 orchestrator.raycluster.session, workloads.linkcheck.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator import comm_model
+from orchestrator.analysis import comm_model
 from orchestrator.emulated.shapes import IFACE_PREFIX, EmulatedError
 
 

@@ -5,7 +5,7 @@
 or Ctrl-C midway, undoes exactly what was started and nothing else. `status` reads the
 state file, the GCS and tc, and changes nothing.
 
-May import: faults, netns, plan, raynodes, shapes.
+May import: faults, netns, blueprint, raynodes, shapes.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.emulated import netns, raynodes
+from orchestrator.emulated.blueprint import plan_emulated
 from orchestrator.emulated.faults import Fault, planted_faults
-from orchestrator.emulated.plan import plan_emulated
 from orchestrator.emulated.raynodes import READY_TIMEOUT_S, STATE_VERSION, RayNodeOptions
 from orchestrator.emulated.shapes import (
     DASHBOARD_PORT,

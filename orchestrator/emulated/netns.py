@@ -5,7 +5,7 @@ network namespaces at all (`netns_available`, `require_root`) and whether `up` w
 something it did not create (`preflight`). Every command runs with a timeout; a failure
 raises EmulatedError with the command, its stderr and, for known messages, a hint.
 
-May import: plan, shapes.
+May import: blueprint, shapes.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.emulated.plan import EmulatedPlan
+from orchestrator.emulated.blueprint import EmulatedPlan
 from orchestrator.emulated.shapes import DEFAULT_STATE_DIR, EmulatedError, link_subnet
 
 CMD_TIMEOUT_S = 30.0

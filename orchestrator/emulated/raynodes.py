@@ -9,7 +9,7 @@
   namespace, recorded (pid, start time) and process tree, never by name; `terminate`
   stops them (SIGTERM, then SIGKILL).
 
-May import: netns, plan, shapes, orchestrator.raycluster.nodes.
+May import: netns, blueprint, shapes, orchestrator.raycluster.nodes.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.emulated.blueprint import EmulatedPlan
 from orchestrator.emulated.netns import netns_pids
-from orchestrator.emulated.plan import EmulatedPlan
 from orchestrator.emulated.shapes import (
     CLIENT_SERVER_PORT,
     DASHBOARD_AGENT_PORT,

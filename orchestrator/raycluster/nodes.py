@@ -6,7 +6,7 @@ or does not answer becomes a :class:`NodeAnswer` with ``error`` set, never an ex
 :func:`run_pinned_actors` runs the emulated cluster's link check; :func:`gcs_nodes` asks a GCS
 that no ``ray.init`` has joined (the emulated cluster coming up).
 
-May import: reach, orchestrator.errors, orchestrator.planner, ray.
+May import: reach, orchestrator.errors, orchestrator.sweep.planner, ray.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator.errors import first_line
-from orchestrator.planner import NodeCapacity
 from orchestrator.raycluster.reach import split_address, tcp_probe
+from orchestrator.sweep.planner import NodeCapacity
 
 
 def alive_nodes() -> list[dict]:

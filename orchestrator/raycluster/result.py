@@ -1,15 +1,15 @@
 """What one run produced, as the driver holds it between ``runs.execute_run`` and ``rows``.
 
-Pure (no Ray): ``orchestrator/rows.py`` and the unit tests build a :class:`RunResult` by hand.
+Pure (no Ray): ``orchestrator/sweep/rows.py`` and the unit tests build a :class:`RunResult` by hand.
 
-May import: orchestrator.planner, workloads.contract.
+May import: orchestrator.sweep.planner, workloads.contract.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orchestrator.planner import RankPlacement
+from orchestrator.sweep.planner import RankPlacement
 from workloads.contract import RankDiagnostic, RankRecord
 
 

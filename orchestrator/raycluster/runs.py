@@ -11,11 +11,11 @@ crosses. The placement group and the ranks are removed after the run, also on fa
 gives back the NCCL logs no rank returned and loses the run's /tmp files
 (:func:`collect_leftovers`). Rank 0's progress reaches the live display through a
 :class:`ProgressBoard` actor (fresh actors) or its launcher (forked ranks). A sweep's excluded
-nodes (``orchestrator/exclusions.py``) are kept off by the group's bundle label selector, so
+nodes (``orchestrator/sweep/exclusions.py``) are kept off by the group's bundle label selector, so
 no bundle, and no rank, lands there.
 
-May import: launchers, result, session, orchestrator.errors, orchestrator.exclusions,
-orchestrator.planner, ray, workloads.contract, workloads.diag, workloads.nccl_files,
+May import: launchers, result, session, orchestrator.errors, orchestrator.sweep.exclusions,
+orchestrator.sweep.planner, ray, workloads.contract, workloads.diag, workloads.nccl_files,
 workloads.rank.
 """
 
@@ -34,10 +34,10 @@ from ray.util.scheduling_strategies import (
 )
 
 from orchestrator.errors import error_text, first_line, ranks_error_text
-from orchestrator.exclusions import label_selector
-from orchestrator.planner import place_ranks, rank_env_for
 from orchestrator.raycluster import session
 from orchestrator.raycluster.result import RunResult
+from orchestrator.sweep.exclusions import label_selector
+from orchestrator.sweep.planner import place_ranks, rank_env_for
 from workloads.contract import LinkbenchConfig, RankRecord, RunConfig
 
 if TYPE_CHECKING:

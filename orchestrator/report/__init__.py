@@ -20,11 +20,11 @@ export (``commands/export.py``).
 A figure that has no data to draw (a sweep whose runs all failed, one link only so no slowdown,
 no link microbenchmark) is not written, and the HTML says what is missing and why; a PNG left in
 ``DIR`` by an earlier report is removed so the folder never mixes two sweeps. Step times and
-slowdowns count only runs that finished ok and were not throttled (``orchestrator.stats.included``;
+slowdowns count only runs that finished ok and were not throttled (``orchestrator.analysis.stats.included``;
 bytes per step take every ok run, since throttling does not change bytes); failed and throttled
 runs are listed, and counted as excluded. Slowdowns, the link model and the measured vs
 predicted comparison also leave out the one-GPU rehearsal (``ranks_per_gpu: 2``, link class
-``shared-gpu``: ``orchestrator.stats.link_measurement``), which the report labels as a rehearsal
+``shared-gpu``: ``orchestrator.analysis.stats.link_measurement``), which the report labels as a rehearsal
 of the NCCL path, never as a link measurement.
 
 ``linksweep export OUTDIR [--format parquet|csv] [--db PATH]`` writes every
@@ -47,16 +47,15 @@ The package, one job per module, each importing only the ones before it:
 - ``markup``: HTML tables and escaping; ``sections``: the report's sections; ``html``:
   ``render_html``, rows and PNG bytes -> the page.
 - ``baseline_view``: the "Compared with baseline" section and ``compared_with_baseline.png``
-  (``linksweep report --baseline NAME``), from ``orchestrator.compare``'s JSON, which
+  (``linksweep report --baseline NAME``), from ``orchestrator.compare.comparison``'s JSON, which
   ``commands/report.py`` computes (``docs/compare.md``).
 
 Units follow the schema's names: ``_s`` seconds, ``_bytes`` bytes, ``_gbps`` GB/s with
 1 GB = 1e9 B. Message sizes in the microbenchmark are powers of two and are labelled in KiB/MiB.
 
-May import: data, figures, fmt, html, plots.
+May import: reading, figures, fmt, html, plots.
 """
 
-from orchestrator.report.data import ReportData, ReportError, load_report_data, pick_sweep
 from orchestrator.report.figures import FIGURES, FigureResult, build_figures
 from orchestrator.report.fmt import (
     fmt_bytes,
@@ -73,6 +72,7 @@ from orchestrator.report.plots import (
     plot_slowdown,
     plot_step_times,
 )
+from orchestrator.report.reading import ReportData, ReportError, load_report_data, pick_sweep
 
 __all__ = [
     "FIGURES",

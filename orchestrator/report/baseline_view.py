@@ -3,7 +3,7 @@ figure, each variant's ratio of median step times (this sweep / the baseline) wi
 and the threshold band drawn, and the table of variants and slowdowns with their verdicts.
 
 Pure apart from matplotlib (imported inside the function). Input: the JSON rows of
-``orchestrator.compare.comparison_json``.
+``orchestrator.compare.comparison.comparison_json``.
 
 May import: draw, labels, markup, matplotlib.
 """

@@ -2,7 +2,7 @@
 the reason the figure is not drawn). One figure that fails to draw becomes a note, never an
 exception: the rest of the report is still written.
 
-May import: compare, data, draw, findings, linkmodel_view, plots, orchestrator.errors.
+May import: predicted, reading, draw, findings, linkmodel_view, plots, orchestrator.errors.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import err
-from orchestrator.report.compare import plot_extra_vs_predicted
 from orchestrator.report.draw import figure_png
 from orchestrator.report.findings import extra_rows
 from orchestrator.report.linkmodel_view import plot_link_model
@@ -21,9 +20,10 @@ from orchestrator.report.plots import (
     plot_slowdown,
     plot_step_times,
 )
+from orchestrator.report.predicted import plot_extra_vs_predicted
 
 if TYPE_CHECKING:
-    from orchestrator.report.data import ReportData
+    from orchestrator.report.reading import ReportData
 
 FIGURES = (
     "slowdown_vs_grad_accum.png",

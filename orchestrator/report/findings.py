@@ -1,6 +1,6 @@
 """The report's first screen: the headline, the caveats box and the links, described.
 
-``headline_html`` renders ``orchestrator.headline.build_headline`` (sentences per link plus the
+``headline_html`` renders ``orchestrator.analysis.headline.build_headline`` (sentences per link plus the
 compact strategy x grad_accum table); ``caveats_html`` is the amber box a CPU/gloo or emulated
 sweep gets, saying what its numbers do and do not show; ``links_html`` lists each link with its
 physical description, rated rate and measured busbw as a share of it (view ``link_overview``),
@@ -9,22 +9,27 @@ says "not checked" wherever GPU telemetry is absent, in every place the report m
 ``rehearsal_html`` is the box a sweep with one-GPU rehearsal runs gets: a rehearsal of the NCCL
 path, never shown as a link measurement. Pure string functions.
 
-May import: data, markup, orchestrator.headline, orchestrator.links, orchestrator.rated,
-orchestrator.stats.
+May import: reading, markup, orchestrator.analysis.headline, orchestrator.analysis.links, orchestrator.analysis.rated,
+orchestrator.analysis.stats.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator.headline import Headline, build_headline, extra_vs_predicted
-from orchestrator.links import fmt_gbps, link_label, share_text
-from orchestrator.rated import idle_gen_text, pcie_training
+from orchestrator.analysis.headline import Headline, build_headline, extra_vs_predicted
+from orchestrator.analysis.links import fmt_gbps, link_label, share_text
+from orchestrator.analysis.rated import idle_gen_text, pcie_training
+from orchestrator.analysis.stats import (
+    INTERVAL_BOOTSTRAP,
+    INTERVAL_LABELS,
+    MIN_RUNS_FOR_CI,
+    rehearsal,
+)
 from orchestrator.report.markup import esc
-from orchestrator.stats import INTERVAL_BOOTSTRAP, INTERVAL_LABELS, MIN_RUNS_FOR_CI, rehearsal
 
 if TYPE_CHECKING:
-    from orchestrator.report.data import ReportData
+    from orchestrator.report.reading import ReportData
 
 
 def overview_by_link(data: ReportData) -> dict[str, dict]:

@@ -12,9 +12,9 @@ a neutral background and left out of the colour scale: it measures other hardwar
 GPUs or CPU ranks) and would squash the inter-node colours.
 
 Pure apart from matplotlib (imported inside the functions): rows in (see
-``orchestrator.fleet_text``), HTML and PNG bytes out.
+``orchestrator.fleet.summary``), HTML and PNG bytes out.
 
-May import: draw, fmt, html, markup, orchestrator.fleet_text, orchestrator.store,
+May import: draw, fmt, html, markup, orchestrator.fleet.summary, orchestrator.store,
 matplotlib, numpy.
 """
 
@@ -26,7 +26,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.fleet_text import (
+from orchestrator.fleet.summary import (
     EXCLUDE_HINT,
     header_lines,
     judged,

@@ -3,7 +3,7 @@
 Inline CSS, figures as base64 PNG data URIs, no scripts, no fonts, no links outside the file.
 Pure string functions.
 
-May import: compare, data, figures, findings, fmt, labels, linkmodel_view, markup,
+May import: predicted, reading, figures, findings, fmt, labels, linkmodel_view, markup,
 nccltests_view, phases, sections.
 """
 
@@ -14,7 +14,6 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from orchestrator.report.compare import extra_vs_predicted_html
 from orchestrator.report.findings import (
     caveats_html,
     extra_rows,
@@ -31,6 +30,7 @@ from orchestrator.report.linkmodel_view import link_model_html
 from orchestrator.report.markup import esc, html_table, missing, sorted_variants
 from orchestrator.report.nccltests_view import beside_html
 from orchestrator.report.phases import phases_html
+from orchestrator.report.predicted import extra_vs_predicted_html
 from orchestrator.report.sections import (
     attention,
     attention_html,
@@ -39,8 +39,8 @@ from orchestrator.report.sections import (
 )
 
 if TYPE_CHECKING:
-    from orchestrator.report.data import ReportData
     from orchestrator.report.figures import FigureResult
+    from orchestrator.report.reading import ReportData
 
 CSS = """
 body { font: 15px/1.45 -apple-system, "Segoe UI", Roboto, "DejaVu Sans", Arial, sans-serif;

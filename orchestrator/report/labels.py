@@ -2,7 +2,7 @@
 
 Pure functions of row dicts (keys as the schema's columns).
 
-May import: orchestrator.stats.
+May import: orchestrator.analysis.stats.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.stats import (  # noqa: F401 - the figures' and tables' import
+from orchestrator.analysis.stats import (  # noqa: F401 - the figures' and tables' import
     GROUP_KEY,
     VARIANT_KEY,
     varying,

@@ -1,9 +1,9 @@
 """The link model in the report: the figure (step time against predicted communication time,
 measured points and fitted lines, the slope is the exposure) and the section (the fits and the
 leave-one-link-out table). Rows in (``link_model``, ``link_model_check``, runs), figure or
-HTML out; the fit itself is ``orchestrator/linkmodel.py``'s and is only read here.
+HTML out; the fit itself is ``orchestrator/analysis/linkmodel.py``'s and is only read here.
 
-May import: draw, fmt, labels, markup, matplotlib, orchestrator.stats.
+May import: draw, fmt, labels, markup, matplotlib, orchestrator.analysis.stats.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from orchestrator.analysis.stats import link_measurement
 from orchestrator.report.draw import RC, color_map, legend_outside, new_figure
 from orchestrator.report.fmt import sig3, tick_seconds
 from orchestrator.report.labels import (
@@ -21,7 +22,6 @@ from orchestrator.report.labels import (
     varying,
 )
 from orchestrator.report.markup import esc, html_table, missing
-from orchestrator.stats import link_measurement
 
 MAX_PANELS = 16
 

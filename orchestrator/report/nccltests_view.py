@@ -6,19 +6,19 @@ with nccl-tests' imported figures (out-of-place and in-place, never pooled) per 
 x size; ``beside_html`` renders it. nccl-tests' values are shown as it printed them (two
 decimals); linksweep's with three significant digits. Pure string functions.
 
-May import: data, fmt, markup, orchestrator.links.
+May import: reading, fmt, markup, orchestrator.analysis.links.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator.links import fmt_gbps
+from orchestrator.analysis.links import fmt_gbps
 from orchestrator.report.fmt import fmt_msg_size
 from orchestrator.report.markup import esc
 
 if TYPE_CHECKING:
-    from orchestrator.report.data import ReportData
+    from orchestrator.report.reading import ReportData
 
 
 def beside_rows(linksweep: list[dict], nccl_tests: list[dict]) -> list[dict]:

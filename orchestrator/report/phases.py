@@ -2,7 +2,7 @@
 the median over runs of the slowest rank's seconds, the sweep's total, its share, and one stacked
 bar of the shares. Pure: rows in (``ReportData.phases``), HTML out.
 
-May import: data, markup, workloads.contract.
+May import: reading, markup, workloads.contract.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from orchestrator.report.markup import esc, html_table, missing
 from workloads.contract import PHASES
 
 if TYPE_CHECKING:
-    from orchestrator.report.data import ReportData
+    from orchestrator.report.reading import ReportData
 
 # One colour per phase, in PHASES order: set-up phases warm, training cool, teardown grey.
 _COLOURS = (

@@ -303,7 +303,7 @@ def plot_bytes_per_step(runs: list[dict]) -> tuple[Any | None, str]:
     note = (
         "Solid, filled: message bytes one rank sent through collectives in one profiled "
         "optimizer step (median over ok runs of all links; 1 MB = 1e6 B). Dashed, hollow: the analytic "
-        "expectation from orchestrator/comm_model.py. DDP and ZeRO-1 should be flat in "
+        "expectation from orchestrator/analysis/comm_model.py. DDP and ZeRO-1 should be flat in "
         "grad_accum; ZeRO-2/3 grow with it."
     )
     return fig, note

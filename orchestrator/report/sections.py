@@ -1,7 +1,7 @@
 """The report's HTML sections: the classic link table, the runs needing attention, provenance.
 
 Each takes ``ReportData`` (plain rows) and returns an HTML fragment. Pure string functions.
-May import: data, findings, fmt, labels, markup.
+May import: reading, findings, fmt, labels, markup.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from orchestrator.report.labels import (
 from orchestrator.report.markup import esc, html_table, missing
 
 if TYPE_CHECKING:
-    from orchestrator.report.data import ReportData
+    from orchestrator.report.reading import ReportData
 
 
 def _ratio_cell(s: dict | None, single_run: bool = False) -> str:

@@ -27,7 +27,7 @@ _V7_KEYED = ("variant_stats", "sensitivity_stats", "link_model", "link_model_che
 
 # version -> SQL statements that bring a database from version-1 to version.
 MIGRATIONS: dict[int, list[str]] = {
-    # v2: figures are computed once, in Python (orchestrator/stats.py), and stored; views select.
+    # v2: figures are computed once, in Python (orchestrator/analysis/stats.py), and stored; views select.
     # Databases written by v1 get their figures filled in by v1's own SQL formulas, once.
     2: [
         *(

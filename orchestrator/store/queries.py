@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 
-# The rule for which runs count in figures, as SQL (orchestrator/stats.py ``included`` is the
+# The rule for which runs count in figures, as SQL (orchestrator/analysis/stats.py ``included`` is the
 # same rule in Python): finished ok and not throttled. Failed and throttled runs stay stored,
 # counted as excluded.
 def included_run_sql(alias: str = "") -> str:
@@ -71,8 +71,8 @@ SWEEP_RUN_SLOTS = _q(
        FROM runs WHERE sweep_id = $sweep_id ORDER BY seq, attempt""",
 )
 
-# --- statistics (orchestrator/stats.py reads these, computes, stores variant/sensitivity) ---
-# The run rows the figures are computed from carry what orchestrator/stats.py ``link_measurement``
+# --- statistics (orchestrator/analysis/stats.py reads these, computes, stores variant/sensitivity) ---
+# The run rows the figures are computed from carry what orchestrator/analysis/stats.py ``link_measurement``
 # reads (link_class, ranks_per_gpu): a one-GPU rehearsal never makes a slowdown or a link model.
 VARIANT_GROUP_RUNS = _q(
     "variant_group_runs",
@@ -95,7 +95,7 @@ LINK_ALGBW = _q(
          AND source = 'linksweep' AND algbw_gbps > 0""",
 )
 
-# --- the link model (orchestrator/linkmodel.py) --------------------------------------------
+# --- the link model (orchestrator/analysis/linkmodel.py) --------------------------------------------
 SWEEP_MODEL_RUNS = _q(
     "sweep_model_runs",
     """SELECT strategy, offload, grad_accum, bucket_mb, overlap_comm, ddp_grad_dtype, link,
@@ -169,7 +169,7 @@ BANDWIDTH_TABLE = _q(
        ORDER BY link, placement, collective, msg_bytes""",
 )
 
-# --- the report (orchestrator/report/data.py) ----------------------------------------------
+# --- the report (orchestrator/report/reading.py) ----------------------------------------------
 REPORT_RUNS = _q(
     "report_runs",
     """SELECT * REPLACE (coalesce(n_steps, 0) AS n_steps) FROM runs

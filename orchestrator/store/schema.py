@@ -1,6 +1,6 @@
 """The database schema, in one place, with its version: tables and views (the migrations:
 ``migrations.py``). Pure data (SQL text); ``orchestrator/store/db.py`` applies it. Figures are
-computed by ``orchestrator/stats.py`` and stored in ``runs``, ``variant_stats`` and
+computed by ``orchestrator/analysis/stats.py`` and stored in ``runs``, ``variant_stats`` and
 ``sensitivity_stats``; the views select them and add nothing but joins and renames, except
 ``step_times`` (per-step max over ranks) and ``link_bandwidth`` (the microbenchmark's medians).
 
@@ -82,7 +82,7 @@ TABLES: dict[str, str] = {
         throttled BOOLEAN,
         hot BOOLEAN,
         variant JSON,
-        -- the run's figures (orchestrator/stats.py run_figures; NULL for a failed run)
+        -- the run's figures (orchestrator/analysis/stats.py run_figures; NULL for a failed run)
         n_steps INTEGER,             -- timed steps
         median_step_time_s DOUBLE,   -- median over timed steps of the max over ranks
         p10_step_time_s DOUBLE,
@@ -92,7 +92,7 @@ TABLES: dict[str, str] = {
         overlap_comm VARCHAR,        -- default | true | false (grid axis)
         ds_config JSON,              -- ZeRO: the config DeepSpeed parsed, after its defaults
         gpu_name VARCHAR,            -- NVML's name of rank 0's GPU; NULL on CPU
-        model_flops_per_step DOUBLE, -- all ranks (orchestrator/flops.py)
+        model_flops_per_step DOUBLE, -- all ranks (orchestrator/analysis/flops.py)
         achieved_tflops_per_gpu DOUBLE,  -- model FLOPs per GPU / median step time / 1e12
         peak_tflops DOUBLE,          -- dense peak per GPU for the run's precision
         peak_source VARCHAR,         -- where peak_tflops comes from, or why there is none
@@ -282,7 +282,7 @@ TABLES: dict[str, str] = {
         rated_source VARCHAR,        -- where rated_gbps comes from: tc, nvlink, pcie (v4)
         description VARCHAR          -- one line for people
     """,
-    # The link model (orchestrator/linkmodel.py), one row per variant group (all but the link):
+    # The link model (orchestrator/analysis/linkmodel.py), one row per variant group (all but the link):
     # step_time = compute_s + exposure x predicted_comm_s(link), fitted on the group's links.
     "link_model": """
         sweep_id VARCHAR,
@@ -339,7 +339,7 @@ TABLES: dict[str, str] = {
         error VARCHAR                -- why a part could not be captured
     """,
     # The fleet check (linksweep fleet): a row per check, node, measured pair (intra-node: node_b
-    # = node_a) and timed stage; suspects are decided in orchestrator/suspects.py, stored here.
+    # = node_a) and timed stage; suspects are decided in orchestrator/fleet/suspects.py, stored here.
     "fleet_checks": """
         fleet_id VARCHAR PRIMARY KEY,
         started_at TIMESTAMPTZ,
@@ -416,7 +416,7 @@ TABLES: dict[str, str] = {
 
 VIEWS: dict[str, str] = {
     # Per step: the slowest rank sets the pace (max over ranks), warmup excluded; for plots. The
-    # run figures are computed once, by orchestrator/stats.py, and stored in runs (tested equal).
+    # run figures are computed once, by orchestrator/analysis/stats.py, and stored in runs (tested equal).
     "step_times": """
         SELECT run_id, step, max(step_time_s) AS step_time_s,
                sum(samples) AS samples, sum(tokens) AS tokens, avg(loss) AS loss

@@ -30,7 +30,7 @@ TABLE_ROWS = {
     "nccl_logs": "NCCL log of a run (one per rank, or per leftover file of a failed run)",
     "telemetry": "NVML sample of a rank (every 0.25 s)",
     "link_bench": "link microbenchmark iteration",
-    "variant_stats": "variant (stored by orchestrator/stats.py; read through variant_summary)",
+    "variant_stats": "variant (stored by orchestrator/analysis/stats.py; read through variant_summary)",
     "sensitivity_stats": "variant x non-baseline link (read through link_sensitivity)",
     "baselines": "named baseline: a sweep later ones are compared with",
     "link_descriptions": "link of a sweep (what it physically is, recorded at sweep start)",
@@ -124,7 +124,7 @@ COMMON = {
     "p90_step_time_s": "90th percentile over timed steps (slowest rank per step)",
     "tokens_per_s": "tokens of all ranks / sum of step times",
     "samples_per_s": "samples of all ranks / sum of step times",
-    "expected_comm_bytes_per_step": "analytic expectation (orchestrator/comm_model.py)",
+    "expected_comm_bytes_per_step": "analytic expectation (orchestrator/analysis/comm_model.py)",
     "predicted_comm_s_per_step": "measured collectives priced at the link's measured bandwidth",
     "peak_mem_bytes": "peak memory (GPU allocator on GPU, RSS on CPU); max over ranks/runs",
     "op": "all_reduce | all_gather | reduce_scatter | ...",
@@ -198,7 +198,7 @@ def render() -> str:
         "tests/unit/test_docs.py fails when it differs from the schema. Do not edit by hand. -->",
         "",
         f"Schema version {SCHEMA_VERSION}. Tables hold what was measured; views select and join "
-        "them (the figures are computed once, by `orchestrator/stats.py`, and stored). Query "
+        "them (the figures are computed once, by `orchestrator/analysis/stats.py`, and stored). Query "
         'them with `linksweep query "SQL"`; export them with `linksweep export`.',
         "",
         "## Views",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.discovery import node_rows
+from orchestrator.topology.discovery import node_rows
 
 CPU_ONLY_MESSAGE = (
     "no GPUs found on any node: link variants cannot differ on this cluster; "
@@ -21,7 +21,7 @@ def test_discover_and_doctor_on_cpu_cluster(ray_cluster, capsys):
     import ray
 
     from orchestrator.cli import main
-    from orchestrator.discovery import discover_nodes
+    from orchestrator.topology.discovery import discover_nodes
 
     reports = discover_nodes(timeout_s=120)
     alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}

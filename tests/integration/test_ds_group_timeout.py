@@ -25,7 +25,7 @@ def _rank(rank: int, port: int, out_dir: str) -> None:
     from deepspeed.utils import groups
     from torch.distributed import distributed_c10d as c10d
 
-    from orchestrator.ds_config import deepspeed_config
+    from orchestrator.sweep.ds_config import deepspeed_config
     from workloads.model import build_model
     from workloads.strategies import ZeroStrategy, group_timeout_s
 

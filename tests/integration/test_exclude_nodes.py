@@ -174,9 +174,9 @@ def test_too_little_left_after_exclusion_is_refused_before_anything(node_ids, tm
 def test_linkbench_placement_group_avoids_the_excluded_node(node_ids):
     """The link microbenchmark's run goes through the same placement group: its placements
     (not stored per rank in link_bench) are read from the result."""
-    from orchestrator.planner import linkbench_config
     from orchestrator.raycluster.runs import execute_run
-    from orchestrator.spec import parse_spec
+    from orchestrator.sweep.planner import linkbench_config
+    from orchestrator.sweep.spec import parse_spec
 
     spec = parse_spec({**SPEC, "linkbench_max_mb": 1})
     head, worker = node_ids

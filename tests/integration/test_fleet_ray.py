@@ -1,5 +1,5 @@
 """The fleet check's probes on the session Ray cluster (2 nodes of 2 CPUs, one machine):
-orchestrator/raycluster/fleet.py placing workloads/fleet_probe.py on nodes, for real.
+orchestrator/raycluster/pinned_probes.py placing workloads/fleet_probe.py on nodes, for real.
 
 Each stage's wall time is printed (``pytest -s``) so a report can quote it. Run under
 ``flock /tmp/linksweep-heavy.lock``: it starts Ray actors and trains a small model on each node.
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from orchestrator.raycluster.fleet import (
+from orchestrator.raycluster.pinned_probes import (
     BenchResult,
     FleetNode,
     LinkProbes,

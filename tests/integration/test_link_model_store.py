@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.planner import Variant
 from orchestrator.store import SCHEMA_VERSION, Q, Store, read_query
-from orchestrator.sweep import refresh_link_model
+from orchestrator.sweep.execute import refresh_link_model
+from orchestrator.sweep.planner import Variant
 from tests.integration.schema_v2 import as_v2
 
 COMPUTE_S, EXPOSURE = 0.4, 0.9

@@ -195,7 +195,7 @@ def test_uuid_gpu_ids_on_one_node_are_stored_not_parsed(gpu_sweeps):
 
 
 def test_rehearsal_puts_two_ranks_on_one_gpu_as_two_nccl_hosts(gpu_sweeps):
-    from orchestrator.planner import rank_env_for
+    from orchestrator.sweep.planner import rank_env_for
 
     run = runs(completed(gpu_sweeps, "rehearsal"))["pack"]
     assert run["ranks_per_gpu"] == 2

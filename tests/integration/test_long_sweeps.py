@@ -156,7 +156,7 @@ def test_a_sweep_whose_driver_is_gone_reads_interrupted_everywhere(tmp_path):
     import datetime as dt
 
     from orchestrator.cli import main
-    from orchestrator.report.data import load_report_data
+    from orchestrator.report.reading import load_report_data
     from orchestrator.store import Reader, liveness
 
     db = str(tmp_path / "r.duckdb")
@@ -209,9 +209,9 @@ def hold_database(db: str, release_file: Path) -> subprocess.Popen:
 
 
 def test_spooled_run_survives_a_held_database_and_the_next_opener_commits_it(tmp_path):
-    from orchestrator import longsweep
     from orchestrator.store import liveness
     from orchestrator.store.live import LiveStore
+    from orchestrator.sweep import ledger
 
     db = str(tmp_path / "r.duckdb")
     with Store(db) as s:
@@ -227,7 +227,7 @@ def test_spooled_run_survives_a_held_database_and_the_next_opener_commits_it(tmp
     assert any("held by another process; retrying" in m for m in said)
     assert any("kept in" in m for m in said)
     # the sweep ends while the database is still held: its final status is spooled too
-    assert longsweep.finish_sweep(live, "sx", "ok") == "ok"
+    assert ledger.finish_sweep(live, "sx", "ok") == "ok"
     assert [Path(p).name for p in spool.pending(db)] == ["sx-r0001.json", "sx-zz-end.json"]
     release.touch()
     holder.wait(timeout=30)
@@ -271,7 +271,7 @@ def test_watchdog_reaps_grandchildren_of_a_kill_9_driver():
 
 
 def test_a_stop_signal_inside_a_commit_waits_for_its_end():
-    from orchestrator import stopping
+    from orchestrator.sweep import stopping
 
     restore = stopping.install()
     try:
@@ -464,7 +464,7 @@ def test_kill_9_then_resume_completes_exactly_the_missing_runs(long_sweep):
 def test_resume_refuses_a_different_spec(long_sweep, tmp_path, capsys):
     path, db = long_sweep
     with Store(db) as s:
-        from orchestrator.spec import load_spec
+        from orchestrator.sweep.spec import load_spec
 
         spec = load_spec(path).to_json_dict()
         s.insert(

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from orchestrator.topo import parse_topo
+from orchestrator.topology.matrix import parse_topo
 from workloads.contract import NodeReport
 from workloads.probe import probe_node, read_topo_text
 from workloads.telemetry import NvmlSampler, nvml_available, nvml_inventory

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import preflight as pf
-from orchestrator.spec import parse_spec
+from orchestrator.sweep import preflight as pf
+from orchestrator.sweep.spec import parse_spec
 
 
 @pytest.mark.slow

@@ -3,8 +3,8 @@
 The database is filled through ``orchestrator.store.Store`` with rows shaped like the driver's
 (planned runs in interleaved order, per-rank steps with warmup, comms, link microbenchmark,
 topology). Schema v2 stores the figures instead of computing them in views, so the fixture
-stores them as a sweep does, with the driver's own functions: ``orchestrator.stats.run_figures``
-for each run's columns in ``runs``, ``orchestrator.stats.variant_and_sensitivity_rows`` for
+stores them as a sweep does, with the driver's own functions: ``orchestrator.analysis.stats.run_figures``
+for each run's columns in ``runs``, ``orchestrator.analysis.stats.variant_and_sensitivity_rows`` for
 ``variant_stats`` and ``sensitivity_stats``. Step times follow a simple model: ZeRO-3 costs
 more than DDP, the no_p2p link costs more at grad_accum 1 than at 4 for DDP, and not less for
 ZeRO-3.
@@ -21,11 +21,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from orchestrator import linkmodel, report, stats
+from orchestrator import report
+from orchestrator.analysis import linkmodel, stats
 from orchestrator.cli import main
-from orchestrator.planner import plan_runs, run_id_for
-from orchestrator.spec import parse_spec
 from orchestrator.store import TABLES, VIEWS, Q, Store
+from orchestrator.sweep.planner import plan_runs, run_id_for
+from orchestrator.sweep.spec import parse_spec
 
 SWEEP_ID = "20250101-120000-abc123"
 FAILED_ERROR = "RuntimeError: NCCL error in ProcessGroupNCCL.cpp:1970, unhandled system error"
@@ -106,7 +107,7 @@ def stored_figures(steps: list[dict]) -> dict:
 
 def store_figures(st: Store, sweep_id: str, spec) -> None:
     """variant_stats and sensitivity_stats of the stored runs, as a sweep computes them (see
-    ``orchestrator.sweep.refresh_stats``): one variant group (a variant on every link) at a
+    ``orchestrator.sweep.execute.refresh_stats``): one variant group (a variant on every link) at a
     time, from its runs as stored."""
     variant_rows, sens_rows = [], []
     for group in {tuple(getattr(p.variant, k) for k in stats.GROUP_KEY) for p in plan_runs(spec)}:
@@ -120,7 +121,7 @@ def store_figures(st: Store, sweep_id: str, spec) -> None:
         sens_rows += s
     st.insert("variant_stats", variant_rows)
     st.insert("sensitivity_stats", sens_rows)
-    # The link model of each group, as orchestrator.sweep.refresh_link_model stores it.
+    # The link model of each group, as orchestrator.sweep.execute.refresh_link_model stores it.
     for group in {tuple(getattr(p.variant, k) for k in stats.GROUP_KEY) for p in plan_runs(spec)}:
         key = dict(zip(stats.GROUP_KEY, group, strict=True))
         runs = st.rows(Q.VARIANT_GROUP_RUNS, sweep_id=sweep_id, **key)

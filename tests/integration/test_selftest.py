@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import selftest_plan as plan
-from orchestrator.discovery import as_report
-from orchestrator.selftest_text import plan_text
+from orchestrator.selftest import plan
+from orchestrator.selftest.plan_text import plan_text
 from orchestrator.store import read_query
+from orchestrator.topology.discovery import as_report
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

@@ -7,8 +7,8 @@ from __future__ import annotations
 import duckdb
 import pytest
 
+from orchestrator.analysis.links import describe_links, link_label
 from orchestrator.emulated.describe import shapes_by_interface
-from orchestrator.links import describe_links, link_label
 from orchestrator.store import (
     SCHEMA_VERSION,
     Q,

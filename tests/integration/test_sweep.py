@@ -74,7 +74,7 @@ def test_run_summary_excludes_warmup(ddp_sweep):
 
 
 def test_stored_run_figures_agree_with_sql_over_the_steps(ddp_sweep):
-    """Figures have one home (orchestrator/stats.py, stored in ``runs``); the same numbers
+    """Figures have one home (orchestrator/analysis/stats.py, stored in ``runs``); the same numbers
     recomputed in SQL from the stored steps must agree: a guard against a second formula."""
     _, db = ddp_sweep
     rows = q(

@@ -13,15 +13,15 @@ import json
 
 import pytest
 
+from orchestrator.analysis.stats import GROUP_KEY, VARIANT_KEY, varying
 from orchestrator.cli import main
-from orchestrator.planner import plan_runs
 from orchestrator.report.labels import group_label
 from orchestrator.report.linkmodel_view import plot_link_model
-from orchestrator.resume import ResumeError, remaining_slots
-from orchestrator.spec import parse_spec
-from orchestrator.stats import GROUP_KEY, VARIANT_KEY, varying
 from orchestrator.store import Q, Reader, Store
-from orchestrator.sweep import refresh_all_stats
+from orchestrator.sweep.execute import refresh_all_stats
+from orchestrator.sweep.planner import plan_runs
+from orchestrator.sweep.resume import ResumeError, remaining_slots
+from orchestrator.sweep.spec import parse_spec
 
 SID = "s-every-key"
 COMM_S = {"a": 0.1, "b": 0.4, "c": 1.6}  # predicted communication per step on each link

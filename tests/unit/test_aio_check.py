@@ -69,9 +69,9 @@ def test_preflight_names_the_missing_toolkit(monkeypatch, tmp_path):
     """Failed on 24a5ba5: preflight asked only AsyncIOBuilder.is_compatible (libaio) and blamed
     libaio; on a GPU node without a CUDA toolkit it passed, and the run failed later. The node is
     asked through Ray (faked here at ``raycluster.nodes``' boundary: one GPU node)."""
-    from orchestrator import preflight as pf
     from orchestrator.raycluster.nodes import NodeAnswer
-    from orchestrator.spec import SpecError, parse_spec
+    from orchestrator.sweep import preflight as pf
+    from orchestrator.sweep.spec import SpecError, parse_spec
     from workloads.aio_check import NodeNvmeFacts
 
     spec = parse_spec(

@@ -53,9 +53,9 @@ def test_only_the_raycluster_package_imports_ray():
         if _lines_matching(p, r"^\s*(import\s+ray\b|from\s+ray\b)")
     ]
     assert importers == [
-        "orchestrator/raycluster/fleet.py",
         "orchestrator/raycluster/launchers.py",
         "orchestrator/raycluster/nodes.py",
+        "orchestrator/raycluster/pinned_probes.py",
         "orchestrator/raycluster/runs.py",
         "orchestrator/raycluster/session.py",
     ]
@@ -105,7 +105,7 @@ def test_a_long_module_says_its_one_job_and_none_is_very_long(folder):
 
 
 def test_execute_sweep_reads_on_one_screen():
-    tree = ast.parse((REPO / "orchestrator" / "sweep.py").read_text())
+    tree = ast.parse((REPO / "orchestrator" / "sweep" / "execute.py").read_text())
     (fn,) = [
         n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "execute_sweep"
     ]
@@ -137,7 +137,7 @@ def test_unit_tests_never_touch_ray():
 #
 # Names are comma-separated and the list ends with a period; parenthesised words are comments. A
 # name without a dot is a module of the same package when one exists (``stats`` in
-# ``orchestrator/headline.py`` is ``orchestrator.stats``), else a top-level package (``numpy``,
+# ``orchestrator/analysis/headline.py`` is ``orchestrator.analysis.stats``), else a top-level package (``numpy``,
 # ``ray``, ``orchestrator``). A module may import what a listed name is, or what lies inside it
 # (``orchestrator.store`` allows ``orchestrator.store.db``; ``orchestrator`` alone allows only its
 # ``__init__``). ``nothing`` lists nothing. The standard
@@ -189,7 +189,7 @@ def imported_names(module: str, path: Path, tree: ast.Module) -> set[str]:
             if node.level:
                 parent = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*parent, base] if base else parent)
-            for a in node.names:  # `from orchestrator import stats`: the module itself
+            for a in node.names:  # `from orchestrator.analysis import stats`: the module
                 out.add(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base)
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     return {n for n in out if n.split(".")[0] not in stdlib}
@@ -214,26 +214,26 @@ def test_module_keeps_to_its_may_import_line(module):
 
 
 def test_the_parser_reads_a_line_as_documented():
-    path = REPO / "orchestrator" / "headline.py"
+    path = REPO / "orchestrator" / "analysis" / "headline.py"
     doc = (
         "Words.\n\nMay import: stats (interval kinds), ``links``,\norchestrator.store and numpy.\n"
     )
-    assert allowed_names("orchestrator.headline", path, doc) == {
-        "orchestrator.stats",
-        "orchestrator.links",
+    assert allowed_names("orchestrator.analysis.headline", path, doc) == {
+        "orchestrator.analysis.stats",
+        "orchestrator.analysis.links",
         "orchestrator.store",
         "numpy",
     }
-    assert allowed_names("orchestrator.headline", path, "May import: nothing.") == set()
-    assert allowed_names("orchestrator.headline", path, "No line here.") is None
+    assert allowed_names("orchestrator.analysis.headline", path, "May import: nothing.") == set()
+    assert allowed_names("orchestrator.analysis.headline", path, "No line here.") is None
 
 
 def test_an_import_the_line_omits_is_caught():
-    path = REPO / "orchestrator" / "headline.py"
-    tree = ast.parse("def f():\n    import ray\n    from orchestrator import stats\n")
-    names = imported_names("orchestrator.headline", path, tree)
-    assert names == {"ray", "orchestrator.stats"}
-    allowed = allowed_names("orchestrator.headline", path, "May import: stats.")
+    path = REPO / "orchestrator" / "analysis" / "headline.py"
+    tree = ast.parse("def f():\n    import ray\n    from orchestrator.analysis import stats\n")
+    names = imported_names("orchestrator.analysis.headline", path, tree)
+    assert names == {"ray", "orchestrator.analysis.stats"}
+    allowed = allowed_names("orchestrator.analysis.headline", path, "May import: stats.")
     assert [n for n in sorted(names) if not _covered(n, allowed)] == ["ray"]
 
 
@@ -247,3 +247,104 @@ def test_a_project_module_is_stood_in_through_stand_in():
         and (hits := _lines_matching(p, r"setitem\([^,]*modules,\s*[\"'](orchestrator|workloads)"))
     }
     assert offenders == {}
+
+
+# --- the layout -------------------------------------------------------------------------------
+MAX_ROOT_MODULES = 12
+"""``orchestrator/`` itself keeps only what the whole program shares (CLI entry, errors, ui,
+provenance, the embedded cluster's watchdog); every concept has its package."""
+
+SHARED_FILE_NAMES = {
+    # a concept's faces in different layers: the command, its Ray side, its rank side
+    "fleet.py": {"orchestrator/commands/fleet.py"},
+    "compare.py": {"orchestrator/commands/compare.py"},
+    "selftest.py": {"orchestrator/commands/selftest.py"},
+    "phases.py": {"orchestrator/report/phases.py", "workloads/phases.py"},
+    "linkbench.py": {"orchestrator/commands/linkbench.py", "workloads/linkbench.py"},
+    "__main__.py": {"orchestrator/__main__.py", "orchestrator/emulated/__main__.py"},
+}
+
+
+def test_the_root_keeps_only_what_the_whole_program_shares():
+    root = sorted(
+        p.name
+        for p in (REPO / "orchestrator").glob("*.py")
+        if p.name not in ("__init__.py", "__main__.py")
+    )
+    assert len(root) <= MAX_ROOT_MODULES, root
+
+
+def test_no_two_modules_share_a_file_name_unless_one_concepts_faces():
+    by_name: dict[str, list[str]] = {}
+    for pkg in PACKAGES:
+        for p in _py(pkg):
+            if p.name != "__init__.py":
+                by_name.setdefault(p.name, []).append(_rel(p))
+    shared = {n: set(paths) for n, paths in by_name.items() if len(paths) > 1}
+    unexplained = {n: ps for n, ps in shared.items() if not ps <= SHARED_FILE_NAMES.get(n, set())}
+    assert unexplained == {}
+
+
+def _import_graph() -> dict[str, set[str]]:
+    graph = {}
+    for module, path in MODULES.items():
+        names = imported_names(module, path, ast.parse(path.read_text()))
+        graph[module] = {
+            n
+            for n in names
+            if n in MODULES and n != module and not module.startswith(n + ".")  # its packages
+        }
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_circle():
+    """Every import counts, also one inside a function: a circle is two modules that are one."""
+    assert _cycles(_import_graph()) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from orchestrator import comm_model
+from orchestrator.analysis import comm_model
 from workloads import ds_comms
 from workloads.contract import RunConfig
 from workloads.strategies import DDPStrategy, ddp_comm_hook, sent_dtype

@@ -1,11 +1,11 @@
-"""Unit tests for orchestrator.comm_model (bandwidth accounting, expected volume, prediction) and
+"""Unit tests for orchestrator.analysis.comm_model (bandwidth accounting, expected volume, prediction) and
 workloads.ds_comms (DeepSpeed's comms-logger output), checked against real captured summaries.
 
 tests/data/ds_comms_summary.json and ds_comms_summary_zero2.json are the unmodified dicts that
 ``deepspeed.comm.log_summary(return_dict=True)`` returned on rank 0 (DeepSpeed 0.19.8, torch
 2.13 CPU, gloo, 2 ranks), JSON round-tripped, for a tiny GPT2LMHeadModel (n_layer=2, n_embd=64,
 n_head=2: 3,320,640 parameters, fp32, so Psi = 13,282,560 bytes), micro_batch 2, grad_accum 2,
-bucket_mb 1, config from orchestrator.ds_config, after warmup and ``deepspeed.comm.reset_log()``,
+bucket_mb 1, config from orchestrator.sweep.ds_config, after warmup and ``deepspeed.comm.reset_log()``,
 over 2 optimizer steps. ds_comms_summary.json is zero3, ds_comms_summary_zero2.json is zero2.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import comm_model
-from orchestrator.comm_model import (
+from orchestrator.analysis import comm_model
+from orchestrator.analysis.comm_model import (
     CommExpectation,
     algbw_gbps,
     bandwidths_gbps,

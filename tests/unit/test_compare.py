@@ -1,4 +1,4 @@
-"""The pure parts of ``linksweep compare`` (orchestrator/compare.py, fingerprint.py): the exact
+"""The pure parts of ``linksweep compare`` (orchestrator/compare/comparison.py, fingerprint.py): the exact
 Mann-Whitney test against brute-force enumeration, verdicts at small and large n with planted run
 figures, matching (unmatched variants, --link-map), slowdowns cancelling drift, the workload check
 and the fingerprint diff.
@@ -10,7 +10,8 @@ import itertools
 
 import pytest
 
-from orchestrator.compare import (
+from orchestrator.analysis.stats import VARIANT_KEY
+from orchestrator.compare.comparison import (
     FASTER,
     NO_CHANGE,
     NOT_COMPARABLE,
@@ -24,9 +25,8 @@ from orchestrator.compare import (
     parse_link_map,
     parse_threshold,
 )
-from orchestrator.compare_text import render_markdown, render_table
-from orchestrator.fingerprint import diff_fingerprints, fingerprint, workload_mismatch
-from orchestrator.stats import VARIANT_KEY
+from orchestrator.compare.fingerprint import diff_fingerprints, fingerprint, workload_mismatch
+from orchestrator.compare.table import render_markdown, render_table
 
 
 def _brute_force_p(xs, ys) -> float:

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from orchestrator.nccl_log import parse_nccl_log, to_json_dict
+from orchestrator.topology.nccl_log import parse_nccl_log, to_json_dict
 from tests.captures import CORPUS, corpus_index, needs
 
 DATA = CORPUS / "nccl"

@@ -1,4 +1,4 @@
-"""orchestrator/nccltests.py against the corpus (shared/data/corpus/nccltests): twelve real
+"""orchestrator/compare/nccltests.py against the corpus (shared/data/corpus/nccltests): twelve real
 nccl-tests outputs and what a correct reader gets from each (``expected.json``, SOURCES.md), read
 without ``--op``: each file's collective comes from the file.
 
@@ -17,8 +17,8 @@ import json
 
 import pytest
 
-from orchestrator.comm_model import busbw_factor
-from orchestrator.nccltests import parse
+from orchestrator.analysis.comm_model import busbw_factor
+from orchestrator.compare.nccltests_json import parse
 from tests.captures import CORPUS, needs, read
 from workloads.contract import canonical_op
 

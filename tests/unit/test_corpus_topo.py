@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from orchestrator.topo import Topology, parse_topo, to_json_dict
+from orchestrator.topology.matrix import Topology, parse_topo, to_json_dict
 from tests.captures import CORPUS, corpus_index, needs
 
 DATA = CORPUS / "topo"

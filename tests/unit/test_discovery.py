@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import topo
 from orchestrator.cli import main
-from orchestrator.discovery import (
+from orchestrator.store import TABLES
+from orchestrator.topology import matrix
+from orchestrator.topology.discovery import (
     GPU_COLUMNS,
     NodeReport,
     as_report,
@@ -24,7 +25,6 @@ from orchestrator.discovery import (
     links_by_node,
     node_rows,
 )
-from orchestrator.store import TABLES
 from tests import captures
 from tests.captures import CAPTURES
 from tests.unit.stand_in import stand_in
@@ -64,7 +64,7 @@ def _gpu(index: int, **over) -> dict:
 
 def _gpu_report(topo_file: str, node: str = "box", node_id: str = "aa01", **over) -> dict:
     """A probe dict of a healthy GPU node whose matrix is ``topo_file``."""
-    n = len(topo.parse_topo(_topo_text(topo_file)).gpus)
+    n = len(matrix.parse_topo(_topo_text(topo_file)).gpus)
     report = {
         "node_id": node_id,
         "hostname": node,
@@ -149,7 +149,7 @@ def test_node_rows_nv2_fixture():
 
 @pytest.mark.parametrize("name", sorted(p.name for p in TOPO.glob("*.txt")))
 def test_node_rows_every_ordered_pair(name):
-    n = len(topo.parse_topo(_topo_text(name)).gpus)
+    n = len(matrix.parse_topo(_topo_text(name)).gpus)
     links = node_rows("s", [_gpu_report(name)])["gpu_links"]
     pairs = {(r["gpu_a"], r["gpu_b"]) for r in links}
     assert len(links) == len(pairs) == n * (n - 1)
@@ -208,9 +208,9 @@ def test_links_by_node_feeds_run_link_class():
     by_node = links_by_node(rows)
     assert set(by_node) == {"nv", "mixed"}
     assert by_node["nv"] == {("GPU0", "GPU1"): "NV2", ("GPU1", "GPU0"): "NV2"}
-    assert topo.run_link_class(by_node["mixed"], [0, 1], "pack") == "NV4"
-    assert topo.run_link_class(by_node["mixed"], [0, 2], "pack") == "NODE"
-    assert topo.run_link_class(by_node.get("cpu"), [0, 1], "pack") == "unknown"
+    assert matrix.run_link_class(by_node["mixed"], [0, 1], "pack") == "NV4"
+    assert matrix.run_link_class(by_node["mixed"], [0, 2], "pack") == "NODE"
+    assert matrix.run_link_class(by_node.get("cpu"), [0, 1], "pack") == "unknown"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,7 +337,7 @@ def test_topo_parse_every_fixture(name, capsys):
     path = captures.path(TOPO / name)
     assert main(["topo", "--parse", str(path), "--json"]) == 0
     out = capsys.readouterr().out
-    assert out == json.dumps(topo.to_json_dict(topo.parse_topo(path.read_text()))) + "\n"
+    assert out == json.dumps(matrix.to_json_dict(matrix.parse_topo(path.read_text()))) + "\n"
     assert main(["topo", "--parse", str(path)]) == 0
     table = capsys.readouterr().out
     assert "GPU0" in table and "fingerprint" in table
@@ -486,7 +486,7 @@ def test_capture_nvidia_smi_keeps_each_output_and_says_why_one_failed(monkeypatc
 def test_capture_on_every_node_names_each_node_and_a_silent_one_keeps_its_error(monkeypatch):
     """Each node's captures under the hostname the node gives (discovery's), a node that did
     not answer under Ray's, every capture carrying why."""
-    from orchestrator.discovery import capture_on_every_node
+    from orchestrator.topology.discovery import capture_on_every_node
     from workloads.probe import capture_nvidia_smi
 
     answered = ("gpu-worker", {"nvidia-smi topo -m": {"text": "t", "status": "ok"}})
@@ -515,8 +515,8 @@ def test_capture_on_every_node_names_each_node_and_a_silent_one_keeps_its_error(
 
 
 def test_selftest_dry_run_prints_the_plan_and_runs_nothing(monkeypatch, capsys, tmp_path):
-    from orchestrator import discovery
     from orchestrator.commands import selftest
+    from orchestrator.topology import discovery
 
     calls = []
     fake_session = types.ModuleType("orchestrator.raycluster.session")

@@ -1,4 +1,4 @@
-"""Unit tests for orchestrator.ds_config: what each layer writes, as exact dicts.
+"""Unit tests for orchestrator.sweep.ds_config: what each layer writes, as exact dicts.
 
 That the generated configs equal DeepSpeed's own defaults except the variant's keys is checked
 against DeepSpeed's config models in ``test_ds_defaults.py``.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.ds_config import (
+from orchestrator.sweep.ds_config import (
     DDP_DEFAULT_BUCKET_MB,
     PRESETS,
     block_conflicts,

@@ -16,13 +16,13 @@ from deepspeed.runtime.config import DeepSpeedConfig  # noqa: E402
 from deepspeed.runtime.zero.config import DeepSpeedZeroConfig  # noqa: E402
 
 from orchestrator import cli  # noqa: E402
-from orchestrator.ds_check import check_deepspeed, parse_errors  # noqa: E402
-from orchestrator.ds_config import (  # noqa: E402
+from orchestrator.sweep.ds_check import check_deepspeed, parse_errors  # noqa: E402
+from orchestrator.sweep.ds_config import (  # noqa: E402
     DDP_DEFAULT_BUCKET_MB,
     DS_DEFAULT_BUCKET_ELEMENTS,
     deepspeed_config,
 )
-from orchestrator.spec import parse_spec  # noqa: E402
+from orchestrator.sweep.spec import parse_spec  # noqa: E402
 from workloads.ds_effective import effective_config  # noqa: E402
 
 # What a variant sets, as DeepSpeedConfig attributes, and the harness keys (ds_config.py).
@@ -189,7 +189,7 @@ def test_one_bucket_mb_is_one_byte_count_in_ddp_and_zero(bucket_mb, precision):
     writes for DeepSpeed times the bytes of each element of the bucket's dtype."""
     from torch.nn.parallel.distributed import _BucketCapacityConfig
 
-    from orchestrator.ds_config import BYTES_PER_ELEMENT
+    from orchestrator.sweep.ds_config import BYTES_PER_ELEMENT
 
     ddp_bytes = _BucketCapacityConfig.create(bucket_mb, None, False).bucket_bytes_cap
     zero = deepspeed_config("zero2", 1, 1, 2, precision, "none", bucket_mb, None)
@@ -204,7 +204,7 @@ def test_deepspeed_is_told_the_cpu_accelerator_it_would_pick_so_it_says_nothing(
     """Without CUDA, DeepSpeed picks CPU itself but prints a [WARNING] line on stdout in the middle
     of a sweep's output; the driver names that choice first. A choice made is kept, and where
     torch sees CUDA nothing is set (DeepSpeed picks cuda, as before)."""
-    from orchestrator.ds_check import accelerator_env
+    from orchestrator.sweep.ds_check import accelerator_env
 
     assert accelerator_env({}, cuda_available=False) == {"DS_ACCELERATOR": "cpu"}
     assert accelerator_env({}, cuda_available=True) == {}

@@ -234,7 +234,7 @@ def test_one_cluster_carries_four_links_each_at_its_own_rate():
 def test_link_model_sweep_names_the_four_links():
     import yaml
 
-    from orchestrator.spec import parse_spec
+    from orchestrator.sweep.spec import parse_spec
 
     sweep = yaml.safe_load((REPO / "sweeps" / "link-model-emulated.yaml").read_text())
     spec = parse_spec(sweep)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.exclusions import (
+from orchestrator.sweep.exclusions import (
     excluded_node_ids,
     exclusion_notes,
     label_selector,
@@ -15,8 +15,8 @@ from orchestrator.exclusions import (
     suspect_entries,
     usable_nodes,
 )
-from orchestrator.planner import NodeCapacity, check_capacity
-from orchestrator.spec import SpecError, parse_spec
+from orchestrator.sweep.planner import NodeCapacity, check_capacity
+from orchestrator.sweep.spec import SpecError, parse_spec
 
 ID_A = "a1" * 28  # Ray node ids are 56 hex characters
 ID_B = "b2" * 28

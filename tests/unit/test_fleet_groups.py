@@ -1,4 +1,4 @@
-"""The fleet check's groups (orchestrator/fleet_groups.py) on synthetic mixed fleets: nodes are
+"""The fleet check's groups (orchestrator/fleet/groups.py) on synthetic mixed fleets: nodes are
 judged only against nodes of their own kind and GPU model, so a healthy mixed fleet (A100 and
 A10G nodes and a CPU node, as clusters/aws-gpu.yaml mixes p4d and g5) names nobody, and one
 A10G slowed 4x is named alone; pairs across groups are judged by failure only."""
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.fleet_groups import (
+from orchestrator.fleet.groups import (
     CPU,
     group_key,
     judge_groups,
@@ -17,7 +17,7 @@ from orchestrator.fleet_groups import (
     pair_msg_bytes,
     rule_for,
 )
-from orchestrator.suspects import CPU_REL, Failed, Rule, judge
+from orchestrator.fleet.suspects import CPU_REL, Failed, Rule, judge
 
 A100, A10G = "NVIDIA A100-SXM4-40GB", "NVIDIA A10G"
 LINK = "default"

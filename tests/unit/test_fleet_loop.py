@@ -1,5 +1,5 @@
-"""The fleet check loop (orchestrator/fleet.py) end to end without Ray: a fake
-``orchestrator.raycluster.fleet`` (the one boundary the loop crosses) returns planted
+"""The fleet check loop (orchestrator/fleet/loop.py) end to end without Ray: a fake
+``orchestrator.raycluster.pinned_probes`` (the one boundary the loop crosses) returns planted
 measurements; the loop's rounds, waves, rows, verdict and stored status are checked in a real
 DuckDB file. The Ray side is tested in tests/integration/test_fleet_ray.py and on the emulated
 cluster in tests/integration/test_fleet_emulated.py."""
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from orchestrator import fleet
-from orchestrator.fleet_plan import parse_pairs
-from orchestrator.fleet_rows import BenchResult
+from orchestrator.fleet import loop as fleet
+from orchestrator.fleet.pairs import parse_pairs
+from orchestrator.fleet.tables import BenchResult
 from orchestrator.store import Q, Reader
 from orchestrator.store.live import LiveStore
 from orchestrator.store.snapshot import load_fleet
@@ -54,7 +54,7 @@ def fake_ray_side(
     tokens=None,
     gpu_names=None,
 ):
-    """A stand-in module for orchestrator.raycluster.fleet with planted figures: ``inter(a, b)``
+    """A stand-in module for orchestrator.raycluster.pinned_probes with planted figures: ``inter(a, b)``
     a pair's busbw, ``intra`` and ``tokens`` per node (else GOOD, 5.0 and 1024), ``gpu_names``
     the GPU model NVML names per node (else a CPU node's health)."""
     log = log if log is not None else []
@@ -123,7 +123,7 @@ def fake_ray_side(
             for n in nodes_
         }
 
-    mod = types.ModuleType("orchestrator.raycluster.fleet")
+    mod = types.ModuleType("orchestrator.raycluster.pinned_probes")
     mod.fleet_nodes = lambda: (list(nodes), [{"node_id": "head", "why": "0 CPUs"}])
     mod.LinkProbes, mod.compute_probe, mod.read_health = LinkProbes, compute_probe, read_health
     return mod, log

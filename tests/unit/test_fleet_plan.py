@@ -1,4 +1,4 @@
-"""The fleet check's pair schedule (orchestrator/fleet_plan.py) for N = 2..17: every pair once for
+"""The fleet check's pair schedule (orchestrator/fleet/pairs.py) for N = 2..17: every pair once for
 ``all`` in the fewest rounds, two partners per node for ``ring``, reproducible draws for
 ``sample:K``, no node twice in any round, and --pairs parsing with errors that name the flag."""
 
@@ -9,7 +9,7 @@ from itertools import combinations
 
 import pytest
 
-from orchestrator.fleet_plan import PairsChoice, pair_rounds, parse_pairs, ring, tournament
+from orchestrator.fleet.pairs import PairsChoice, pair_rounds, parse_pairs, ring, tournament
 
 SIZES = range(2, 18)
 
@@ -136,7 +136,7 @@ def test_pairs_choice_validates_its_fields():
 
 
 def test_disjoint_rounds_put_no_node_twice_in_a_round_and_keep_every_pair():
-    from orchestrator.fleet_plan import disjoint_rounds
+    from orchestrator.fleet.pairs import disjoint_rounds
 
     pairs = [("a", "b"), ("a", "c"), ("b", "c"), ("c", "d"), ("e", "f")]
     rounds = disjoint_rounds(pairs)

@@ -202,7 +202,7 @@ def test_probe_configs_are_the_fixed_ones():
 
 
 class _RecordingRay:
-    """What ``orchestrator.raycluster.fleet`` asks of Ray for its per-node tasks, recorded: the
+    """What ``orchestrator.raycluster.pinned_probes`` asks of Ray for its per-node tasks, recorded: the
     decorator's options and each call's ``.options()``; each task runs here, at once."""
 
     def __init__(self):
@@ -233,7 +233,7 @@ def test_a_compute_probe_worker_exits_after_its_call_and_a_health_reader_is_reus
     """Ray 2.60 makes a GPU task's worker single-use only when num_gpus is in the decorator, and
     refuses max_calls in .options(): the fleet asks for the GPU in .options(), so max_calls=1
     must be in the decorator, or the probe's CUDA context stays on the GPU for the whole job."""
-    from orchestrator.raycluster import fleet as ray_side
+    from orchestrator.raycluster import pinned_probes as ray_side
 
     fake = _RecordingRay()
     monkeypatch.setattr(ray_side, "ray", fake)

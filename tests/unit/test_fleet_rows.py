@@ -7,10 +7,10 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from orchestrator import fleet_rows
 from orchestrator.commands import fleet as fleet_cmd
+from orchestrator.fleet import tables
+from orchestrator.fleet.suspects import Failed
 from orchestrator.store import TABLES
-from orchestrator.suspects import Failed
 from workloads.fleet_contract import ComputeRecord, HealthRecord
 
 
@@ -44,7 +44,7 @@ def columns(table: str) -> list[str]:
 
 def test_waves_never_put_two_nodes_of_one_machine_together():
     nodes = [node("a1", "h1"), node("a2", "h1"), node("b1", "h2"), node("a3", "h1")]
-    waves = fleet_rows.waves(nodes)
+    waves = tables.waves(nodes)
     assert [[n.node_id for n in w] for w in waves] == [["a1", "b1"], ["a2"], ["a3"]]
     for w in waves:
         hosts = [n.hostname for n in w]
@@ -54,54 +54,54 @@ def test_waves_never_put_two_nodes_of_one_machine_together():
 
 def test_distinct_machines_are_one_wave_and_share_no_host():
     nodes = [node(f"n{i}", f"h{i}") for i in range(5)]
-    assert len(fleet_rows.waves(nodes)) == 1
-    assert fleet_rows.shared_hosts(nodes) == set()
-    assert fleet_rows.shared_hosts([*nodes, node("x", "h0")]) == {"n0", "x"}
+    assert len(tables.waves(nodes)) == 1
+    assert tables.shared_hosts(nodes) == set()
+    assert tables.shared_hosts([*nodes, node("x", "h0")]) == {"n0", "x"}
 
 
 def test_rows_match_the_schema_columns():
     nodes = [node("a", "h1", gpus=1.0), node("b", "h2")]
-    row = fleet_rows.pair_row("f1", "default", bench("inter", "a", "b"), 0)
+    row = tables.pair_row("f1", "default", bench("inter", "a", "b"), 0)
     assert list(row) == columns("fleet_pairs")
     compute = {
         "a": ComputeRecord("cuda:0", "gpt2", "bf16", 1024, 8, 5, (0.1, 0.1), 81920.0),
         "b": "RayActorError: died",
     }
     health = {"a": HealthRecord(gpus=({"index": 0, "name": "NVIDIA H100"},)), "b": HealthRecord()}
-    rows = fleet_rows.node_rows("f1", nodes, compute, health, None)
+    rows = tables.node_rows("f1", nodes, compute, health, None)
     assert [list(r) for r in rows] == [columns("fleet_nodes")] * 2
     a, b = rows
     assert a["compute_status"] == "ok" and a["compute_tokens_per_s"] == 81920.0
     assert a["gpu_names"] == "NVIDIA H100"
     assert json.loads(a["health"])["idle"]["gpus"][0]["name"] == "NVIDIA H100"
     assert b["compute_status"] == "failed" and b["compute_error"] == "RayActorError: died"
-    rr = fleet_rows.round_row("f1", "default", "inter", 2, 3, 1.5)
+    rr = tables.round_row("f1", "default", "inter", 2, 3, 1.5)
     assert list(rr) == columns("fleet_rounds")
 
 
 def test_measured_values_keep_failures_with_their_error_and_drop_skipped():
     rows = [
-        fleet_rows.pair_row("f", "l", bench("inter", "a", "b", busbw=2.0), 0),
-        fleet_rows.pair_row("f", "l", bench("inter", "a", "c", status="failed"), 1),
-        fleet_rows.pair_row("f", "l", bench("intra", "a", "a", busbw=9.0), None),
-        fleet_rows.pair_row("f", "l", bench("intra", "b", "b", status="skipped"), None),
+        tables.pair_row("f", "l", bench("inter", "a", "b", busbw=2.0), 0),
+        tables.pair_row("f", "l", bench("inter", "a", "c", status="failed"), 1),
+        tables.pair_row("f", "l", bench("intra", "a", "a", busbw=9.0), None),
+        tables.pair_row("f", "l", bench("intra", "b", "b", status="skipped"), None),
     ]
-    inter, intra = fleet_rows.measured_values(rows)
+    inter, intra = tables.measured_values(rows)
     assert inter == {"l": {("a", "b"): 2.0, ("a", "c"): Failed("boom")}}
     assert intra == {"l": {"a": 9.0}}
 
 
 def test_verdict_lands_on_its_own_pair_row():
     rows = [
-        fleet_rows.pair_row("f", "l", bench("inter", "a", "b"), 0),
-        fleet_rows.pair_row("f", "l", bench("intra", "a", "a"), None),
+        tables.pair_row("f", "l", bench("inter", "a", "b"), 0),
+        tables.pair_row("f", "l", bench("intra", "a", "a"), None),
     ]
     verdict = NS(
         pairs={("l", "a", "b"): NS(slow=True, suspect=False, why="slow with a")},
         intra={("l", "a"): NS(slow=False, suspect=False, why=None)},
         nodes={},
     )
-    inter_row, intra_row = fleet_rows.judged_pair_rows(rows, verdict)
+    inter_row, intra_row = tables.judged_pair_rows(rows, verdict)
     assert (inter_row["slow"], inter_row["suspect"], inter_row["why"]) == (
         True,
         False,
@@ -134,7 +134,7 @@ def test_fleet_is_a_command():
 
 
 def test_the_fleet_measures_a_link_with_the_env_a_sweep_gives_it():
-    from orchestrator.planner import link_env_defaults
+    from orchestrator.sweep.planner import link_env_defaults
 
     assert link_env_defaults({}) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert link_env_defaults({"NCCL_P2P_DISABLE": "1"})["NCCL_NVLS_ENABLE"] == "0"
@@ -142,7 +142,7 @@ def test_the_fleet_measures_a_link_with_the_env_a_sweep_gives_it():
 
 
 def test_rank_form_in_a_link_value_is_unique_per_rank_process_of_the_check():
-    from orchestrator.raycluster.fleet import FleetNode, rank_envs
+    from orchestrator.raycluster.pinned_probes import FleetNode, rank_envs
 
     nodes = [
         FleetNode("a", "10.0.0.1", "h0", cpus=8.0, gpus=2.0),

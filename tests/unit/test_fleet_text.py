@@ -1,4 +1,4 @@
-"""The fleet check as text (orchestrator/fleet_text.py), on synthetic rows shaped like the
+"""The fleet check as text (orchestrator/fleet/summary.py), on synthetic rows shaped like the
 tables fleet_checks, fleet_nodes, fleet_pairs, fleet_rounds and the view fleet_suspects."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from orchestrator.fleet_text import (
+from orchestrator.fleet.summary import (
     heatmap_text,
     node_label,
     node_labels,
@@ -281,7 +281,7 @@ def test_a_check_that_stopped_has_no_verdict():
 
 
 def test_stored_texts_name_nodes_by_label_when_read():
-    from orchestrator.fleet_text import labelled
+    from orchestrator.fleet.summary import labelled
 
     a, b = "ab" * 28, "cd" * 28
     labels = {a: "10.0.0.1", b: "10.0.0.2"}
@@ -293,8 +293,8 @@ def test_stored_texts_name_nodes_by_label_when_read():
 
 
 def test_the_header_says_the_rule_the_check_was_judged_by():
-    from orchestrator.fleet_text import rule_text
-    from orchestrator.suspects import default_rule
+    from orchestrator.fleet.summary import rule_text
+    from orchestrator.fleet.suspects import default_rule
 
     cpu = rule_text(default_rule(gpu_fleet=False).to_dict())
     assert cpu == (
@@ -311,8 +311,8 @@ def test_the_header_says_the_rule_the_check_was_judged_by():
 
 
 def test_a_mixed_fleet_shows_each_nodes_group_and_the_rule_of_each_kind():
-    from orchestrator.fleet_text import node_rows, rule_text
-    from orchestrator.suspects import default_rule
+    from orchestrator.fleet.summary import node_rows, rule_text
+    from orchestrator.fleet.suspects import default_rule
 
     f = fleet(4, slow=None)
     keys = ["gpu:NVIDIA A100-SXM4-40GB"] * 2 + ["gpu:NVIDIA A10G", "cpu"]

@@ -1,10 +1,10 @@
-"""orchestrator.flops: the FLOPs formula against PyTorch's own counter, the peak table, MFU."""
+"""orchestrator.analysis.flops: the FLOPs formula against PyTorch's own counter, the peak table, MFU."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator.flops import PEAKS, efficiency, flops_per_token, lookup_peak
+from orchestrator.analysis.flops import PEAKS, efficiency, flops_per_token, lookup_peak
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +227,7 @@ def test_gpus_must_be_a_positive_count(gpus):
 def test_a_mig_instance_has_no_peak_of_its_own():
     """A 1g.10gb slice of an A100 has 1/7 of its compute: the A100's 312 TFLOP/s would put its
     MFU 7x too low, so the peak is unknown with why (before: the whole A100's)."""
-    from orchestrator.flops import lookup_peak
+    from orchestrator.analysis.flops import lookup_peak
 
     peak, why = lookup_peak("NVIDIA A100-SXM4-80GB MIG 1g.10gb", "bf16")
     assert peak is None and "MIG instance" in why and "peak_tflops" in why

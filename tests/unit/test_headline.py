@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.headline import NO_DIFFERENCE, build_headline, extra_vs_predicted
-from orchestrator.links import describe_links, link_label
+from orchestrator.analysis.headline import NO_DIFFERENCE, build_headline, extra_vs_predicted
+from orchestrator.analysis.links import describe_links, link_label
 
 KEY = {"offload": "none", "bucket_mb": 25, "placement": "spread"}
 

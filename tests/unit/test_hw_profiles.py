@@ -242,8 +242,8 @@ def rank_node(cluster):
 
 
 def run_config(world_size: int, ranks_per_gpu: int, strategy: str = "zero3"):
-    from orchestrator.planner import plan_runs, run_config
-    from orchestrator.spec import parse_spec
+    from orchestrator.sweep.planner import plan_runs, run_config
+    from orchestrator.sweep.spec import parse_spec
 
     spec = parse_spec(
         {
@@ -267,7 +267,7 @@ def ranks(cluster, world_size: int, ranks_per_gpu: int) -> list[dict]:
     ``deepspeed``, ``name``, ``native_bf16``, ``telemetry``."""
     import torch.distributed as dist
 
-    from orchestrator.planner import place_ranks
+    from orchestrator.sweep.planner import place_ranks
     from workloads.rank import Rank
 
     node = rank_node(cluster)
@@ -345,8 +345,8 @@ def gpu_figures(local_rank: int, visible) -> dict:
 
 def shape_outcome(cluster, world_size: int, ranks_per_gpu: int, gpus_needed: int):
     """The ranks' devices, or why the run is not placed (what the capacity check says)."""
-    from orchestrator import preflight
-    from orchestrator.spec import SpecError, parse_spec
+    from orchestrator.sweep import preflight
+    from orchestrator.sweep.spec import SpecError, parse_spec
 
     node = rank_node(cluster)
     if (ranks_per_gpu == 2 or gpus_needed) and not node.ray_gpu_ids:
@@ -430,8 +430,8 @@ def test_telemetry_status(cluster):
 def selftest_plan(cluster, quick: bool = False):
     """The selftest's plan for the profile: the real discovery probe on every node (through the
     faked Ray), its reports read as the command reads them, the real plan."""
-    from orchestrator import selftest_plan as plan
-    from orchestrator.discovery import discover_nodes
+    from orchestrator.selftest import plan
+    from orchestrator.topology.discovery import discover_nodes
 
     with cluster.on(cluster.profile.driver, cluster.profile.driver_cvd):
         reports = discover_nodes()
@@ -441,7 +441,7 @@ def selftest_plan(cluster, quick: bool = False):
 def test_mfu_peak(cluster):
     """The peak MFU divides by, for the math the selftest's one-rank run uses, keyed by the name
     torch gives the rank's GPU (as ``workloads/train.py`` records it)."""
-    from orchestrator.flops import lookup_peak, math_mode
+    from orchestrator.analysis.flops import lookup_peak, math_mode
 
     spec = selftest_plan(cluster).sweeps["one_rank"]
     name = one_rank(cluster)["name"]
@@ -452,7 +452,7 @@ def test_mfu_peak(cluster):
 def test_selftest_plan(cluster):
     """The selftest's plan (what ``--dry-run`` prints): which checks run and which are skipped
     with the reason EXPECTED gives; the GPU checks' nodes."""
-    from orchestrator.selftest_plan import CHECK_NAMES
+    from orchestrator.selftest.plan import CHECK_NAMES
 
     plan = selftest_plan(cluster)
     expected = EXPECTED[cluster.profile.name]
@@ -469,8 +469,8 @@ def test_selftest_plan(cluster):
 def test_every_planned_sweep_is_placed(cluster):
     """Every sweep the plan runs is one the cluster's capacity check accepts (Ray's GPUs, not
     CUDA's): a planned check that the sweep's own preflight refuses fails on every machine."""
-    from orchestrator import preflight
-    from orchestrator.spec import SpecError, parse_spec
+    from orchestrator.sweep import preflight
+    from orchestrator.sweep.spec import SpecError, parse_spec
 
     refused = {}
     for key, spec in selftest_plan(cluster).sweeps.items():
@@ -494,8 +494,8 @@ def test_dry_run_lists_the_plan(cluster):
 def test_nvme_preflight(cluster):
     """The NVMe sweep's preflight asks the nodes that run ranks, not the driver's machine: it
     refuses only where such a node lacks what async_io needs, naming the node."""
-    from orchestrator import preflight
-    from orchestrator.spec import SpecError, parse_spec
+    from orchestrator.sweep import preflight
+    from orchestrator.sweep.spec import SpecError, parse_spec
 
     spec = parse_spec(selftest_plan(cluster).sweeps["nvme"])
     with cluster.on(cluster.profile.driver, cluster.profile.driver_cvd):
@@ -520,7 +520,7 @@ GPUS_PER_SHAPE = {"one_rank": 1, "rehearsal": 1, "two_gpu": 2}
 def test_tflops_per_distinct_gpu(cluster, shape):
     """MFU and TFLOP/s per GPU divide by the distinct GPUs the ranks used, from where Ray put
     them (``rows.gpus_used`` over the run's placements); a CPU run by its ranks."""
-    from orchestrator.rows import gpus_used
+    from orchestrator.sweep.rows import gpus_used
 
     world_size, ranks_per_gpu, _ = SHAPES[shape]
     _, _, got = shape_outcome(cluster, *SHAPES[shape])
@@ -538,10 +538,10 @@ def test_selftest_verdict_of_what_the_hardware_gives(cluster, tmp_path):
     and memory planted): topo and gpu_captures pass wherever there is a GPU, and the one-rank
     GPU figures pass with MFU or telemetry reported as the hardware allows (unknown peak, MIG,
     old driver), never failed for it."""
-    from orchestrator import selftest_verdict as verdict
+    from orchestrator.analysis.flops import efficiency
     from orchestrator.commands import selftest as command
-    from orchestrator.discovery import discover_nodes
-    from orchestrator.flops import efficiency
+    from orchestrator.selftest import verdicts as verdict
+    from orchestrator.topology.discovery import discover_nodes
 
     plan = selftest_plan(cluster)
     with cluster.on(cluster.profile.driver, cluster.profile.driver_cvd):
@@ -579,9 +579,9 @@ def test_fleet_groups_sizes_and_rules(cluster):
     """The fleet check's nodes (Ray's table), their health read on each node (NVML there), and
     the groups they are judged in, with each group's message size and rule: a CPU node never
     sets a GPU node's size or threshold, and a MIG slice is not judged as a whole GPU."""
-    from orchestrator.fleet import FleetOptions, plan_groups
-    from orchestrator.fleet_plan import parse_pairs
-    from orchestrator.raycluster.fleet import fleet_nodes, read_health
+    from orchestrator.fleet.loop import FleetOptions, plan_groups
+    from orchestrator.fleet.pairs import parse_pairs
+    from orchestrator.raycluster.pinned_probes import fleet_nodes, read_health
 
     with cluster.on(cluster.profile.driver, cluster.profile.driver_cvd):
         nodes, _ = fleet_nodes()
@@ -613,8 +613,8 @@ def test_a_failed_run_keeps_each_rank_device(cluster):
     builds it (``errors.ranks_error_text`` of each rank's exception) and the stored
     ``runs.nodes`` (``rows``) give each rank the device it decided, and list the node's shared
     GPU once."""
-    from orchestrator import rows
     from orchestrator.errors import ranks_error_text
+    from orchestrator.sweep import rows
 
     shape = "rehearsal" if rank_node(cluster).ray_gpu_ids else "one_rank"
     _, _, got = shape_outcome(cluster, *SHAPES[shape])
@@ -629,7 +629,7 @@ def test_doctor_finds_nothing_invalidating(cluster):
     """``linksweep doctor`` (selftest's first check) on healthy hardware: the real probe on
     every node, then ``doctor_findings``; nothing may invalidate a link comparison, whether the
     driver is a GPU-less head, Ray holds fewer GPUs than the node has, or a GPU is a MIG slice."""
-    from orchestrator.discovery import discover_nodes, doctor_findings
+    from orchestrator.topology.discovery import discover_nodes, doctor_findings
 
     with cluster.on(cluster.profile.driver, cluster.profile.driver_cvd):
         findings = doctor_findings(discover_nodes())
@@ -643,7 +643,7 @@ QUICK_SKIPS = {"fleet", "fleet_gpu", "two_rank_ddp", "two_rank_zero1", "two_rank
 def test_quick_plan_keeps_one_check_per_kind(cluster):
     """``selftest --quick``: the full plan's skips, plus ``--quick`` for the fleet and all but
     one two-rank strategy; every sweep it runs is one run; it ends sooner than the full plan."""
-    from orchestrator.selftest_plan import planned_runs
+    from orchestrator.selftest.plan import planned_runs
 
     full, quick = selftest_plan(cluster), selftest_plan(cluster, quick=True)
     skipped = {c.check: c.why_not for c in quick.checks if not c.run}

@@ -1,4 +1,4 @@
-"""Unit tests for orchestrator.linkmodel: the fit on synthetic runs with known compute_s and
+"""Unit tests for orchestrator.analysis.linkmodel: the fit on synthetic runs with known compute_s and
 exposure, the bootstrap intervals, leave-one-link-out, degenerate input, the projection."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orchestrator.linkmodel import (
+from orchestrator.analysis.linkmodel import (
     QUALITIES,
     LinkPoint,
     fit_group,
@@ -16,7 +16,7 @@ from orchestrator.linkmodel import (
     project,
     project_sweep,
 )
-from orchestrator.stats import GROUP_KEY
+from orchestrator.analysis.stats import GROUP_KEY
 
 GROUP = {"strategy": "zero3", "offload": "none", "grad_accum": 8, "bucket_mb": 25, "overlap_comm": "default",
          "ddp_grad_dtype": "n/a", "placement": "spread"}  # fmt: skip

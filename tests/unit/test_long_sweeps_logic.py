@@ -8,17 +8,17 @@ import datetime as dt
 
 import pytest
 
-from orchestrator.planner import plan_runs, run_env, run_id_for
-from orchestrator.resume import (
+from orchestrator.analysis.stats import VARIANT_KEY
+from orchestrator.store import liveness, spool
+from orchestrator.sweep.planner import plan_runs, run_env, run_id_for
+from orchestrator.sweep.resume import (
     ResumeError,
     attempt_run_id,
     fresh_slots,
     remaining_slots,
     spec_differences,
 )
-from orchestrator.spec import parse_spec
-from orchestrator.stats import VARIANT_KEY
-from orchestrator.store import liveness, spool
+from orchestrator.sweep.spec import parse_spec
 
 SID = "20260101-000000-abcdef"
 

@@ -1,4 +1,4 @@
-"""Tests for orchestrator.nccl_log against real NCCL_DEBUG=INFO logs from public issues.
+"""Tests for orchestrator.topology.nccl_log against real NCCL_DEBUG=INFO logs from public issues.
 
 Fixtures and their sources: shared/data/captures/nccl/SOURCES.md (tests/captures.py).
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.nccl_log import (
+from orchestrator.topology.nccl_log import (
     GLOO_TRANSPORT,
     NcclLog,
     TransportLine,

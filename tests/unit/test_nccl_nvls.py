@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.nccl_log import (
+from orchestrator.topology.nccl_log import (
     any_true,
     collnet_used,
     link_check,

@@ -1,4 +1,4 @@
-"""orchestrator/nccltests.py on real nccl-tests output (shared/data/captures/nccl_tests, sources in its
+"""orchestrator/compare/nccltests.py on real nccl-tests output (shared/data/captures/nccl_tests, sources in its
 SOURCES.md): every imported busbw is the one nccl-tests printed, in every layout."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ import re
 
 import pytest
 
-from orchestrator.comm_model import busbw_factor
-from orchestrator.nccltests import (
+from orchestrator.analysis.comm_model import busbw_factor
+from orchestrator.compare.nccltests import (
     NcclTestsError,
     implied_world_size,
     import_record,
     infer_op,
     link_bench_rows,
-    parse,
 )
+from orchestrator.compare.nccltests_json import parse
 from tests.captures import CAPTURES, CORPUS, OWN, needs
 
 DATA = CAPTURES / "nccl_tests"
@@ -249,8 +249,8 @@ def test_bad_input_names_the_line(text, op, message):
 
 
 def test_report_table_puts_both_sources_side_by_side_never_pooled():
-    from orchestrator.report.data import ReportData
     from orchestrator.report.nccltests_view import beside_html, beside_rows
+    from orchestrator.report.reading import ReportData
 
     ours = [
         {"link": "nv", "placement": "same-node", "collective": "all_reduce",

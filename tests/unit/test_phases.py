@@ -6,11 +6,11 @@ import datetime as dt
 
 import pytest
 
-from orchestrator.planner import plan_runs
 from orchestrator.raycluster.result import RunResult
 from orchestrator.report.phases import phase_table, phases_html, sweep_wall_s
-from orchestrator.rows import build_rows, commit_phase_row, phase_rows
-from orchestrator.spec import parse_spec
+from orchestrator.sweep.planner import plan_runs
+from orchestrator.sweep.rows import build_rows, commit_phase_row, phase_rows
+from orchestrator.sweep.spec import parse_spec
 from workloads.contract import (
     PHASES,
     PhaseTiming,
@@ -133,7 +133,7 @@ def test_report_table_orders_phases_and_shares_sum_to_one():
 
 
 def test_report_section_says_the_sweep_efficiency():
-    from orchestrator.report.data import ReportData
+    from orchestrator.report.reading import ReportData
 
     sweep = {"started_at": NOW, "finished_at": NOW + dt.timedelta(seconds=20)}
     assert sweep_wall_s(sweep) == 20.0

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from orchestrator.planner import (
+from orchestrator.sweep.planner import (
     RankPlacement,
     Variant,
     expand_grid,
@@ -24,7 +24,7 @@ from orchestrator.planner import (
     run_env,
     run_id_for,
 )
-from orchestrator.spec import SpecError, parse_spec
+from orchestrator.sweep.spec import SpecError, parse_spec
 from workloads.contract import LinkbenchConfig, NodeInfo, RunConfig
 
 

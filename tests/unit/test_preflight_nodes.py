@@ -1,14 +1,14 @@
 """The NVMe preflight asks the nodes that run ranks, not the driver's machine
-(``orchestrator.preflight``: ``rank_nodes`` and ``nvme_errors`` pure; ``preflight`` with Ray's node
+(``orchestrator.sweep.preflight``: ``rank_nodes`` and ``nvme_errors`` pure; ``preflight`` with Ray's node
 table and per-node task faked at ``raycluster.nodes``' boundary)."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator import preflight as pf
 from orchestrator.raycluster.nodes import NodeAnswer
-from orchestrator.spec import SpecError, parse_spec
+from orchestrator.sweep import preflight as pf
+from orchestrator.sweep.spec import SpecError, parse_spec
 from workloads.aio_check import AioFacts, NodeNvmeFacts
 
 CUDA_HOME = "/usr/local/cuda"

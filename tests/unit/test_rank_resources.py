@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.planner import (
+from orchestrator.sweep.planner import (
     NodeCapacity,
     check_capacity,
     cpus_per_gpu,
@@ -13,7 +13,7 @@ from orchestrator.planner import (
     rank_resources,
     run_env,
 )
-from orchestrator.spec import SpecError, parse_spec
+from orchestrator.sweep.spec import SpecError, parse_spec
 
 TWO_CORES = [NodeCapacity("a", cpus=2, gpus=0)]
 

@@ -1,12 +1,18 @@
-"""A link's rated rate (orchestrator/rated.py) over real NVML facts and real topologies
+"""A link's rated rate (orchestrator/analysis/rated.py) over real NVML facts and real topologies
 (shared/data/captures/topo, sources in its SOURCES.md), the link_descriptions rows built from them, and
 busbw as a share of the rate in the link's label."""
 
 import pytest
 
-from orchestrator.discovery import node_rows
-from orchestrator.links import describe_links, link_label
-from orchestrator.rated import idle_gen_text, nvlink_per_link, pcie_gbps, pcie_training, rated_link
+from orchestrator.analysis.links import describe_links, link_label
+from orchestrator.analysis.rated import (
+    idle_gen_text,
+    nvlink_per_link,
+    pcie_gbps,
+    pcie_training,
+    rated_link,
+)
+from orchestrator.topology.discovery import node_rows
 from tests import captures
 from tests.captures import CAPTURES
 
@@ -210,7 +216,7 @@ def test_label_shows_busbw_as_a_share_of_the_rated_rate():
 def test_share_over_100_percent_reads_as_measured_with_its_reason():
     """NVLS all_reduce on HGX H100 reaches a busbw above NV18's 450 GB/s per direction: the share
     reads as measured (never clipped to 100%, never an error) and says why it can happen."""
-    from orchestrator.rated import share_words
+    from orchestrator.analysis.rated import share_words
 
     nv18 = rated_link("NV18", [gpu(i, H100, gen=5, nvlinks=18) for i in range(2)])
     assert nv18.gbps == 450.0  # the rate the share is taken of

@@ -7,11 +7,9 @@ from __future__ import annotations
 import pytest
 
 from orchestrator import report
-from orchestrator.headline import build_headline, extra_vs_predicted
-from orchestrator.linkmodel import fit_group, link_model_rows
-from orchestrator.report.findings import headline_html, rehearsal_html
-from orchestrator.report.linkmodel_view import plot_link_model
-from orchestrator.stats import (
+from orchestrator.analysis.headline import build_headline, extra_vs_predicted
+from orchestrator.analysis.linkmodel import fit_group, link_model_rows
+from orchestrator.analysis.stats import (
     VARIANT_KEY,
     included,
     link_measurement,
@@ -19,6 +17,8 @@ from orchestrator.stats import (
     rehearsal_variants,
     variant_and_sensitivity_rows,
 )
+from orchestrator.report.findings import headline_html, rehearsal_html
+from orchestrator.report.linkmodel_view import plot_link_model
 from orchestrator.store import Q
 
 GROUP = {"strategy": "ddp", "offload": "none", "grad_accum": 1, "bucket_mb": 25,

@@ -4,7 +4,7 @@ section (fits and leave-one-link-out), with what each shows when there is no mod
 from __future__ import annotations
 
 from orchestrator import report
-from orchestrator.linkmodel import link_model_rows
+from orchestrator.analysis.linkmodel import link_model_rows
 from orchestrator.report.linkmodel_view import link_model_html, plot_link_model
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

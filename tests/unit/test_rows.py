@@ -1,4 +1,4 @@
-"""orchestrator.rows without Ray: a run's records (workloads.contract dataclasses) -> table rows."""
+"""orchestrator.sweep.rows without Ray: a run's records (workloads.contract dataclasses) -> table rows."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import comm_model, nccl_log, stats
-from orchestrator.planner import RankPlacement as Placement
-from orchestrator.planner import plan_runs
+from orchestrator.analysis import comm_model, stats
 from orchestrator.raycluster.result import RunResult as Result
-from orchestrator.rows import GPU_VISIBILITY, build_rows, link_class_for, linkbench_rows
-from orchestrator.spec import parse_spec
+from orchestrator.sweep.planner import RankPlacement as Placement
+from orchestrator.sweep.planner import plan_runs
+from orchestrator.sweep.rows import GPU_VISIBILITY, build_rows, link_class_for, linkbench_rows
+from orchestrator.sweep.spec import parse_spec
+from orchestrator.topology import nccl_log
 from tests import captures
 from tests.captures import CAPTURES
 from workloads.contract import (

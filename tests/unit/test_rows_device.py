@@ -1,4 +1,4 @@
-"""orchestrator.rows for what the device choice changed: link classes of Ray GPU ids that are
+"""orchestrator.sweep.rows for what the device choice changed: link classes of Ray GPU ids that are
 not indices (never raising), the one-GPU rehearsal, runs.rank_env / ranks_per_gpu, each rank's
 device decision in runs.nodes, and rows that cannot be built becoming a failed run."""
 
@@ -9,17 +9,17 @@ import datetime as dt
 
 import pytest
 
-from orchestrator import rows as rows_mod
-from orchestrator.planner import RankPlacement, plan_runs, run_env
 from orchestrator.raycluster.result import RunResult
-from orchestrator.rows import (
+from orchestrator.sweep import rows as rows_mod
+from orchestrator.sweep.planner import RankPlacement, plan_runs, run_env
+from orchestrator.sweep.rows import (
     SHARED_GPU,
     build_rows,
     build_rows_safely,
     gpu_uuids_by_node,
     link_class_for,
 )
-from orchestrator.spec import parse_spec
+from orchestrator.sweep.spec import parse_spec
 from workloads.contract import (
     DeviceDecision,
     RankRecord,
@@ -184,7 +184,7 @@ def test_two_ranks_on_one_gpu_report_that_gpus_tflops_not_half_of_them():
 
 
 def test_gpus_used_counts_distinct_gpus_per_node_and_ranks_on_cpu():
-    from orchestrator.rows import gpus_used
+    from orchestrator.sweep.rows import gpus_used
 
     assert gpus_used(_placements(("3",), ("3",)), 2, 2) == 1
     assert gpus_used(_placements(("0",), ("1",)), 2) == 2

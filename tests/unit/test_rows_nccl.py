@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from orchestrator.planner import RankPlacement, plan_runs
 from orchestrator.raycluster.result import RunResult
-from orchestrator.rows import build_rows
-from orchestrator.spec import parse_spec
+from orchestrator.sweep.planner import RankPlacement, plan_runs
+from orchestrator.sweep.rows import build_rows
+from orchestrator.sweep.spec import parse_spec
 from tests.captures import CAPTURES, needs
 from workloads.contract import RankRecord
 

@@ -10,11 +10,11 @@ import argparse
 
 import pytest
 
-from orchestrator import discovery
-from orchestrator import selftest_plan as plan
 from orchestrator.commands import selftest as cmd
-from orchestrator.selftest_text import plan_text
-from orchestrator.spec import parse_spec
+from orchestrator.selftest import plan
+from orchestrator.selftest.plan_text import plan_text
+from orchestrator.sweep.spec import parse_spec
+from orchestrator.topology import discovery
 from workloads.contract import NodeReport
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -1,5 +1,5 @@
-"""``linksweep selftest``'s plan and verdict (orchestrator/selftest_plan.py,
-orchestrator/selftest_verdict.py) on planted facts: the sweep files each mode writes are valid
+"""``linksweep selftest``'s plan and verdict (orchestrator/selftest/plan.py,
+orchestrator/selftest/verdicts.py) on planted facts: the sweep files each mode writes are valid
 sweep files, a check needing CUDA reads ``not run: no CUDA`` without it, and each failure a real
 node could show is a ``fail`` naming it.
 """
@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator import fleet_rows
-from orchestrator import selftest_plan as plan
-from orchestrator import selftest_verdict as verdict
-from orchestrator.selftest_fleet import FleetFacts
-from orchestrator.spec import parse_spec
+from orchestrator.fleet import tables
+from orchestrator.selftest import plan
+from orchestrator.selftest import verdicts as verdict
+from orchestrator.selftest.fleet_facts import FleetFacts
+from orchestrator.sweep.spec import parse_spec
 from workloads.fleet_contract import ComputeRecord, HealthRecord
 
 
@@ -500,7 +500,7 @@ def test_fleet_gpu_fails_on_a_cpu_probe_missing_pcie_or_gloo_intra():
 
 
 def test_fleet_gpu_reads_the_health_json_as_fleet_rows_stores_it():
-    """The stored layout, not a copy of it: rows built by fleet_rows.node_rows from the records
+    """The stored layout, not a copy of it: rows built by tables.node_rows from the records
     a GPU node's probes return."""
     node = SimpleNamespace(node_id="id1", ip="10.0.0.1", hostname="n1", cpus=16.0, gpus=2.0)
 
@@ -509,7 +509,7 @@ def test_fleet_gpu_reads_the_health_json_as_fleet_rows_stores_it():
         idle = HealthRecord(gpus=(gpu, gpu | {"index": 1}))
         probe = ComputeRecord("cuda:0", "gpt2", "bf16", 1024, 8, 5, (0.1,), 81920.0,
                               health_under_load=HealthRecord(gpus=(gpu | {"under_load": True},)))  # fmt: skip
-        (row,) = fleet_rows.node_rows("f1", [node], {"id1": probe}, {"id1": idle}, None)
+        (row,) = tables.node_rows("f1", [node], {"id1": probe}, {"id1": idle}, None)
         return dataclasses.replace(fleet_facts(gpus=2), nodes=(row,))
 
     _, v = _fleet(gpu_facts(n_gpus=2, fleet=stored(5)))
@@ -521,7 +521,7 @@ def test_fleet_gpu_reads_the_health_json_as_fleet_rows_stores_it():
 def test_gpu_sweeps_train_in_fp32_where_a_gpu_only_emulates_bf16():
     """V100 and T4 compute bf16 by emulation: a bf16 selftest would time the emulation and take
     a peak the GPU has no units for; the GPU sweeps train in fp32 there (before: always bf16)."""
-    from orchestrator.selftest_plan import NodeFacts, plan_selftest
+    from orchestrator.selftest.plan import NodeFacts, plan_selftest
 
     def node(native):
         names = ("Tesla V100-SXM2-16GB",) if native is False else ("NVIDIA A100-SXM4-80GB",)
@@ -537,7 +537,7 @@ def test_gpu_sweeps_train_in_fp32_where_a_gpu_only_emulates_bf16():
 def test_the_nvme_run_has_time_to_build_async_io():
     """The NVMe run JIT-builds DeepSpeed's async_io where no build is cached (minutes): its
     timeout holds that build on CPU and GPU; cut at 180 s it failed the check for the build."""
-    from orchestrator.selftest_plan import AIO_BUILD_S, run_timeout_for, sweep_specs
+    from orchestrator.selftest.plan import AIO_BUILD_S, run_timeout_for, sweep_specs
 
     for cuda, n_gpus in ((False, 0), (True, 1), (True, 8)):
         sweeps = sweep_specs(cuda, n_gpus)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.planner import NodeCapacity, check_capacity
-from orchestrator.spec import SpecError, load_spec, parse_spec
+from orchestrator.sweep.planner import NodeCapacity, check_capacity
+from orchestrator.sweep.spec import SpecError, load_spec, parse_spec
 
 REPO = str(Path(__file__).resolve().parents[2])
 GOOD = {

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.planner import run_config
-from orchestrator.spec import SpecError, load_spec
+from orchestrator.sweep.planner import run_config
+from orchestrator.sweep.spec import SpecError, load_spec
 
 STANDALONE = Path(__file__).resolve().parents[2] / "bench" / "standalone.py"
 

@@ -1,4 +1,4 @@
-"""Unit tests for orchestrator.stats: known values, hand-enumerated bootstrap cases, and the
+"""Unit tests for orchestrator.analysis.stats: known values, hand-enumerated bootstrap cases, and the
 figures as stored (run -> variant -> slowdown)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orchestrator.stats import (
+from orchestrator.analysis.stats import (
     INTERVAL_LABELS,
     MEDIAN_COLUMNS,
     MIN_RUNS_FOR_CI,
@@ -385,7 +385,7 @@ def test_overlap_is_part_of_the_variant():
 
 
 def test_bucket_varies_only_when_one_strategy_has_several():
-    from orchestrator.stats import varying
+    from orchestrator.analysis.stats import varying
 
     defaults = [
         {"strategy": "ddp", "bucket_mb": 25, "link": "fast"},
@@ -399,7 +399,7 @@ def test_bucket_varies_only_when_one_strategy_has_several():
 def test_ddp_grad_dtype_varies_only_when_ddp_has_several():
     """DDP's fp32 against ZeRO's n/a is implied by the strategy: no column in compare's table or
     the report's labels (it added one to every DDP-vs-ZeRO table); fp32 and bf16 DDP do."""
-    from orchestrator.stats import varying
+    from orchestrator.analysis.stats import varying
 
     mixed = [
         {"strategy": "ddp", "ddp_grad_dtype": "fp32", "link": "fast"},

@@ -1,4 +1,4 @@
-"""The suspect rule (orchestrator/suspects.py) on synthetic fleets: one bad node is named and no
+"""The suspect rule (orchestrator/fleet/suspects.py) on synthetic fleets: one bad node is named and no
 other, one bad pair is a single slow pair, noise alone names nobody, failures are reasons with
 their error, two nodes cannot attribute a pair, both bounds matter, and the NVML health faults
 (PCIe x8 of x16, thermal slowdown, gen under load, ECC) are reasons while SwPowerCap is not."""
@@ -11,8 +11,8 @@ from itertools import combinations
 
 import pytest
 
-from orchestrator.fleet_plan import pair_rounds, parse_pairs
-from orchestrator.suspects import (
+from orchestrator.fleet.pairs import pair_rounds, parse_pairs
+from orchestrator.fleet.suspects import (
     CPU_REL,
     Failed,
     Rule,

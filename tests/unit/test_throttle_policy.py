@@ -1,13 +1,13 @@
 """Telemetry that survives older drivers and a throttle rule that excludes only real slowdowns,
 where they meet a run's row: the throttle policy applied by
-``orchestrator.rows._telemetry_facts`` and the rank-side ``workloads.train.Telemetry`` boundary,
+``orchestrator.sweep.rows._telemetry_facts`` and the rank-side ``workloads.train.Telemetry`` boundary,
 which must never fail a run over NVML trouble. NVML is the fake of tests/unit/fake_nvml.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator.rows import _telemetry_facts
+from orchestrator.sweep.rows import _telemetry_facts
 from tests.unit.fake_nvml import FakeNvml
 from workloads.contract import TelemetryRecord, TelemetrySample, TrainingRecord
 from workloads.throttle import CLOCK_FALL_RATIO, MIN_CLOCK_SAMPLES, clock_fall

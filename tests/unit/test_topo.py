@@ -1,4 +1,4 @@
-"""Tests for orchestrator.topo against real published `nvidia-smi topo -m` output.
+"""Tests for orchestrator.topology.matrix against real published `nvidia-smi topo -m` output.
 
 Running nvidia-smi on this machine (``workloads.probe.read_topo_text``):
 tests/integration/test_node_probe.py.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.topo import (
+from orchestrator.topology.matrix import (
     LINK_RANK,
     Topology,
     TopoParseError,

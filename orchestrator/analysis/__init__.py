@@ -1,0 +1,15 @@
+"""What the measurements mean: statistics, the communication and link models, compute
+efficiency, the links themselves and the sentences a sweep's findings are told in. Pure: rows in,
+figures out; no Ray, no database.
+
+One module per job:
+    stats       the measurement protocol's statistics: medians, intervals, sensitivity.
+    comm_model  bandwidth accounting and the expected collective volume per step.
+    linkmodel   how much of a variant's communication its step cannot hide; predictions.
+    flops       model FLOPs per step, TFLOP/s per GPU, MFU; datasheet peaks.
+    rated       a link's rated rate in the unit of busbw.
+    links       what each link of a sweep physically is.
+    headline    what a sweep found, in a sentence or two per link.
+
+May import: nothing.
+"""

@@ -1,0 +1,449 @@
+"""From a validated spec to the ordered list of runs, what each rank is given, and whether the
+cluster can hold them.
+
+Pure: works on the spec and on plain descriptions of the cluster's nodes (:class:`NodeCapacity`),
+so it is tested without Ray. Builds the ``workloads.contract`` configs the ranks receive. May
+import: spec, ds_config, the workloads contract.
+
+May import: ds_config, exclusions, spec, workloads.contract.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import math
+import os
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+from orchestrator.sweep.ds_config import deepspeed_config, default_bucket_mb
+from orchestrator.sweep.exclusions import describe_exclusions, usable_nodes
+from orchestrator.sweep.spec import GRAD_DTYPE_NA, RANK_FORM, SpecError, SweepSpec, offload_applies
+from workloads.contract import (
+    NCCL_TRACE_PREFIX,
+    LinkbenchConfig,
+    NodeInfo,
+    RunConfig,
+)
+
+NCCL_DEBUG_DEFAULTS = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,ENV"}
+LEARNING_RATE = 1e-3  # any sane value: we time steps, we do not train to convergence
+PROFILE_STEPS = 1  # profiled optimizer steps that count collectives (the last warmup step if >1)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One grid point."""
+
+    strategy: str
+    grad_accum: int
+    link: str
+    placement: str
+    offload: str = "none"
+    bucket_mb: int = 25
+    """MiB (as DDP's ``bucket_cap_mb``); with the grid's ``default``, the framework's own (see
+    ``default_bucket_mb``)."""
+    overlap_comm: str = "default"
+    """default | true | false (see ``ds_config.OVERLAP_CHOICES``)."""
+    ddp_grad_dtype: str = "fp32"
+    """DDP: fp32 | bf16, the dtype of its gradient all_reduce (``spec.Grid.ddp_grad_dtype``);
+    ``spec.GRAD_DTYPE_NA`` for ZeRO, where it does not apply (comms rows hold each collective's
+    dtype)."""
+
+    def __post_init__(self) -> None:
+        if self.strategy != "ddp":  # however it was built, a ZeRO variant has no DDP dtype
+            object.__setattr__(self, "ddp_grad_dtype", GRAD_DTYPE_NA)
+
+    @property
+    def label(self) -> str:
+        off = "" if self.offload == "none" else f" offload={self.offload}"
+        ovl = "" if self.overlap_comm == "default" else f" overlap={self.overlap_comm}"
+        grad = f" grads={self.ddp_grad_dtype}" if self.ddp_grad_dtype == "bf16" else ""
+        return (
+            f"{self.strategy}{off}{ovl}{grad} ga={self.grad_accum} link={self.link} "
+            f"{self.placement} bucket={self.bucket_mb}MB"
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run: a variant and its repeat, at position ``seq`` in execution order."""
+
+    seq: int
+    repeat: int
+    variant: Variant
+
+
+def expand_grid(spec: SweepSpec) -> list[Variant]:
+    """Cartesian product of the grid, in file order.
+
+    ``offload`` applies only to ZeRO strategies, and ``nvme`` only to zero3 (DeepSpeed swaps to
+    NVMe with stage 3 only), so DDP variants take offload ``none`` and zero1/zero2 skip ``nvme``;
+    combinations no strategy can use are rejected by the spec already. ``ddp_grad_dtype``
+    expands DDP variants only; ZeRO variants take ``GRAD_DTYPE_NA``.
+    """
+    g = spec.grid
+    seen: set[Variant] = set()
+    out: list[Variant] = []
+    for strategy, offload, ga, bucket, overlap, grad_dtype, link, placement in itertools.product(
+        g.strategy,
+        g.offload,
+        g.grad_accum,
+        g.bucket_mb,
+        g.overlap_comm,
+        g.ddp_grad_dtype,
+        spec.grid_links,
+        g.placement,
+    ):
+        if strategy == "ddp":
+            offload = "none"  # one DDP variant per grid point, whatever the offload list says
+        elif not offload_applies(strategy, offload):
+            continue
+        else:
+            grad_dtype = GRAD_DTYPE_NA  # ZeRO's dtypes follow precision and its config
+        if bucket == "default":
+            bucket = default_bucket_mb(
+                strategy, spec.precision, spec.deepspeed, spec.deepspeed_preset
+            )
+        v = Variant(strategy, ga, link, placement, offload, bucket, overlap, grad_dtype)
+        if v not in seen:
+            seen.add(v)
+            out.append(v)
+    return out
+
+
+def plan_runs(spec: SweepSpec) -> list[PlannedRun]:
+    """Interleave repeats round robin: every variant's repeat 1, then every variant's repeat 2...
+
+    Drift on a shared machine (thermals, neighbours) then spreads over all variants instead of
+    biasing the ones that happened to run last.
+    """
+    variants = expand_grid(spec)
+    runs = []
+    for repeat in range(1, spec.repeats + 1):
+        for v in variants:
+            runs.append(PlannedRun(seq=len(runs) + 1, repeat=repeat, variant=v))
+    return runs
+
+
+def link_placements(spec: SweepSpec) -> list[tuple[str, str]]:
+    """The (link, placement) pairs the link microbenchmark measures."""
+    return list(itertools.product(spec.grid_links, spec.grid.placement))
+
+
+@dataclass(frozen=True)
+class NodeCapacity:
+    """What one alive Ray node offers (from ``ray.nodes()``)."""
+
+    node_id: str
+    cpus: float
+    gpus: float
+
+
+CPU_SHARE_STEP = 0.01
+"""Fractional CPU bundles are rounded down to this, so that world_size of them fit the node."""
+
+
+def cpus_per_gpu(nodes: list[NodeCapacity]) -> int:
+    """CPUs a GPU rank's bundle asks for: the floor of the smallest CPUs-per-GPU ratio among
+    the GPU nodes, so a bundle fits beside every GPU of every GPU node, and at least 1: a GPU
+    rank's host thread launches its kernels and a ZeRO rank with offload ``cpu``/``nvme`` runs
+    its optimizer on the host, and the thread count (OMP_NUM_THREADS) follows the bundle. A
+    ``{GPU: 1}`` bundle with no CPU gave every GPU rank one thread, so offload timed one core."""
+    ratios = [n.cpus / n.gpus for n in nodes if n.gpus >= 1]
+    return max(1, math.floor(min(ratios) + 1e-9)) if ratios else 1
+
+
+def rank_resources(
+    nodes: list[NodeCapacity], world_size: int = 1, ranks_per_gpu: int = 1
+) -> dict[str, float]:
+    """One rank's bundle. Where the cluster has GPUs: ``{GPU: 1, CPU: k}``, k =
+    :func:`cpus_per_gpu`; with ``ranks_per_gpu`` 2 (the one-GPU rehearsal) each of the two ranks
+    takes half the GPU and half of k (rounded down to ``CPU_SHARE_STEP``, at least one step).
+    On a CPU-only cluster one CPU, or, where the largest node has fewer CPUs than
+    ``world_size``, an equal share of that node's CPUs (rounded down to ``CPU_SHARE_STEP``), so
+    the run still packs onto one node: e.g. 8 ranks of 0.25 CPU on a 2-core machine
+    (oversubscribed, one thread each; for scale tests on CPU)."""
+    if any(n.gpus >= 1 for n in nodes):
+        k = cpus_per_gpu(nodes)
+        if ranks_per_gpu == 1:
+            return {"GPU": 1.0, "CPU": float(k)}
+        share = math.floor(k / ranks_per_gpu / CPU_SHARE_STEP + 1e-9) * CPU_SHARE_STEP
+        return {"GPU": 1.0 / ranks_per_gpu, "CPU": round(max(share, CPU_SHARE_STEP), 2)}
+    largest = max((n.cpus for n in nodes), default=0.0)
+    if world_size <= largest:
+        return {"CPU": 1.0}
+    share = math.floor(largest / world_size / CPU_SHARE_STEP) * CPU_SHARE_STEP
+    return {"CPU": round(share, 2)} if share >= CPU_SHARE_STEP else {"CPU": 1.0}
+
+
+def launcher_for(spec: SweepSpec, bundle: dict[str, float]) -> str:
+    """How this sweep's ranks start: ``fork`` (per-node fork-server launcher) or ``actors``
+    (fresh Ray actors per run). ``auto`` is fork on CPU-only clusters, actors where ranks get
+    GPUs. Raises SpecError for fork on GPUs (not yet run on a GPU; and GPU ids come from Ray
+    actors)."""
+    gpu = "GPU" in bundle
+    if spec.launcher == "fork" and gpu:
+        raise SpecError(
+            [
+                "launcher: 'fork' is CPU-only until it has been run on a GPU cluster; allowed "
+                "here: 'actors' or 'auto' (= actors on GPUs)"
+            ]
+        )
+    if spec.launcher == "auto":
+        return "actors" if gpu else "fork"
+    return spec.launcher
+
+
+def check_capacity(
+    spec: SweepSpec, nodes: list[NodeCapacity], excluded: Sequence[Mapping] = ()
+) -> None:
+    """Reject placements the cluster can never satisfy, before any run starts.
+
+    pack (STRICT_PACK) needs one node holding world_size rank bundles; spread (STRICT_SPREAD)
+    needs world_size distinct nodes holding one each. A bundle's every resource counts (a GPU
+    bundle's CPUs too). ``ranks_per_gpu`` 2 needs a GPU. Excluded nodes
+    (``exclusions.resolve_exclusions``) do not count; when too little is left, the error names
+    them.
+    """
+    if not nodes:
+        raise SpecError(["the Ray cluster has no alive nodes"])
+    kept_off = [r for r in excluded if r.get("node_id")]
+    nodes = usable_nodes(nodes, kept_off)
+    if not nodes:
+        raise SpecError(
+            [
+                f"exclude_nodes: every alive node is excluded ({describe_exclusions(kept_off)});"
+                " allowed: leave at least the nodes the sweep needs"
+            ]
+        )
+    try:
+        _check_capacity(spec, nodes)
+    except SpecError as exc:
+        if kept_off:
+            exc.errors.append(
+                f"exclude_nodes: these counts leave out {len(kept_off)} excluded node(s): "
+                f"{describe_exclusions(kept_off)}"
+            )
+        raise SpecError(exc.errors) from None
+
+
+def _check_capacity(spec: SweepSpec, nodes: list[NodeCapacity]) -> None:
+    if spec.ranks_per_gpu == 2 and not any(n.gpus >= 1 for n in nodes):
+        raise SpecError(
+            [
+                "ranks_per_gpu: 2 (two ranks sharing one GPU) needs a GPU, and this Ray cluster "
+                "advertises none; allowed on a CPU-only cluster: ranks_per_gpu 1"
+            ]
+        )
+    res = rank_resources(nodes, spec.world_size, spec.ranks_per_gpu)
+    kind = "GPU" if "GPU" in res else "CPU"
+    have = {"GPU": lambda n: n.gpus, "CPU": lambda n: n.cpus}
+    per_node = [int(min(have[r](nd) / need for r, need in res.items()) + 1e-9) for nd in nodes]
+    unit = f"{kind}(s)" if len(res) == 1 else f"{kind}(s) for rank bundles of {res}"
+    errors = []
+    n = spec.world_size
+    if "pack" in spec.grid.placement and max(per_node) < n:
+        errors.append(
+            f"grid.placement: 'pack' puts world_size={n} ranks on one node, but the largest "
+            f"node has {max(per_node)} {unit}; allowed: world_size <= {max(per_node)} or "
+            "placement 'spread'"
+        )
+    usable = sum(1 for c in per_node if c >= 1)
+    if "spread" in spec.grid.placement and usable < n:
+        errors.append(
+            f"grid.placement: 'spread' puts each of world_size={n} ranks on its own node, but the "
+            f"cluster has {usable} node(s) with a {kind}; allowed: world_size <= {usable} or "
+            "placement 'pack'"
+        )
+    if errors:
+        raise SpecError(errors)
+
+
+# --------------------------------------------------------------------------------------------
+# Ids, environment and the configs ranks receive.
+
+
+def new_sweep_id(now: dt.datetime | None = None) -> str:
+    now = now or dt.datetime.now(dt.timezone.utc)
+    return now.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+
+
+def run_id_for(sweep_id: str, seq: int) -> str:
+    return f"{sweep_id}-r{seq:04d}"
+
+
+def linkbench_id_for(sweep_id: str, link: str, placement: str) -> str:
+    return f"{sweep_id}-lb-{link}-{placement}"
+
+
+def link_env_defaults(link_env: dict[str, str]) -> dict[str, str]:
+    """What every process measuring over a link gets unless the link sets it (runs and the
+    fleet check alike): ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, and ``NCCL_NVLS_ENABLE=0`` when the
+    link sets ``NCCL_P2P_DISABLE=1`` (see :func:`run_env`)."""
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    if link_env.get("NCCL_P2P_DISABLE", "").strip() == "1":
+        env["NCCL_NVLS_ENABLE"] = "0"
+    return env
+
+
+def run_env(spec: SweepSpec, link: str, run_id: str, cpus_per_rank: int) -> dict[str, str]:
+    """Env for every rank of a run: the link's variables, plus NCCL logging unless the link sets
+    its own (the user's value wins), plus thread counts matching the rank's CPU share.
+
+    Also, each unless the link sets it: ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (CUDA orders devices
+    fastest first by default; in PCI order CUDA index i is NVML / nvidia-smi index i, which Ray's
+    ids and telemetry use); ``NCCL_NVLS_ENABLE=0`` when the link sets ``NCCL_P2P_DISABLE=1``
+    (no P2P means no NVLink at all: NVLS is set up apart from P2P and would still carry data
+    over NVSwitch; NCCL honours only ``1``); with ``ranks_per_gpu`` 2,
+    ``NCCL_HOSTID=linksweep-rank{rank}`` (ranks with distinct host ids look like different
+    hosts to NCCL and talk over NET, not through the one GPU they share). Values may hold
+    ``{rank}``, filled in per rank by :func:`rank_env_for`.
+    """
+    link_env = spec.links[link]
+    env = dict(NCCL_DEBUG_DEFAULTS)
+    env["NCCL_DEBUG_FILE"] = f"/tmp/linksweep-nccl-{run_id}-%h-%p.log"
+    env["OMP_NUM_THREADS"] = str(max(1, cpus_per_rank))
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    env.update(link_env_defaults(link_env))
+    if spec.ranks_per_gpu == 2:
+        env["NCCL_HOSTID"] = f"linksweep-rank{RANK_FORM}"
+    # Ray starts workers at nice 15; ranks compete with everything else on a shared machine at
+    # the priority a bare torchrun would have (bench/bench_overhead.py compares the two).
+    env["RAY_worker_niceness"] = "0"
+    env.update(nccl_flight_recorder_env(run_id))
+    env.update(link_env)
+    return env
+
+
+def rank_env_for(env: dict[str, str], rank: int) -> dict[str, str]:
+    """One rank's env: ``{rank}`` in every value replaced by the rank's number (the only
+    ``{...}`` form a link value may hold, ``spec.RANK_FORM``)."""
+    return {k: v.replace(RANK_FORM, str(rank)) for k, v in env.items()}
+
+
+def nccl_flight_recorder_env(run_id: str) -> dict[str, str]:
+    """PyTorch's NCCL flight recorder for a run: keep a trace of recent collectives and dump it
+    on a watchdog timeout, or when its trigger pipe is written (a hang, workloads/diag.py)."""
+    prefix = f"{NCCL_TRACE_PREFIX}{run_id}-"
+    return {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": prefix,
+    }
+
+
+def nvme_dir_for(spec: SweepSpec, v: Variant, run_id: str) -> str | None:
+    return os.path.join(spec.nvme_path, run_id) if v.offload == "nvme" else None
+
+
+def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
+    """What every rank of one run receives: everything it needs, nothing it must look up."""
+    nvme_dir = nvme_dir_for(spec, v, run_id)
+    given_bucket = v.bucket_mb if v.bucket_mb in spec.grid.bucket_mb else None  # else "default"
+    ds_config = None
+    if v.strategy != "ddp":
+        ds_config = deepspeed_config(
+            strategy=v.strategy,
+            grad_accum=v.grad_accum,
+            micro_batch_size=spec.micro_batch_size,
+            world_size=spec.world_size,
+            precision=spec.precision,
+            offload=v.offload,
+            # the grid's explicit sizes only; "default" leaves DeepSpeed's (or the block's)
+            bucket_mb=given_bucket,
+            nvme_path=nvme_dir,
+            overlap_comm=v.overlap_comm,
+            user=spec.deepspeed,
+            preset=spec.deepspeed_preset,
+            comms_logger=False,  # enabled only for the profiled pass (workloads/ds_comms.py)
+        )
+    return RunConfig(
+        run_id=run_id,
+        strategy=v.strategy,
+        grad_accum=v.grad_accum,
+        ddp_grad_dtype=v.ddp_grad_dtype if v.strategy == "ddp" else "fp32",
+        bucket_mb=given_bucket,
+        offload=v.offload,
+        overlap_comm=v.overlap_comm,
+        model=spec.model,
+        dataset=spec.dataset,
+        precision=spec.precision,
+        seq_len=spec.seq_len,
+        micro_batch_size=spec.micro_batch_size,
+        steps=spec.steps,
+        warmup_steps=spec.warmup_steps,
+        seed=spec.seed,
+        lr=LEARNING_RATE,
+        profile_steps=PROFILE_STEPS,
+        pg_timeout_s=pg_timeout_s(spec),
+        nvme_dir=nvme_dir,
+        ds_config=ds_config,
+    )
+
+
+PG_TIMEOUT_MARGIN_S = 60.0
+
+
+def pg_timeout_s(spec: SweepSpec) -> float:
+    """The process group's collective timeout: past the run's own deadline, so a hang is
+    caught by ``run_timeout_s`` while every rank is still alive and its stack can be read
+    (a shorter one made the waiting rank raise and exit first, taking its stack with it)."""
+    return spec.run_timeout_s + PG_TIMEOUT_MARGIN_S
+
+
+def linkbench_config(spec: SweepSpec, run_id: str, gpu: bool) -> LinkbenchConfig:
+    max_mb = spec.linkbench_max_mb or (256 if gpu else 16)
+    return LinkbenchConfig(run_id=run_id, max_bytes=max_mb * 2**20, pg_timeout_s=pg_timeout_s(spec))
+
+
+# --------------------------------------------------------------------------------------------
+# Where a run's ranks landed (what the run produced: ``raycluster.result.RunResult``).
+
+
+@dataclass(frozen=True)
+class RankPlacement:
+    """Where one rank of a run ran (stored as ``runs.nodes``)."""
+
+    rank: int
+    node_id: str
+    hostname: str
+    ip: str
+    gpu_ids: tuple[str, ...]
+    pid: int
+    local_rank: int
+    visible_gpus: tuple[str, ...] | None
+    """Every GPU id of the run's ranks on this rank's node (what the rank may see)."""
+
+
+def place_ranks(infos: list[NodeInfo]) -> list[RankPlacement]:
+    """Local rank of each rank, and the GPU ids of the run's ranks on each rank's node. Pure."""
+    by_node: dict[str, list[int]] = {}
+    for i, info in enumerate(infos):
+        by_node.setdefault(info.node_id, []).append(i)
+    local = [0] * len(infos)
+    gpus: list[tuple[str, ...] | None] = [None] * len(infos)
+    for ranks in by_node.values():
+        node_gpus = tuple(g for r in ranks for g in infos[r].gpu_ids)
+        for lr, r in enumerate(ranks):
+            local[r] = lr
+            gpus[r] = node_gpus or None
+    return [
+        RankPlacement(
+            rank=i,
+            node_id=info.node_id,
+            hostname=info.hostname,
+            ip=info.ip,
+            gpu_ids=info.gpu_ids,
+            pid=info.pid,
+            local_rank=local[i],
+            visible_gpus=gpus[i],
+        )
+        for i, info in enumerate(infos)
+    ]

@@ -1,0 +1,394 @@
+"""The sweep file: one typed spec, validated before anything runs.
+
+A sweep file is YAML whose keys are the public interface (docs/sweep-file.md). It maps onto frozen
+pydantic models with ``extra="forbid"``; closed choices are ``Literal``s. Every error names the
+field, the bad value and what is allowed, and :func:`load_spec` raises :class:`SpecError` carrying
+all of them at once, so a user fixes a file in one go.
+
+Pure: reads one file, touches no Ray, no database.
+
+May import: pydantic, yaml.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+Strategy = Literal["ddp", "zero1", "zero2", "zero3"]
+Placement = Literal["pack", "spread"]
+Offload = Literal["none", "cpu", "nvme"]
+ModelName = Literal["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt2-tiny"]
+Precision = Literal["fp32", "bf16"]
+Overlap = Literal["default", "true", "false"]
+GradDtype = Literal["fp32", "bf16"]
+GRAD_DTYPE_NA = "n/a"
+"""``ddp_grad_dtype`` of a ZeRO variant, where it does not apply: a value rather than NULL, so
+that the variant key matches with SQL ``=`` (resume, statistics, deletes) as every other key."""
+Preset = Literal["serialized"]
+
+DATASETS_BY_NAME = ("wikitext-2-raw-v1", "builtin")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+RANK_FORM = "{rank}"
+"""The one substitution a link env value may hold: the rank's number, filled in per rank when
+it starts (``orchestrator/planner.rank_env_for``)."""
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# The variant rule, the one place it is written: which strategies each offload applies to.
+OFFLOAD_STRATEGIES: dict[str, tuple[str, ...]] = {
+    "none": ("ddp", "zero1", "zero2", "zero3"),
+    "cpu": ("zero1", "zero2", "zero3"),
+    "nvme": ("zero3",),  # DeepSpeed swaps to NVMe only with ZeRO stage 3
+}
+OFFLOAD_RULE = {
+    "none": "applies to every strategy",
+    "cpu": "applies to ZeRO only (zero1, zero2, zero3)",
+    "nvme": "needs zero3 (DeepSpeed swaps to NVMe only with ZeRO stage 3)",
+}
+
+
+def offload_applies(strategy: str, offload: str) -> bool:
+    """Can ``strategy`` run with ``offload``? (DDP: none only; nvme: zero3 only.)"""
+    return strategy in OFFLOAD_STRATEGIES[offload]
+
+
+class SpecError(ValueError):
+    """A sweep file that cannot run. ``errors`` holds one readable line per problem."""
+
+    def __init__(self, errors: list[str], path: str | None = None):
+        self.errors = errors
+        self.path = path
+        where = f"{path}: " if path else ""
+        super().__init__(where + "invalid sweep file\n" + "\n".join(f"  - {e}" for e in errors))
+
+
+def _as_list(value: Any) -> Any:
+    """A grid key takes a scalar (one value) or a list."""
+    return value if isinstance(value, list) else [value]
+
+
+class Grid(BaseModel):
+    """The cartesian product a sweep runs; every key is optional."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    strategy: list[Strategy] = Field(default=["ddp"], min_length=1)
+    """ddp = torch DDP; zero1/2/3 = DeepSpeed ZeRO stage 1/2/3."""
+    grad_accum: list[int] = Field(default=[1], min_length=1)
+    """Micro-steps per optimizer step (the sync-frequency axis)."""
+    link: list[str] | None = None
+    """Names from ``links``; default: every link, in file order."""
+    placement: list[Placement] = Field(default=["pack"], min_length=1)
+    """pack: all ranks on one node; spread: one rank per node."""
+    offload: list[Offload] = Field(default=["none"], min_length=1)
+    """ZeRO only: where optimizer state (and with zero3 + nvme, parameters) lives."""
+    bucket_mb: list[int | Literal["default"]] = Field(default=["default"], min_length=1)
+    """DDP bucket_cap_mb and DeepSpeed reduce/allgather bucket size, in MiB (2**20 bytes, the
+    unit of DDP's ``bucket_cap_mb``): one value is one byte count in both frameworks (DeepSpeed
+    gets ``bucket_mb * 2**20 / bytes per gradient element`` elements); ``default``: each
+    framework's own (DDP 25 MiB, DeepSpeed 5e8 elements)."""
+    overlap_comm: list[Overlap] = Field(default=["default"], min_length=1)
+    """default: each framework's own (DDP overlaps; DeepSpeed overlaps for ZeRO-3 only);
+    true / false: ZeRO's overlap_comm; DDP false all-reduces the gradients after backward."""
+    ddp_grad_dtype: list[GradDtype] = Field(default=["fp32"], min_length=1)
+    """DDP only: the dtype DDP all-reduces gradients in. fp32: DDP's default (its gradients'
+    dtype: fp32 under bf16 autocast too, since the parameters stay fp32); bf16: torch's
+    ``bf16_compress_hook``, half the bytes, the dtype ZeRO sends in a bf16 run. Listing it
+    needs ddp in ``strategy``; ZeRO variants do not expand over it (their dtypes follow
+    ``precision`` and the ``deepspeed:`` block's ``communication_data_type``)."""
+    linkbench: bool = False
+    """Run the link microbenchmark once per link x placement before the training runs."""
+
+    @field_validator(
+        "strategy",
+        "grad_accum",
+        "link",
+        "placement",
+        "offload",
+        "bucket_mb",
+        "overlap_comm",
+        "ddp_grad_dtype",
+        mode="before",
+    )
+    @classmethod
+    def _scalar_to_list(cls, value: Any) -> Any:
+        return None if value is None else _as_list(value)
+
+    @field_validator("overlap_comm", mode="before")
+    @classmethod
+    def _yaml_bools(cls, values: list) -> list:
+        # YAML reads true/false as booleans; the axis' values are the words
+        return [str(v).lower() if isinstance(v, bool) else v for v in values]
+
+    @field_validator("grad_accum", "bucket_mb", "overlap_comm", "ddp_grad_dtype")
+    @classmethod
+    def _positive(cls, values: list) -> list:
+        bad = [v for v in values if isinstance(v, int) and v < 1]
+        if bad:
+            raise ValueError(f"must be integers >= 1, got {bad}")
+        if len(set(values)) != len(values):
+            raise ValueError(f"values must be distinct, got {values}")
+        return values
+
+
+class SweepSpec(BaseModel):
+    """A validated sweep file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    """Sweep name, letters/digits/._- (stored in ``sweeps.name``)."""
+    model: ModelName = "gpt2-tiny"
+    """gpt2 sizes with random init; gpt2-tiny is a small config for CPU."""
+    dataset: str = "builtin"
+    """wikitext-2-raw-v1 | builtin | path to a local text file."""
+    precision: Precision = "fp32"
+    seq_len: int = Field(default=128, ge=8, le=1024)
+    """Tokens per sample; gpt2 has 1024 positions."""
+    micro_batch_size: int = Field(default=2, ge=1)
+    """Samples per rank per micro-step."""
+    steps: int = Field(default=10, ge=1)
+    """Timed optimizer steps per run."""
+    warmup_steps: int = Field(default=2, ge=0)
+    """Optimizer steps before timing; stored, flagged warmup, never in summaries."""
+    repeats: int = Field(default=2, ge=1)
+    """Runs per variant, interleaved round robin across variants."""
+    world_size: int = Field(default=2, ge=1)
+    """Ranks: one GPU each (two with ``ranks_per_gpu: 2``), or one worker process each on CPU."""
+    ranks_per_gpu: Literal[1, 2] = 1
+    """1: each rank has a GPU of its own. 2: the one-GPU rehearsal: two ranks (world_size 2,
+    pack) share one GPU, each with its own ``NCCL_HOSTID`` so NCCL treats them as two hosts and
+    talks over NET; it checks the whole NCCL path on one GPU, and its runs (``link_class``
+    ``shared-gpu``) are never shown as a link measurement. Needs GPUs."""
+    links: dict[str, dict[str, str]] = Field(default_factory=lambda: {"default": {}})
+    """Named connectivity variants: env vars set on every rank before start. A value may hold
+    ``{rank}``, replaced by each rank's number when it starts (e.g. ``NCCL_HOSTID:
+    "host-{rank}"``); no other ``{...}`` form is allowed (``RANK_FORM``)."""
+    baseline_link: str | None = None
+    """The link slowdowns are measured against; default: the first in ``links``."""
+    grid: Grid = Field(default_factory=Grid)
+    nvme_path: str = "/tmp/linksweep-nvme"
+    """Where NVMe offload swaps; each run gets a fresh subfolder, removed afterwards."""
+    run_timeout_s: float = Field(default=1800.0, gt=0)
+    """A run still going after this long is killed and stored as failed (hang guard)."""
+    linkbench_max_mb: int | None = Field(default=None, ge=1)
+    """Largest link-microbenchmark message, MiB; default 16 on CPU (gloo), 256 on GPU."""
+    seed: int = 0
+    """Seed for model init and data order, the same in every run."""
+    deepspeed: dict[str, Any] | None = None
+    """DeepSpeed config keys deep-merged into every ZeRO run's config (checked by DeepSpeed's
+    own config models before anything runs; keys the variant sets are refused)."""
+    deepspeed_preset: Preset | None = None
+    """serialized: the former pinned study config (no overlap, every parameter gathered)."""
+    peak_tflops: float | None = Field(default=None, gt=0)
+    """Peak dense TFLOP/s per GPU for MFU, overriding the built-in table (orchestrator/analysis/flops.py)."""
+    exclude_nodes: list[str] = Field(default_factory=list)
+    """Nodes no rank is placed on: each a Ray node id (hex), an IP or a hostname (a hostname
+    several nodes share excludes all of them); matched against the nodes alive when the sweep
+    starts (and again on resume), stored in ``sweeps.excluded_nodes``. An entry no alive node
+    matches is a warning. ``linksweep run --exclude-suspects FLEET_ID`` adds a fleet check's
+    suspect nodes (``orchestrator/sweep/exclusions.py``)."""
+    launcher: Literal["auto", "fork", "actors"] = "auto"
+    """How ranks start. fork: a launcher actor per node per sweep forks each run's ranks from a
+    fork server with torch/transformers/deepspeed imported (no imports paid per run); actors:
+    fresh Ray actors per run (pays the imports every run); auto: fork on CPU-only clusters,
+    actors on GPU clusters (fork has not been run on a GPU yet)."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_RE.match(value):
+            raise ValueError(f"must match {NAME_RE.pattern} (letters, digits, '.', '_', '-')")
+        return value
+
+    @field_validator("links", mode="before")
+    @classmethod
+    def _links(cls, value: Any) -> Any:
+        if not isinstance(value, dict) or not value:
+            raise ValueError("must be a non-empty mapping of link name -> {ENV_VAR: value}")
+        out: dict[str, dict[str, str]] = {}
+        for name, env in value.items():
+            if not isinstance(name, str) or not NAME_RE.match(name):
+                raise ValueError(f"link name {name!r} must match {NAME_RE.pattern}")
+            env = {} if env is None else env
+            if not isinstance(env, dict):
+                raise ValueError(f"link {name!r} must map env var names to values, got {env!r}")
+            clean: dict[str, str] = {}
+            for key, val in env.items():
+                if not isinstance(key, str) or not ENV_NAME_RE.match(key):
+                    raise ValueError(f"link {name!r}: {key!r} is not an environment variable name")
+                if isinstance(val, (dict, list)) or val is None:
+                    raise ValueError(
+                        f"link {name!r}: {key} must be a string or number, got {val!r}"
+                    )
+                clean[key] = str(val).lower() if isinstance(val, bool) else str(val)
+                rest = clean[key].replace(RANK_FORM, "")
+                if "{" in rest or "}" in rest:
+                    raise ValueError(
+                        f"link {name!r}: {key}={clean[key]!r} holds a {{...}} form other than "
+                        f"{RANK_FORM}; allowed: {RANK_FORM} (the rank's number) only"
+                    )
+            out[name] = clean
+        return out
+
+    @field_validator("exclude_nodes", mode="before")
+    @classmethod
+    def _exclude_nodes(cls, value: Any) -> Any:
+        values = [] if value is None else _as_list(value)
+        bad = [v for v in values if not isinstance(v, str) or not v.strip()]
+        if bad:
+            raise ValueError(
+                f"entries must be non-empty strings (a Ray node id, an IP or a hostname); bad "
+                f"entries: {bad!r} (quote a numeric hostname)"
+            )
+        return [v.strip() for v in values]
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, value: str) -> str:
+        if value in DATASETS_BY_NAME:
+            return value
+        if os.path.isfile(value):
+            return value
+        raise ValueError(
+            f"{value!r} is neither one of {list(DATASETS_BY_NAME)} nor an existing text file"
+        )
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> SweepSpec:
+        errors = []
+        names = list(self.links)
+        for link in self.grid.link or []:
+            if link not in self.links:
+                errors.append(f"grid.link: unknown link {link!r}; links defined: {names}")
+        if self.baseline_link is not None and self.baseline_link not in self.links:
+            errors.append(
+                f"baseline_link: unknown link {self.baseline_link!r}; links defined: {names}"
+            )
+        for offload in self.grid.offload:
+            if not any(offload_applies(s, offload) for s in self.grid.strategy):
+                errors.append(
+                    f"grid.offload: {offload!r} {OFFLOAD_RULE[offload]}; "
+                    f"grid.strategy is {self.grid.strategy}"
+                )
+        if "ddp_grad_dtype" in self.grid.model_fields_set and "ddp" not in self.grid.strategy:
+            errors.append(
+                f"grid.ddp_grad_dtype: {self.grid.ddp_grad_dtype} applies to ddp only "
+                f"(allowed values: {list(get_args(GradDtype))}); grid.strategy is "
+                f"{self.grid.strategy} (add ddp, or remove grid.ddp_grad_dtype)"
+            )
+        zero = [st for st in self.grid.strategy if st != "ddp"]
+        for key in ("deepspeed", "deepspeed_preset"):
+            if getattr(self, key) is not None and not zero:
+                errors.append(
+                    f"{key}: applies to ZeRO runs only; grid.strategy is {self.grid.strategy} "
+                    "(add zero1, zero2 or zero3, or remove it)"
+                )
+        if "spread" in self.grid.placement and self.world_size < 2:
+            errors.append("grid.placement: 'spread' needs world_size >= 2")
+        if self.ranks_per_gpu == 2:
+            if self.world_size != 2:
+                errors.append(
+                    f"ranks_per_gpu: 2 (two ranks on one GPU) needs world_size 2, got "
+                    f"{self.world_size}: sharing a GPU is reported not to work cleanly beyond two "
+                    "ranks; allowed: world_size 2, or ranks_per_gpu 1"
+                )
+            if "spread" in self.grid.placement:
+                errors.append(
+                    "grid.placement: 'spread' puts the ranks on different nodes, but "
+                    "ranks_per_gpu 2 shares one GPU; allowed with ranks_per_gpu 2: 'pack'"
+                )
+        if errors:
+            raise ValueError("\n".join(errors))
+        return self
+
+    @property
+    def grid_links(self) -> list[str]:
+        return list(self.grid.link) if self.grid.link else list(self.links)
+
+    @property
+    def baseline(self) -> str:
+        return self.baseline_link or next(iter(self.links))
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def _allowed_keys(loc: tuple) -> list[str]:
+    model: type[BaseModel] = Grid if loc[:1] == ("grid",) else SweepSpec
+    return list(model.model_fields)
+
+
+def _format_error(err: dict) -> list[str]:
+    loc = tuple(err.get("loc", ()))
+    field = ".".join(str(p) for p in loc) or "(file)"
+    kind = err.get("type")
+    value = err.get("input")
+    if kind == "extra_forbidden":
+        return [f"{field}: unknown key; allowed keys here: {_allowed_keys(loc[:-1])}"]
+    if kind == "missing":
+        return [f"{field}: required key is missing"]
+    if kind == "literal_error":
+        allowed = err.get("ctx", {}).get("expected", "")
+        return [f"{field}: {value!r} is not allowed; allowed values: {allowed}"]
+    msg = err.get("msg", "invalid")
+    msg = msg.removeprefix("Value error, ")
+    if "\n" in msg:  # several cross-field problems in one validator
+        return msg.split("\n")
+    shown = "" if isinstance(value, dict) else f" (got {value!r})"
+    return [f"{field}: {msg}{shown}"]
+
+
+def parse_spec(data: Any, path: str | None = None) -> SweepSpec:
+    """Validate an already-loaded YAML document."""
+    if not isinstance(data, dict):
+        raise SpecError(
+            [f"the file must be a YAML mapping of keys, got {type(data).__name__}"], path
+        )
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as exc:
+        lines: list[str] = []
+        for err in exc.errors():
+            lines.extend(_format_error(err))
+        raise SpecError(lines, path) from None
+
+
+def load_spec(path: str | os.PathLike) -> SweepSpec:
+    """Read and validate a sweep file; raise :class:`SpecError` naming every problem."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError([f"cannot read the sweep file: {exc.strerror}"], str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError([f"not valid YAML: {exc}"], str(path)) from None
+    # A relative dataset path is relative to the sweep file, like an include would be.
+    if isinstance(data, dict) and isinstance(data.get("dataset"), str):
+        ds = data["dataset"]
+        if ds not in DATASETS_BY_NAME and not os.path.isabs(ds) and not os.path.exists(ds):
+            candidate = p.parent / ds
+            if candidate.exists():
+                data["dataset"] = str(candidate)
+    return parse_spec(data, str(path))
+
+
+ALLOWED = {
+    "strategy": list(get_args(Strategy)),
+    "placement": list(get_args(Placement)),
+    "offload": list(get_args(Offload)),
+    "model": list(get_args(ModelName)),
+    "precision": list(get_args(Precision)),
+    "overlap_comm": list(get_args(Overlap)),
+    "ddp_grad_dtype": list(get_args(GradDtype)),
+    "deepspeed_preset": list(get_args(Preset)),
+    "ranks_per_gpu": [1, 2],
+}
