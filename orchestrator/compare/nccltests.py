@@ -269,142 +269,203 @@ def _op_hint(line: str) -> tuple[str, str] | None:
     return None
 
 
-def parse_text(text: str, op: str | None = None, world_size: int | None = None) -> NcclTestsRun:
-    """nccl-tests' printed output -> rows; ``op``/``world_size``: what the caller knows (``--op``,
-    ``--world-size``) where the text does not say. NcclTestsError names the offending line."""
-    headers: list[_Header] = []
-    raw: list[tuple[_Header, int, dict, list[str], list[str]]] = []
-    ranks: dict[int, tuple[str, str]] = {}
-    avg = oob = version = nccl = None
-    hint: tuple[str, str] | None = None
-    headless = False
+@dataclass(frozen=True)
+class _TableRow:
+    """One printed row of a table, split into cells but not yet read as numbers."""
+
+    header: _Header
+    line: int
+    keys: dict  # size, count, type, redop, root as printed
+    out_of_place: list[str]
+    in_place: list[str]
+
+
+@dataclass
+class _Scan:
+    """What one pass over the text found: the tables, their rows and the facts around them."""
+
+    headers: list[_Header] = field(default_factory=list)
+    rows: list[_TableRow] = field(default_factory=list)
+    ranks: dict[int, tuple[str, str]] = field(default_factory=dict)  # rank -> (host, GPU)
+    avg_busbw_gbps: float | None = None
+    out_of_bounds: int | None = None
+    nccl_tests_version: str | None = None
+    nccl_version: str | None = None
+    op_hint: tuple[str, str] | None = (
+        None  # (binary, source): the op named last, for the next table
+    )
+    headless: bool = False  # the first table's header was cut off
+
+    def open_table(self, h: _Header) -> None:
+        h.op, h.op_source = self.op_hint if self.op_hint else (None, None)
+        self.headers.append(h)
+
+    @property
+    def ranks_complete(self) -> bool:
+        """Banners with a gap (an excerpt kept only some) count ranks they do not show."""
+        return sorted(self.ranks) == list(range(len(self.ranks)))
+
+
+def _scan_comment(line: str, n: int, scan: _Scan) -> None:
+    """A ``#`` line: a table's column header, a rank banner, a summary figure, a version, or the
+    ``Collective test starting/concluded`` line naming the op."""
+    h = _header(line.lstrip("#").split(), n)
+    if h is not None:
+        scan.open_table(h)
+    elif (m := _BANNER.match(line)) is not None:
+        scan.ranks[int(m.group(1))] = (m.group(2), m.group(3).strip())
+    elif (m := _AVG.match(line)) is not None:
+        scan.avg_busbw_gbps = _number(m.group(1), "Avg bus bandwidth", f"line {n}")
+    elif (m := _OOB.match(line)) is not None:
+        scan.out_of_bounds = int(m.group(1))
+    elif (m := _VERSION.match(line)) is not None:
+        scan.nccl_tests_version = m.group(1)
+    elif (found := _op_hint(line)) is not None and found[1] == "Collective test starting":
+        if "concluded" in line:  # names the table above it (the start may be cut off)
+            if scan.headers and scan.headers[-1].op is None:
+                scan.headers[-1].op, scan.headers[-1].op_source = found
+        else:
+            scan.op_hint = found
+
+
+def _scan_line(line: str, n: int, scan: _Scan) -> None:
+    """Any other line: a table row, or a line naming the NCCL version or the binary run."""
+    tokens = line.split()
+    if not scan.headers and _headless_row(tokens):  # header cut off (``tail``)
+        scan.open_table(_header(list(_LAYOUT_2_13), n))
+        scan.headless = True
+    if scan.headers and len(tokens) > 3 and tokens[0].isdigit() and tokens[1].isdigit():
+        keys, oop, inp = _row_cells(scan.headers[-1], tokens, f"line {n}")
+        scan.rows.append(_TableRow(scan.headers[-1], n, keys, oop, inp))
+        return
+    if (m := _NCCL_VERSION.search(line)) is not None and scan.nccl_version is None:
+        scan.nccl_version = m.group(1) or m.group(2)
+    if (found := _op_hint(line)) is not None and "NCCL INFO" not in line:
+        scan.op_hint = found
+
+
+def _scan(text: str) -> _Scan:
+    """Every line once, launcher prefixes stripped; NcclTestsError without a table or rows."""
+    scan = _Scan()
     for n, full in enumerate(text.splitlines(), start=1):
         line = _PREFIX.sub("", full, count=1).strip()
-        if not line:
-            continue
         if line.startswith("#"):
-            tokens = line.lstrip("#").split()
-            h = _header(tokens, n)
-            if h is not None:
-                h.op, h.op_source = hint if hint else (None, None)
-                headers.append(h)
-                continue
-            if (m := _BANNER.match(line)) is not None:
-                ranks[int(m.group(1))] = (m.group(2), m.group(3).strip())
-            elif (m := _AVG.match(line)) is not None:
-                avg = _number(m.group(1), "Avg bus bandwidth", f"line {n}")
-            elif (m := _OOB.match(line)) is not None:
-                oob = int(m.group(1))
-            elif (m := _VERSION.match(line)) is not None:
-                version = m.group(1)
-            elif (found := _op_hint(line)) is not None and found[1] == "Collective test starting":
-                if "concluded" in line:  # names the table above it (the start may be cut off)
-                    if headers and headers[-1].op is None:
-                        headers[-1].op, headers[-1].op_source = found
-                else:
-                    hint = found
-            continue
-        tokens = line.split()
-        if not headers and (headless := _headless_row(tokens)):  # header cut off (``tail``)
-            headers.append(_header(list(_LAYOUT_2_13), n))
-            headers[-1].op, headers[-1].op_source = hint if hint else (None, None)
-        if headers and len(tokens) > 3 and tokens[0].isdigit() and tokens[1].isdigit():
-            where = f"line {n}"
-            keys, oop, inp = _row_cells(headers[-1], tokens, where)
-            raw.append((headers[-1], n, keys, oop, inp))
-            continue
-        if (m := _NCCL_VERSION.search(line)) is not None and nccl is None:
-            nccl = m.group(1) or m.group(2)
-        if (found := _op_hint(line)) is not None and "NCCL INFO" not in line:
-            hint = found
-    if not headers:
+            _scan_comment(line, n, scan)
+        elif line:
+            _scan_line(line, n, scan)
+    if not scan.headers:
         raise NcclTestsError(
             "no nccl-tests table: expected a header line such as '#  size  count  type  redop  "
             "root  time  algbw  busbw  #wrong ...' (an nccl-tests *_perf output)"
         )
-    if not raw:
-        raise NcclTestsError(f"line {headers[-1].line}: a table header but no rows under it")
+    if not scan.rows:
+        raise NcclTestsError(f"line {scan.headers[-1].line}: a table header but no rows under it")
+    return scan
 
-    # banners with a gap (an excerpt kept only some) count ranks they do not show
-    complete = sorted(ranks) == list(range(len(ranks)))
+
+def _named_op(h: _Header, op: str | None) -> tuple[str, str]:
+    """The op the file names for this table; NcclTestsError where ``--op`` says another."""
+    found = op_from_binary(h.op)
+    if op is not None and canonical_op_or_error(op) != found:
+        raise NcclTestsError(
+            f"line {h.line}: the file names {h.op} ({h.op_source}); --op says {op}"
+        )
+    return found, h.op_source or ""
+
+
+def _inferred_op(h: _Header, inferred: OpInference, op: str | None) -> tuple[str, str]:
+    """The op a table that names none measured: ``--op`` where the table allows it, else the one
+    op its columns and figures leave; NcclTestsError otherwise."""
+    why = "; ".join(inferred.reasons) or "no redop, root or bus factor to go by"
+    if op is not None:
+        given = canonical_op_or_error(op)
+        if given not in inferred.ops:
+            left = ", ".join(inferred.ops) or "no collective"
+            raise NcclTestsError(f"line {h.line}: --op {op}, but the table fits {left} ({why})")
+        return given, "--op"
+    if inferred.op is not None:
+        return inferred.op, "columns and figures"
+    left = " and ".join(inferred.ops) or "no collective"
+    raise NcclTestsError(
+        f"line {h.line}: the file does not name its collective (no '# Collective test "
+        f"starting: X_perf' line, no X_perf command line) and its table fits {left} "
+        f"({why}); pass --op"
+    )
+
+
+def _table_ops(scan: _Scan, op: str | None, world_size: int | None) -> dict[int, tuple[str, str]]:
+    """Each table's op and where it came from, by its header's line."""
     ops: dict[int, tuple[str, str]] = {}
-    for h in headers:
+    for h in scan.headers:
         if h.op is not None:
-            found = op_from_binary(h.op)
-            if op is not None and canonical_op_or_error(op) != found:
-                raise NcclTestsError(
-                    f"line {h.line}: the file names {h.op} ({h.op_source}); --op says {op}"
-                )
-            ops[h.line] = (found, h.op_source or "")
+            ops[h.line] = _named_op(h, op)
             continue
-        table = [_inference_cells(h, n, k, oop, inp) for hh, n, k, oop, inp in raw if hh is h]
+        table = [
+            _inference_cells(h, r.line, r.keys, r.out_of_place, r.in_place)
+            for r in scan.rows
+            if r.header is h
+        ]
         # a --world-size at odds with the figures is refused below, naming both counts
-        known = len(ranks) if ranks and complete else None if op else world_size
-        inferred = infer_op(h.keys, table, known)
-        why = "; ".join(inferred.reasons) or "no redop, root or bus factor to go by"
-        if op is not None:
-            given = canonical_op_or_error(op)
-            if given not in inferred.ops:
-                left = ", ".join(inferred.ops) or "no collective"
-                raise NcclTestsError(f"line {h.line}: --op {op}, but the table fits {left} ({why})")
-            ops[h.line] = (given, "--op")
-        elif inferred.op is not None:
-            ops[h.line] = (inferred.op, "columns and figures")
-        else:
-            left = " and ".join(inferred.ops) or "no collective"
-            raise NcclTestsError(
-                f"line {h.line}: the file does not name its collective (no '# Collective test "
-                f"starting: X_perf' line, no X_perf command line) and its table fits {left} "
-                f"({why}); pass --op"
-            )
+        known = (
+            len(scan.ranks) if scan.ranks and scan.ranks_complete else None if op else world_size
+        )
+        ops[h.line] = _inferred_op(h, infer_op(h.keys, table, known), op)
+    return ops
 
+
+def _text_rows(table_rows: list[_TableRow], ops: dict[int, tuple[str, str]]) -> list[NcclTestsRow]:
+    """Each printed row as two rows (out-of-place, in-place), counting repeats of a size."""
     rows: list[NcclTestsRow] = []
     seen: dict[tuple, int] = {}
-    for h, n, keys, oop, inp in raw:
-        where = f"line {n}"
-        the_op = ops[h.line][0]
-        size = int(keys["size"])
-        count = int(keys["count"])
-        redop = keys.get("redop")
-        root = keys.get("root")
-        for in_place, cells in ((False, oop), (True, inp)):
-            values = _placement(h, cells, where)
+    for r in table_rows:
+        the_op = ops[r.header.line][0]
+        size = int(r.keys["size"])
+        redop, root = r.keys.get("redop"), r.keys.get("root")
+        for in_place, cells in ((False, r.out_of_place), (True, r.in_place)):
+            values = _placement(r.header, cells, f"line {r.line}")
             k = (the_op, size, in_place)
             rows.append(
                 NcclTestsRow(
                     op=the_op,
                     msg_bytes=size,
-                    count=count,
-                    dtype=keys["type"],
+                    count=int(r.keys["count"]),
+                    dtype=r.keys["type"],
                     redop=None if redop in (None, "none") else redop,
                     root=None if root in (None, "-1") else int(root),
                     in_place=in_place,
-                    line=n,
+                    line=r.line,
                     repeat=seen.get(k, 0),
                     **values,
                 )
             )
             seen[k] = seen.get(k, 0) + 1
+    return rows
 
-    layout = "#wrong" if "#wrong" in headers[0].group else "error"
-    sources = {s for _, s in ops.values()}
+
+def parse_text(text: str, op: str | None = None, world_size: int | None = None) -> NcclTestsRun:
+    """nccl-tests' printed output -> rows; ``op``/``world_size``: what the caller knows (``--op``,
+    ``--world-size``) where the text does not say. NcclTestsError names the offending line."""
+    scan = _scan(text)
+    ops = _table_ops(scan, op, world_size)
+    rows = _text_rows(scan.rows, ops)
+    first = scan.headers[0]
     world, world_src = world_size, "--world-size" if world_size else None
-    if ranks and complete:
-        world, world_src = agree_world_size(world_size, len(ranks), "rank banners")
+    if scan.ranks and scan.ranks_complete:
+        world, world_src = agree_world_size(world_size, len(scan.ranks), "rank banners")
     run = NcclTestsRun(
         rows=tuple(rows),
-        layout=layout,
-        op_source=", ".join(sorted(sources)),
+        layout="#wrong" if "#wrong" in first.group else "error",
+        op_source=", ".join(sorted({source for _, source in ops.values()})),
         world_size=world,
         world_size_source=world_src,
-        hosts=tuple(dict.fromkeys(h for h, _ in ranks.values())),
-        gpus=tuple(dict.fromkeys(g for _, g in ranks.values())),
-        avg_busbw_gbps=avg,
-        out_of_bounds=oob,
-        nccl_tests_version=version,
-        nccl_version=nccl,
-        time_kind="cputime" if "cputime" in headers[0].group else "time",
-        notes=("no column header: read as the 2.13+ layout",) if headless else (),
+        hosts=tuple(dict.fromkeys(host for host, _ in scan.ranks.values())),
+        gpus=tuple(dict.fromkeys(gpu for _, gpu in scan.ranks.values())),
+        avg_busbw_gbps=scan.avg_busbw_gbps,
+        out_of_bounds=scan.out_of_bounds,
+        nccl_tests_version=scan.nccl_tests_version,
+        nccl_version=scan.nccl_version,
+        time_kind="cputime" if "cputime" in first.group else "time",
+        notes=("no column header: read as the 2.13+ layout",) if scan.headless else (),
     )
     return checked_world_size(run)
 

@@ -39,34 +39,26 @@ def _json_number(value, what: str, where: str) -> float | None:
     return float(value)
 
 
-def parse_json(text: str, op: str | None = None, world_size: int | None = None) -> NcclTestsRun:
-    """nccl-tests' ``-J`` JSON -> rows (same rules as :func:`parse_text`)."""
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise NcclTestsError(f"not JSON: {exc}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
-        raise NcclTestsError("JSON without a 'results' list: not an nccl-tests -J file")
-    args = doc.get("args") or []
+def _json_op(args: list, op: str | None) -> tuple[str, str]:
+    """The op from the binary in ``args`` (argv), else ``--op``; refused where they disagree."""
     binary = next((a for a in args[:1] if isinstance(a, str) and BINARY_RE.search(a)), None)
     if binary is not None:
-        the_op, op_source = op_from_binary(binary.rsplit("/", 1)[-1]), "json args"
+        the_op = op_from_binary(binary.rsplit("/", 1)[-1])
         if op is not None and canonical_op_or_error(op) != the_op:
             raise NcclTestsError(f"the file ran {binary}; --op says {op}")
-    elif op is not None:
-        the_op, op_source = canonical_op_or_error(op), "--op"
-    else:
-        raise NcclTestsError("the JSON's args name no *_perf binary; pass --op")
-    config = doc.get("config") or {}
-    devices = config.get("devices") or []
-    per_process = int(config.get("nthreads") or 1) * int(config.get("ngpus") or 1)
-    world, world_src = world_size, "--world-size" if world_size else None
-    if devices:
-        world, world_src = agree_world_size(world_size, len(devices) * per_process, "json devices")
+        return the_op, "json args"
+    if op is not None:
+        return canonical_op_or_error(op), "--op"
+    raise NcclTestsError("the JSON's args name no *_perf binary; pass --op")
+
+
+def _json_rows(results: list, the_op: str) -> tuple[list[NcclTestsRow], bool]:
+    """Each result's out-of-place and in-place figures as rows, and whether any time was
+    ``cpu_time`` (``-C 1``)."""
     rows: list[NcclTestsRow] = []
     seen: dict[tuple, int] = {}
     cputime = False
-    for i, res in enumerate(doc["results"]):
+    for i, res in enumerate(results):
         where = f"results[{i}]"
         if not isinstance(res, dict) or "size" not in res:
             raise NcclTestsError(f"{where}: not a result object with a size")
@@ -98,23 +90,49 @@ def parse_json(text: str, op: str | None = None, world_size: int | None = None) 
                 )
             )
             seen[k] = seen.get(k, 0) + 1
+    return rows, cputime
+
+
+def _json_avg_busbw(doc: dict) -> object:
+    """``average_bus_bandwidth.bandwidth`` as written (spelt ``bandwidith`` before 85ca91d)."""
+    avg_obj = doc.get("average_bus_bandwidth") or doc.get("average_bus_bandwidith") or {}
+    return (
+        avg_obj.get("bandwidth", avg_obj.get("bandwidith")) if isinstance(avg_obj, dict) else None
+    )
+
+
+def parse_json(text: str, op: str | None = None, world_size: int | None = None) -> NcclTestsRun:
+    """nccl-tests' ``-J`` JSON -> rows (same rules as :func:`parse_text`)."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise NcclTestsError(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise NcclTestsError("JSON without a 'results' list: not an nccl-tests -J file")
+    the_op, op_source = _json_op(doc.get("args") or [], op)
+    config = doc.get("config") or {}
+    devices = config.get("devices") or []
+    per_process = int(config.get("nthreads") or 1) * int(config.get("ngpus") or 1)
+    world, world_src = world_size, "--world-size" if world_size else None
+    if devices:
+        world, world_src = agree_world_size(world_size, len(devices) * per_process, "json devices")
+    rows, cputime = _json_rows(doc["results"], the_op)
     if not rows:
         raise NcclTestsError("the JSON's 'results' list holds no measurements")
-    avg_obj = doc.get("average_bus_bandwidth") or doc.get("average_bus_bandwidith") or {}
-    avg = avg_obj.get("bandwidth", avg_obj.get("bandwidith")) if isinstance(avg_obj, dict) else None
     oob = (doc.get("out_of_bounds") or {}).get("count")
-    hosts = tuple(dict.fromkeys(str(d.get("hostname")) for d in devices if isinstance(d, dict)))
-    gpus = tuple(dict.fromkeys(str(d.get("device_info")) for d in devices if isinstance(d, dict)))
     nccl = doc.get("nccl_version")
+    device_dicts = [d for d in devices if isinstance(d, dict)]
     run = NcclTestsRun(
         rows=tuple(rows),
         layout="json",
         op_source=op_source,
         world_size=world,
         world_size_source=world_src,
-        hosts=hosts,
-        gpus=gpus,
-        avg_busbw_gbps=_json_number(avg, "average bus bandwidth", "average_bus_bandwidth"),
+        hosts=tuple(dict.fromkeys(str(d.get("hostname")) for d in device_dicts)),
+        gpus=tuple(dict.fromkeys(str(d.get("device_info")) for d in device_dicts)),
+        avg_busbw_gbps=_json_number(
+            _json_avg_busbw(doc), "average bus bandwidth", "average_bus_bandwidth"
+        ),
         out_of_bounds=None if oob is None else int(oob),
         nccl_tests_version=None,
         nccl_version=None if nccl is None else str(nccl),
