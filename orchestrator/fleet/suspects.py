@@ -1,5 +1,7 @@
 """The fleet check's verdict: which nodes and which pairs are suspects, and why. Pure.
 
+One job: the suspect rule, from measured figures to verdicts with their reasons.
+
 The rule, for users and with its reasons, is ``docs/fleet.md`` ("How suspects are decided"); in
 short, per check:
 
@@ -226,19 +228,22 @@ def _names(xs: Collection[str]) -> str:
     return ", ".join(sorted(xs))
 
 
-def _inter_link(
-    link: str,
-    nodes: Sequence[str],
-    measured: Mapping[tuple[str, str], Value],
-    rule: Rule,
-    reasons: dict[str, list[str]],
-    notes: list[str],
-    bounds: dict[tuple[str, str | None], Bound],
-) -> dict[tuple[str, str], tuple[bool, str | None]]:
-    """Node reasons from one link's pairs (into ``reasons``); per pair (slow, its why)."""
+PairBusbw = dict[tuple[str, str], tuple[float, str | None]]
+"""(node_a, node_b) -> (busbw, error): a failed pair counts 0.0 and carries its error."""
+Partners = dict[str, list[tuple[str, float, bool]]]
+"""node -> (partner, busbw, failed) for each pair it is in."""
+PairSlow = dict[tuple[str, str], tuple[bool, str | None]]
+"""(node_a, node_b) -> (slow, why)."""
+
+
+def _link_pairs(
+    link: str, nodes: Sequence[str], measured: Mapping[tuple[str, str], Value]
+) -> tuple[PairBusbw, Partners]:
+    """One link's pairs by pair and by node; ValueError for a pair naming an unknown node, a
+    self-pair or a pair given twice."""
     known = set(nodes)
-    busbw: dict[tuple[str, str], tuple[float, str | None]] = {}  # failed: 0.0 and its error
-    by_node: dict[str, list[tuple[str, float, bool]]] = {}  # node -> (partner, busbw, failed)
+    busbw: PairBusbw = {}
+    partners: Partners = {}
     seen: set[frozenset[str]] = set()
     for (a, b), v in measured.items():
         for x in (a, b):
@@ -249,41 +254,46 @@ def _inter_link(
         seen.add(frozenset((a, b)))
         err = error_of(v)
         busbw[(a, b)] = (0.0 if err is not None else float(v), err)  # type: ignore[arg-type]
-        by_node.setdefault(a, []).append((b, busbw[(a, b)][0], err is not None))
-        by_node.setdefault(b, []).append((a, busbw[(a, b)][0], err is not None))
-    failed_why = {k: f"all_reduce failed: {err}" for k, (_, err) in busbw.items() if err}
-    if len(by_node) < MIN_TO_COMPARE:
-        notes.append(
-            f"link {link}: only {len(by_node)} nodes in pairs: a slow pair has nothing to be "
-            "compared with and cannot be attributed to either node (compute probe and health "
-            "still judge each node)"
-        )
-        return {k: (k in failed_why, failed_why.get(k)) for k in busbw}
-    scores = {n: upper_median([x for _, x, _ in ps]) for n, ps in by_node.items()}
-    bound = fleet_bound(list(scores.values()), rule)
-    bounds[("inter", link)] = bound
-    out: dict[tuple[str, str], tuple[bool, str | None]] = {}
-    for k, (x, _) in busbw.items():
-        if k in failed_why:
-            out[k] = (True, failed_why[k])
-        elif bound.low(x):
-            out[k] = (True, bound.below_text("busbw", x, "GB/s", f" on link {link}"))
-        else:
-            out[k] = (False, None)
-    # nodes with min_partners partners or more first: a node with fewer is named only when its
-    # slow pairs are not explained by a partner already named (sample:K gives odd fleets byes)
+        partners.setdefault(a, []).append((b, busbw[(a, b)][0], err is not None))
+        partners.setdefault(b, []).append((a, busbw[(a, b)][0], err is not None))
+    return busbw, partners
+
+
+def _leave_one_out(
+    node: str, scores: Mapping[str, float], busbw: PairBusbw, bound: Bound, rule: Rule
+) -> tuple[Bound, Bound]:
+    """The references ``node`` is judged against, itself left out: its score against the other
+    nodes' scores, its pairs against the pairs it is not in (``bound`` where nothing is left).
+    With 4 nodes one bad node and one noisy pair (which drags two healthy scores) would
+    otherwise widen the MAD past the bad node itself; and on a noisy network a healthy node's
+    pairs scatter like everyone's."""
+    rest = [v for m, v in scores.items() if m != node]
+    score_bound = fleet_bound(rest, rule) if rest else bound
+    others = [x for k, (x, err) in busbw.items() if node not in k and err is None]
+    pair_bound = fleet_bound(others, rule) if others else bound
+    return score_bound, pair_bound
+
+
+def _name_slow_nodes(
+    link: str,
+    partners: Partners,
+    busbw: PairBusbw,
+    scores: Mapping[str, float],
+    bound: Bound,
+    rule: Rule,
+    reasons: dict[str, list[str]],
+    pair_slow: PairSlow,
+) -> None:
+    """Each node whose score is low and that is slow with most of its partners gets a reason
+    (into ``reasons``); its slow pairs are slow, whatever the fleet-wide bound says (into
+    ``pair_slow``). Nodes with min_partners partners or more first: a node with fewer is named
+    only when its slow pairs are not explained by a partner already named (sample:K gives odd
+    fleets byes)."""
     named: set[str] = set()
-    order = sorted(by_node, key=lambda n: len(by_node[n]) < rule.min_partners)
+    order = sorted(partners, key=lambda n: len(partners[n]) < rule.min_partners)
     for n in order:
-        ps = by_node[n]
-        # leave the node out: its score against the other nodes' scores, its pairs against the
-        # pairs it is not in. With 4 nodes one bad node and one noisy pair (which drags two
-        # healthy scores) would otherwise widen the MAD past the bad node itself; and on a
-        # noisy network a healthy node's pairs scatter like everyone's.
-        rest = [v for m, v in scores.items() if m != n]
-        score_bound = fleet_bound(rest, rule) if rest else bound
-        others = [x for k, (x, err) in busbw.items() if n not in k and err is None]
-        loo = fleet_bound(others, rule) if others else bound
+        ps = partners[n]
+        score_bound, loo = _leave_one_out(n, scores, busbw, bound, rule)
         slow = [p for p, x, failed in ps if failed or loo.low(x)]
         few = len(ps) < rule.min_partners
         most = len(slow) * 2 > len(ps) and len(slow) >= min(rule.min_partners, len(ps))
@@ -299,18 +309,51 @@ def _inter_link(
         reasons[n].append(
             what + "; " + score_bound.below_text("its median busbw", scores[n], "GB/s")
         )
-        for p, x, f in ps:  # its slow pairs are slow, whatever the fleet-wide bound says
-            k = (n, p) if (n, p) in out else (p, n)
-            if not f and loo.low(x) and not out[k][0]:
-                out[k] = (True, loo.below_text("busbw", x, "GB/s", f" on link {link}"))
-    lonely = sorted(n for n, ps in by_node.items() if len(ps) < rule.min_partners)
+        for p, x, f in ps:
+            k = (n, p) if (n, p) in pair_slow else (p, n)
+            if not f and loo.low(x) and not pair_slow[k][0]:
+                pair_slow[k] = (True, loo.below_text("busbw", x, "GB/s", f" on link {link}"))
+
+
+def _inter_link(
+    link: str,
+    nodes: Sequence[str],
+    measured: Mapping[tuple[str, str], Value],
+    rule: Rule,
+    reasons: dict[str, list[str]],
+    notes: list[str],
+    bounds: dict[tuple[str, str | None], Bound],
+) -> PairSlow:
+    """Node reasons from one link's pairs (into ``reasons``); per pair (slow, its why)."""
+    busbw, partners = _link_pairs(link, nodes, measured)
+    failed_why = {k: f"all_reduce failed: {err}" for k, (_, err) in busbw.items() if err}
+    if len(partners) < MIN_TO_COMPARE:
+        notes.append(
+            f"link {link}: only {len(partners)} nodes in pairs: a slow pair has nothing to be "
+            "compared with and cannot be attributed to either node (compute probe and health "
+            "still judge each node)"
+        )
+        return {k: (k in failed_why, failed_why.get(k)) for k in busbw}
+    scores = {n: upper_median([x for _, x, _ in ps]) for n, ps in partners.items()}
+    bound = fleet_bound(list(scores.values()), rule)
+    bounds[("inter", link)] = bound
+    pair_slow: PairSlow = {}
+    for k, (x, _) in busbw.items():
+        if k in failed_why:
+            pair_slow[k] = (True, failed_why[k])
+        elif bound.low(x):
+            pair_slow[k] = (True, bound.below_text("busbw", x, "GB/s", f" on link {link}"))
+        else:
+            pair_slow[k] = (False, None)
+    _name_slow_nodes(link, partners, busbw, scores, bound, rule, reasons, pair_slow)
+    lonely = sorted(n for n, ps in partners.items() if len(ps) < rule.min_partners)
     if lonely:
         notes.append(
             f"link {link}: {_names(lonely)} measured with fewer than {rule.min_partners} partners: "
             "a slow pair there names such a node unless its partner is already a suspect "
             "(--pairs all, or a larger sample:K, tells them apart)"
         )
-    return out
+    return pair_slow
 
 
 def _node_check(

@@ -16,6 +16,7 @@ from orchestrator.fleet.suspects import (
     CPU_REL,
     Failed,
     Rule,
+    _leave_one_out,
     bound_of,
     default_rule,
     fleet_bound,
@@ -500,3 +501,18 @@ def test_of_two_nodes_the_slower_is_named_only_at_a_quarter_of_the_other_or_less
     assert any("unless 4x slower than the other" in n for n in intra.notes)
     no_floor = _judge(["a", "b"], {}, compute={"a": 1.0, "b": 100.0}, rule=Rule(floor=0.0))
     assert no_floor.suspect_nodes() == []
+
+
+def test_a_node_is_judged_against_references_it_is_left_out_of():
+    """_leave_one_out: n0's own slow pairs and score are in neither of its references; with no
+    other node and no other pair left, the fleet-wide bound stands in."""
+    rule = default_rule(gpu_fleet=False)
+    busbw = {("n0", "n1"): (0.01, None), ("n0", "n2"): (0.01, None), ("n1", "n2"): (0.05, None)}
+    scores = {"n0": 0.01, "n1": 0.05, "n2": 0.05}
+    fleet = fleet_bound(list(scores.values()), rule)
+    score_bound, pair_bound = _leave_one_out("n0", scores, busbw, fleet, rule)
+    assert (score_bound.median, score_bound.n) == (0.05, 2)
+    assert (pair_bound.median, pair_bound.n) == (0.05, 1)
+    assert score_bound.low(0.01) and pair_bound.low(0.01)
+    failed_rest = {("n0", "n1"): (0.0, "timeout")}
+    assert _leave_one_out("n0", {"n0": 0.0}, failed_rest, fleet, rule) == (fleet, fleet)
