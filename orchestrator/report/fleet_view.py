@@ -24,6 +24,7 @@ import base64
 import datetime as dt
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.fleet.summary import (
@@ -62,23 +63,11 @@ def plot_heatmap(nodes: Sequence[dict], pairs: Sequence[dict], link: str) -> tup
         return None, f"No pair was measured on link {link}."
     import matplotlib
     import numpy as np
-    from matplotlib.patches import Rectangle
 
-    labels = node_labels(nodes)
-    ids = [str(n.get("node_id")) for n in nodes]
-    suspect = {str(n.get("node_id")) for n in nodes if n.get("suspect")}
+    ids = [str(node.get("node_id")) for node in nodes]
+    suspects = {str(node.get("node_id")) for node in nodes if node.get("suspect")}
     n = len(ids)
-    values = np.full((n, n), np.nan)
-    for r, a in enumerate(ids):
-        for c, b in enumerate(ids):
-            p = cells.get((a, b))
-            if (
-                a != b
-                and p is not None
-                and p.get("status") == "ok"
-                and p.get("busbw_gbps") is not None
-            ):
-                values[r, c] = float(p["busbw_gbps"])
+    values = _busbw_matrix(ids, cells)
     side = min(2.2 + 0.75 * n, 14.0)
     with matplotlib.rc_context(RC):
         fig = new_figure(side + 1.6, side)
@@ -95,70 +84,116 @@ def plot_heatmap(nodes: Sequence[dict], pairs: Sequence[dict], link: str) -> tup
         )
         if finite.size:  # no inter-node value measured ok: a colour bar would mean nothing
             fig.colorbar(im, ax=ax, shrink=0.8, label="inter-node busbw (GB/s)")
-        size = max(6.0, 10.5 - 0.25 * n) if n <= MAX_ANNOTATED else 0.0
-
-        def say(c: int, r: int, text: str, **kw) -> None:
-            if size:
-                ax.text(c, r, text, ha="center", va="center", fontsize=size, **kw)
-
+        font_size = max(6.0, 10.5 - 0.25 * n) if n <= MAX_ANNOTATED else 0.0
         for r, a in enumerate(ids):
             for c, b in enumerate(ids):
-                p = cells.get((a, b))
-                box = {"xy": (c - 0.5, r - 0.5), "width": 1, "height": 1}
-                if a == b:  # intra-node: neutral background, the number in brackets
-                    ax.add_patch(Rectangle(**box, facecolor=DIAGONAL_FACE, edgecolor="white"))
-                    if p is not None:
-                        bad = p.get("status") == "failed"
-                        say(
-                            c, r, "FAIL" if bad else f"[{_num(p)}]", style="italic", color="#4a5568"
-                        )
-                elif p is None:
-                    say(c, r, "–", color="#7f7f7f")
-                elif p.get("status") == "failed":
-                    ax.add_patch(
-                        Rectangle(
-                            **box, facecolor="white", edgecolor="#e6a3a3", hatch="xx", linewidth=0
-                        )
-                    )
-                    plate = {"facecolor": "white", "edgecolor": "none", "pad": 1.5}
-                    say(c, r, "FAIL", color=SLOW_EDGE, weight="bold", bbox=plate)
-                elif np.isfinite(values[r, c]):
-                    is_slow = bool(p.get("slow"))
-                    if is_slow:
-                        ax.add_patch(
-                            Rectangle(**box, fill=False, edgecolor=SLOW_EDGE, linewidth=2.5)
-                        )
-                    dark = values[r, c] < 0.55 * (hi if hi > 0 else 1.0)
-                    text = _num(p) + ("*" if is_slow else "")
-                    say(
-                        c,
-                        r,
-                        text,
-                        color="white" if dark else "black",
-                        weight="bold" if is_slow else "normal",
-                    )
-        ticks = [labels[i] + (" (!)" if i in suspect else "") for i in ids]
-        ax.set_xticks(range(n))
-        ax.set_yticks(range(n))
-        ax.set_xticklabels(ticks, rotation=35 if n > 2 else 0, ha="right" if n > 2 else "center")
-        ax.set_yticklabels(ticks)
-        for tick, i in zip([*ax.get_xticklabels(), *ax.get_yticklabels()], ids + ids, strict=True):
-            if i in suspect:
-                tick.set_color(SLOW_EDGE)
-                tick.set_fontweight("bold")
-        ax.set_xlim(-0.5, n - 0.5)
-        ax.set_ylim(n - 0.5, -0.5)
-        for s in ax.spines.values():
-            s.set_visible(False)
+                cell = _HeatmapCell(ax, r, c, font_size)
+                _draw_cell(cell, cells.get((a, b)), a == b, values[r, c], hi)
+        _label_nodes(ax, ids, node_labels(nodes), suspects)
         ax.set_title(f"link {link}: all_reduce busbw at {msg_size(pairs, link)} (GB/s)")
+    return fig, heatmap_caption(link, cells, lo, hi, bool(finite.size))
+
+
+def _busbw_matrix(ids: Sequence[str], cells: dict[tuple[str, str], dict]) -> Any:
+    """node x node inter-node busbw (GB/s) of the pairs measured ok; NaN elsewhere and on the
+    diagonal (intra-node, left out of the colour scale)."""
+    import numpy as np
+
+    values = np.full((len(ids), len(ids)), np.nan)
+    for r, a in enumerate(ids):
+        for c, b in enumerate(ids):
+            p = cells.get((a, b))
+            if (
+                a != b
+                and p is not None
+                and p.get("status") == "ok"
+                and p.get("busbw_gbps") is not None
+            ):
+                values[r, c] = float(p["busbw_gbps"])
+    return values
+
+
+@dataclass(frozen=True)
+class _HeatmapCell:
+    """Where one cell is drawn: its axes, row and column, and the font size of its text (0: too
+    many nodes for numbers)."""
+
+    ax: Any
+    row: int
+    col: int
+    font_size: float
+
+    def box(self, **kw):
+        from matplotlib.patches import Rectangle
+
+        self.ax.add_patch(Rectangle((self.col - 0.5, self.row - 0.5), 1, 1, **kw))
+
+    def say(self, text: str, **kw) -> None:
+        if self.font_size:
+            self.ax.text(
+                self.col, self.row, text, ha="center", va="center", fontsize=self.font_size, **kw
+            )
+
+
+def _draw_cell(cell: _HeatmapCell, p: dict | None, diagonal: bool, value: float, hi: float) -> None:
+    """One cell: intra-node in brackets on a neutral background, not measured as a dash, failed
+    hatched with FAIL, slow outlined in red with a star."""
+    import math
+
+    if diagonal:
+        cell.box(facecolor=DIAGONAL_FACE, edgecolor="white")
+        if p is not None:
+            bad = p.get("status") == "failed"
+            cell.say("FAIL" if bad else f"[{_num(p)}]", style="italic", color="#4a5568")
+    elif p is None:
+        cell.say("–", color="#7f7f7f")
+    elif p.get("status") == "failed":
+        cell.box(facecolor="white", edgecolor="#e6a3a3", hatch="xx", linewidth=0)
+        plate = {"facecolor": "white", "edgecolor": "none", "pad": 1.5}
+        cell.say("FAIL", color=SLOW_EDGE, weight="bold", bbox=plate)
+    elif math.isfinite(value):
+        is_slow = bool(p.get("slow"))
+        if is_slow:
+            cell.box(fill=False, edgecolor=SLOW_EDGE, linewidth=2.5)
+        dark = value < 0.55 * (hi if hi > 0 else 1.0)
+        cell.say(
+            _num(p) + ("*" if is_slow else ""),
+            color="white" if dark else "black",
+            weight="bold" if is_slow else "normal",
+        )
+
+
+def _label_nodes(ax, ids: Sequence[str], labels: dict[str, str], suspect: set[str]) -> None:
+    """Both axes ticked with the node labels, suspects marked (!) in bold red; no spines."""
+    n = len(ids)
+    ticks = [labels[i] + (" (!)" if i in suspect else "") for i in ids]
+    ax.set_xticks(range(n))
+    ax.set_yticks(range(n))
+    ax.set_xticklabels(ticks, rotation=35 if n > 2 else 0, ha="right" if n > 2 else "center")
+    ax.set_yticklabels(ticks)
+    for tick, i in zip([*ax.get_xticklabels(), *ax.get_yticklabels()], [*ids, *ids], strict=True):
+        if i in suspect:
+            tick.set_color(SLOW_EDGE)
+            tick.set_fontweight("bold")
+    ax.set_xlim(-0.5, n - 0.5)
+    ax.set_ylim(n - 0.5, -0.5)
+    for s in ax.spines.values():
+        s.set_visible(False)
+
+
+def heatmap_caption(
+    link: str, cells: dict[tuple[str, str], dict], lo: float, hi: float, coloured: bool
+) -> str:
+    """What the heatmap shows, with its colour range (``lo``..``hi`` GB/s, when any pair was
+    measured ok: ``coloured``) and the counts of slow and failed pairs."""
     slow = sum(1 for k, p in cells.items() if k[0] < k[1] and p.get("slow"))
     failed = sum(1 for k, p in cells.items() if k[0] < k[1] and p.get("status") == "failed")
-    caption = (
+    return (
         f"Link {link}: each off-diagonal cell is the inter-node all_reduce busbw of the pair "
         f"(row, column), GB/s (1 GB = 1e9 B), "
         + (
             f"colour from 0 to the fleet's best {sig3(hi)} GB/s (lowest {sig3(lo)}). "
-            if finite.size
+            if coloured
             else "none measured ok. "
         )
         + "The diagonal is each node's intra-node busbw "
@@ -166,7 +201,6 @@ def plot_heatmap(nodes: Sequence[dict], pairs: Sequence[dict], link: str) -> tup
         f"hardware. Red outline and *: slow (below the suspect rule's bound), {slow} pair(s); "
         f"hatched FAIL: failed, {failed}; grey –: not measured; (!) in red: a suspect node."
     )
-    return fig, caption
 
 
 def _num(p: dict) -> str:
@@ -247,17 +281,10 @@ def _json_block(title: str, value: Any) -> str:
     return f"<h3>{esc(title)}</h3><pre>{esc(text)}</pre>"
 
 
-def render_fleet_html(
-    check: dict,
-    nodes: Sequence[dict],
-    pairs: Sequence[dict],
-    rounds: Sequence[dict],
-    suspects: Sequence[dict],
+def _heatmaps_html(
+    nodes: Sequence[dict], pairs: Sequence[dict], links: Sequence[str]
 ) -> tuple[str, dict[str, bytes]]:
-    """(the page, {``fleet_heatmap_<link>.png``: PNG bytes}) of one fleet check."""
-    fid = check.get("fleet_id")
-    labels = node_labels(nodes)
-    links = link_names(check, pairs)
+    """One heatmap per link, embedded (or why there is none), and the PNGs by file name."""
     pngs: dict[str, bytes] = {}
     figures = []
     for link in links:
@@ -268,11 +295,18 @@ def render_fleet_html(
         name = heatmap_png_name(link)
         pngs[name] = figure_png(fig)
         figures.append(f"<h3>link {esc(link)}</h3>" + _img(name, pngs[name], caption))
+    return "".join(figures), pngs
+
+
+def _verdict_box(check: dict, nodes: Sequence[dict], suspects: Sequence[dict]) -> str:
+    """The page's first word: the suspects and how to exclude them, no suspect, or no verdict;
+    and the error the check stopped with."""
     if suspects:
         box = (
             f"<div class='warn'><b>{len(suspects)} suspect(s)</b>: exclude them from a sweep with "
-            f"<code>{esc(EXCLUDE_HINT.format(fleet_id=fid))}</code>, or list them under "
-            "<code>exclude_nodes:</code> in the sweep file (node id, IP or hostname).</div>"
+            f"<code>{esc(EXCLUDE_HINT.format(fleet_id=check.get('fleet_id')))}</code>, or list "
+            "them under <code>exclude_nodes:</code> in the sweep file (node id, IP or "
+            "hostname).</div>"
         )
     elif judged(check):
         box = f"<div class='ok'>No suspect among {len(nodes)} node(s).</div>"
@@ -283,46 +317,81 @@ def render_fleet_html(
         )
     if check.get("error"):
         box += missing(f"The check stopped with an error: {check['error']}")
-    cols, rows = node_rows(nodes, pairs, links)
+    return box
+
+
+def _notes_html(check: dict, labels: dict[str, str]) -> str:
+    """The rule's notes (what it could not judge), node ids written as labels."""
     notes = json_value(check.get("notes"))
-    labels = node_labels(nodes)
     note_items = notes if isinstance(notes, list) else ([notes] if notes else [])
-    notes_html = (
+    if not note_items:
+        return "<p class='note'>None: the rule judged every node and pair.</p>"
+    return (
         "<ul>"
         + "".join(
             f"<li>{esc(labelled(n, labels) if isinstance(n, str) else fmt_value('', n))}</li>"
             for n in note_items
         )
         + "</ul>"
-        if note_items
-        else "<p class='note'>None: the rule judged every node and pair.</p>"
     )
+
+
+def _provenance_html(check: dict) -> str:
+    return (
+        _kv([(k, fmt_value(k, check.get(k))) for k in PROVENANCE if check.get(k) is not None])
+        + _json_block("links", check.get("links"))
+        + _json_block("suspect rule", check.get("rule"))
+        + _json_block("versions", check.get("versions"))
+        + _json_block("skipped nodes", check.get("skipped_nodes"))
+    )
+
+
+def render_fleet_html(
+    check: dict,
+    nodes: Sequence[dict],
+    pairs: Sequence[dict],
+    rounds: Sequence[dict],
+    suspects: Sequence[dict],
+) -> tuple[str, dict[str, bytes]]:
+    """(the page, {``fleet_heatmap_<link>.png``: PNG bytes}) of one fleet check."""
+    labels = node_labels(nodes)
+    links = link_names(check, pairs)
+    heatmaps, pngs = _heatmaps_html(nodes, pairs, links)
+    cols, rows = node_rows(nodes, pairs, links)
     summary = [tuple(line.split(": ", 1)) for line in header_lines(check, nodes, pairs, rounds)]
     sections = [
-        ("summary", "What was checked", _kv(summary) + "<h3>Notes</h3>" + notes_html),
-        ("heatmaps", "Node x node busbw", "".join(figures) or missing("No link was checked.")),
+        ("summary", "What was checked",
+         _kv(summary) + "<h3>Notes</h3>" + _notes_html(check, labels)),
+        ("heatmaps", "Node x node busbw", heatmaps or missing("No link was checked.")),
         ("suspects", "Suspects, and why", suspects_html(suspects, nodes)),
         ("nodes", "Nodes", html_table([dict(zip(cols, r, strict=True)) for r in rows], cols)
          if rows else missing("No node was checked.")),
         ("pairs", "Pairs", _pairs_table(pairs, labels)),
         ("rounds", "Rounds (wall times)", html_table(list(rounds), ROUND_COLS)
          if rounds else missing("No round was timed.")),
-        ("provenance", "Provenance",
-         _kv([(k, fmt_value(k, check.get(k))) for k in PROVENANCE if check.get(k) is not None])
-         + _json_block("links", check.get("links")) + _json_block("suspect rule", check.get("rule"))
-         + _json_block("versions", check.get("versions"))
-         + _json_block("skipped nodes", check.get("skipped_nodes"))),
+        ("provenance", "Provenance", _provenance_html(check)),
     ]  # fmt: skip
-    title = f"linksweep fleet check {fid}"
     meta = (
         f"{fmt_value('started_at', check.get('started_at'))} · status {check.get('status') or '–'}"
         f" · {len(nodes)} node(s) · links {', '.join(links) or '–'} · git "
         f"{(check.get('git_sha') or '–')[:12]}{' (dirty)' if check.get('git_dirty') else ''}"
     )
+    page = _page(
+        f"linksweep fleet check {check.get('fleet_id')}",
+        meta,
+        _verdict_box(check, nodes, suspects),
+        sections,
+    )
+    return page, pngs
+
+
+def _page(title: str, meta: str, box: str, sections: Sequence[tuple[str, str, str]]) -> str:
+    """The self-contained page: title, meta line, verdict box, a nav of the sections, the
+    sections, and where the rows live."""
     nav = "".join(f"<a href='#{sid}'>{esc(t)}</a>" for sid, t, _ in sections)
     body = "".join(f"<h2 id='{sid}'>{esc(t)}</h2>{content}" for sid, t, content in sections)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    page = (
+    return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>"
@@ -331,4 +400,3 @@ def render_fleet_html(
         "The rows are in the tables fleet_checks, fleet_nodes, fleet_pairs, fleet_rounds and "
         "the view fleet_suspects (docs/schema.md).</p></main></body></html>\n"
     )
-    return page, pngs

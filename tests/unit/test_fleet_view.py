@@ -10,7 +10,12 @@ import re
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.report.fleet_view import heatmap_png_name, render_fleet_html
+from orchestrator.report.fleet_view import (
+    _busbw_matrix,
+    heatmap_caption,
+    heatmap_png_name,
+    render_fleet_html,
+)
 from orchestrator.store import Store
 from tests.unit.test_fleet_text import FLEET_ID, SLOW_WHY, fleet
 
@@ -58,6 +63,34 @@ def test_a_check_that_stopped_says_no_verdict():
     check = dict(f["check"], status="interrupted", error="KeyboardInterrupt")
     page, _ = render_fleet_html(**dict(f, check=check))
     assert "No verdict: the check ended interrupted" in page and "No suspect among" not in page
+
+
+def _both_ways(cells: dict) -> dict:
+    return {**cells, **{(b, a): p for (a, b), p in cells.items()}}
+
+
+CELLS = _both_ways(
+    {
+        ("a", "a"): {"status": "failed", "busbw_gbps": None},
+        ("a", "b"): {"status": "ok", "busbw_gbps": 0.012, "slow": True},
+        ("a", "c"): {"status": "failed", "busbw_gbps": None},
+        ("b", "c"): {"status": "ok", "busbw_gbps": 0.048, "slow": False},
+    }
+)
+
+
+def test_the_colour_matrix_holds_only_inter_node_pairs_measured_ok():
+    values = _busbw_matrix(["a", "b", "c", "d"], CELLS)
+    assert values[0, 1] == values[1, 0] == 0.012 and values[1, 2] == 0.048
+    unset = [(0, 0), (1, 1), (0, 2), (2, 0), (0, 3), (3, 3)]  # diagonal, failed, not measured
+    assert all(values[r, c] != values[r, c] for r, c in unset)  # NaN
+
+
+def test_the_caption_counts_each_pair_once_and_never_the_diagonal():
+    caption = heatmap_caption("eth", CELLS, lo=0.012, hi=0.048, coloured=True)
+    assert "colour from 0 to the fleet's best 0.0480 GB/s (lowest 0.0120)" in caption
+    assert "slow (below the suspect rule's bound), 1 pair(s); hatched FAIL: failed, 1;" in caption
+    assert "none measured ok." in heatmap_caption("eth", CELLS, 0.0, 1.0, coloured=False)
 
 
 # --- linksweep report --fleet on a real DuckDB file -------------------------------------------
