@@ -11,7 +11,13 @@ import pytest
 from orchestrator import report
 from orchestrator.report.draw import figure_png
 from orchestrator.report.markup import html_table
-from orchestrator.report.plots import MAX_VARIANTS_ONE_PANEL
+from orchestrator.report.plots import (
+    MAX_VARIANTS_ONE_PANEL,
+    busbw_series_key,
+    bytes_by_strategy,
+    size_ticks,
+    step_panels,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 VARIANT = {"offload": "none", "bucket_mb": 25, "overlap_comm": "default", "placement": "pack"}
@@ -141,6 +147,48 @@ def test_busbw_figure_one_panel_per_collective():
     fig, _ = report.plot_busbw(rows, ["default", "no_p2p"])
     assert [ax.get_title() for ax in fig.axes] == ["all_reduce", "all_gather"]
     assert "1 MiB" in [t.get_text() for t in fig.axes[0].get_xticklabels()]
+
+
+def test_step_panels_split_by_strategy_only_above_the_one_panel_limit():
+    first = {("d", i): {"strategy": "ddp", "offload": "none"} for i in range(2)}
+    first |= {("z", i): {"strategy": "zero3", "offload": "none"} for i in range(2)}
+    keys = list(first)
+    assert step_panels(keys, first) == ([(None, keys)], 1)
+    many = {("d", i): {"strategy": "ddp", "offload": "none"} for i in range(MAX_VARIANTS_ONE_PANEL)}
+    many[("z", 0)] = {"strategy": "zero3", "offload": "none"}
+    panels, ncols = step_panels(list(many), many)
+    assert ncols == 2
+    assert [(title, len(ks)) for title, ks in panels] == [
+        ("ddp", MAX_VARIANTS_ONE_PANEL),
+        ("zero3", 1),
+    ]
+
+
+def test_bytes_are_grouped_by_strategy_and_grad_accum_from_ok_runs_only():
+    runs = [
+        {"status": "ok", "strategy": "ddp", "offload": "none", "grad_accum": 1,
+         "comm_bytes_per_step": 5e8, "expected_comm_bytes_per_step": None},
+        {"status": "ok", "strategy": "ddp", "offload": "none", "grad_accum": 1,
+         "comm_bytes_per_step": 6e8, "expected_comm_bytes_per_step": 4.9e8},
+        {"status": "failed", "strategy": "ddp", "offload": "none", "grad_accum": 4,
+         "comm_bytes_per_step": 1e9, "expected_comm_bytes_per_step": 1e9},
+    ]  # fmt: skip
+    by = bytes_by_strategy(runs)
+    assert {s: dict(g) for s, g in by.items()} == {
+        "ddp": {1: {"measured": [5e8, 6e8], "expected": [4.9e8]}}
+    }
+
+
+def test_size_ticks_are_powers_of_two_whose_exponents_are_multiples_of_an_even_stride():
+    assert size_ticks([2**10, 2**26]) == [2.0**k for k in (12, 16, 20, 24)]  # stride 4
+    assert size_ticks([8, 8]) == [8.0]
+    assert size_ticks([3, 5]) == [4.0]
+
+
+def test_busbw_series_name_only_what_varies():
+    row = {"link": "eth", "placement": "spread", "backend": "gloo", "world_size": 4}
+    assert busbw_series_key(row, set()) == ("eth",)
+    assert busbw_series_key(row, {"backend", "world_size"}) == ("eth", "gloo", "n=4")
 
 
 def _data(**over) -> report.ReportData:
