@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import ray
@@ -37,8 +37,8 @@ from orchestrator.errors import error_text, first_line, ranks_error_text
 from orchestrator.raycluster import session
 from orchestrator.raycluster.result import RunResult
 from orchestrator.sweep.exclusions import label_selector
-from orchestrator.sweep.planner import place_ranks, rank_env_for
-from workloads.contract import LinkbenchConfig, RankRecord, RunConfig
+from orchestrator.sweep.planner import Launch, place_ranks, rank_env_for
+from workloads.contract import RankRecord
 
 if TYPE_CHECKING:
     from orchestrator.raycluster.launchers import LauncherPool
@@ -99,28 +99,26 @@ def _ticker(on_progress, poll) -> Callable[[], None] | None:
 
 
 def execute_run(
-    run_cfg: RunConfig | LinkbenchConfig,
-    world_size: int,
-    placement: str,
-    env: dict[str, str],
-    bundle: dict[str, float],
-    timeout_s: float,
+    launch: Launch,
     board: ProgressHandle | None = None,
     on_progress: Callable[[dict], None] | None = None,
     launchers: LauncherPool | None = None,
-    avoid_nodes: Sequence[str] = (),
 ) -> RunResult:
     """Place, start, run and clean up one run. Never raises for run-level failures.
 
     ``launchers`` (node id -> launcher actor, ``launchers.start_launchers``): the ranks are
     forked by the launcher of the node their bundle landed on instead of starting as fresh
     actors.
-    ``avoid_nodes``: node ids no bundle may land on (the sweep's excluded nodes), through Ray's
-    ``ray.io/node-id`` label (``exclusions.label_selector``); forked ranks follow their bundles.
+    ``launch.excluded_ids``: node ids no bundle may land on (the sweep's excluded nodes), through
+    Ray's ``ray.io/node-id`` label (``exclusions.label_selector``); forked ranks follow their
+    bundles.
     ``on_progress`` gets rank 0's latest report every ``TICK_S``: from ``board`` (fresh
     actors) or from rank 0's launcher (forked ranks)."""
     from workloads.rank import Rank
 
+    run_cfg, env, world_size = launch.config, launch.env, launch.world_size
+    placement, bundle, timeout_s = launch.placement, launch.bundle, launch.timeout_s
+    avoid_nodes = launch.excluded_ids
     result = RunResult(launcher="fork" if launchers is not None else "actors")
     session.quiet_daemons()  # the embedded cluster: its agents may have started since
     t_placement = time.perf_counter()

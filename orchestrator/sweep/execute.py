@@ -1,9 +1,10 @@
 """The sweep loop: plan -> place and run -> rows -> store -> statistics -> progress.
 
 ``execute_sweep`` reads top to bottom; each step is one call into the module named for it:
-``planner`` (what runs, with which config and env), ``raycluster.runs`` and
-``raycluster.launchers`` (Ray: place and run the ranks), ``rows`` (result -> table rows),
-``longsweep`` (the run spooled, then committed in one transaction while the database is briefly
+``planner`` (asked once: every run with its config, env, placement and timeout, the link
+microbenchmarks, how ranks start), ``raycluster.runs`` and ``raycluster.launchers`` (Ray: place
+and run the ranks; imported when a sweep runs, so this module loads without Ray), ``rows``
+(result -> table rows), ``ledger`` (the run spooled, then committed in one transaction while the database is briefly
 open, so a crash, a stop signal or a busy database keeps every finished run; start, resume and
 end of the sweep), ``stats`` (the figures of the run's variant group only), ``ui`` (progress). A
 failed run is a row (status ``failed`` and the error text) and the sweep goes on.
@@ -17,29 +18,28 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from orchestrator.analysis import linkmodel, stats
-from orchestrator.raycluster.launchers import start_launchers, stop_launchers
 from orchestrator.raycluster.result import RunResult
-from orchestrator.raycluster.runs import ProgressHandle, execute_run
 from orchestrator.store import Q
 from orchestrator.sweep import ledger, rows
-from orchestrator.sweep.exclusions import excluded_node_ids
 from orchestrator.sweep.planner import (
+    LinkbenchPlan,
     PlannedRun,
+    RunPlan,
+    RunSlot,
     Variant,
-    launcher_for,
-    link_placements,
-    linkbench_config,
-    linkbench_id_for,
-    new_sweep_id,
+    plan_linkbench,
     plan_runs,
-    run_config,
-    run_env,
+    plan_sweep,
 )
-from orchestrator.sweep.resume import RunSlot, fresh_slots
 from orchestrator.sweep.spec import SweepSpec
 from orchestrator.topology.discovery import discover_nodes, links_by_node, node_rows
+
+if TYPE_CHECKING:
+    from orchestrator.raycluster.launchers import LauncherPool
+    from orchestrator.raycluster.runs import ProgressHandle
 
 
 def execute_sweep(
@@ -61,46 +61,42 @@ def execute_sweep(
     (``stopping.SweepStopped``, a KeyboardInterrupt) marks the sweep ``interrupted`` and
     re-raises; finished runs are already stored.
     """
+    from orchestrator.raycluster.launchers import start_launchers, stop_launchers
+    from orchestrator.raycluster.runs import ProgressHandle
+
+    plan = plan_sweep(spec, bundle, resume, excluded)  # the planner, once: every run's launch
+    sweep_id = plan.sweep_id
     if resume is None:
-        sweep_id = new_sweep_id()
-        slots = fresh_slots(sweep_id, plan_runs(spec))
-        ledger.start_sweep(store, spec, sweep_id, address, len(slots), excluded)
+        ledger.start_sweep(store, spec, sweep_id, address, len(plan.runs), excluded)
     else:
-        sweep_id, slots = resume
         ledger.restart_sweep(store, sweep_id, address, excluded)
-    avoid = excluded_node_ids(excluded)
     launchers = None
     with sweep_life(store, sweep_id, ui):
         try:
-            topo_links, gpu_uuids = discover_topology(store, sweep_id, avoid)
+            topo_links, gpu_uuids = discover_topology(store, sweep_id, plan.excluded_ids)
             record_links(store, spec, sweep_id, address)
-            ui.sweep_started(spec, sweep_id, len(slots))
-            prices = (
-                run_linkbenches(spec, store, sweep_id, bundle, ui, avoid)
-                if spec.grid.linkbench
-                else {}
-            )
-            if resume is not None:
-                refresh_all_stats(store, spec, sweep_id)  # runs another command committed
+            ui.sweep_started(spec, sweep_id, len(plan.runs))
+            prices = run_linkbenches(store, sweep_id, plan.linkbenches, ui)
+            if resume is not None:  # runs another command committed
+                refresh_all_stats(store, spec, sweep_id, plan.planned)
             board = None
-            if slots and launcher_for(spec, bundle) == "fork":
+            if plan.launcher == "fork":
                 launchers = start_launchers()
-            elif slots:
+            elif plan.launcher == "actors":
                 board = ProgressHandle()
-            for slot in slots:
-                p, run_id = slot.planned, slot.run_id
+            for run in plan.runs:
+                p, run_id = run.planned, run.run_id
                 ui.run_started(p, run_id)
                 started = ledger.now()
-                env = run_env(spec, p.variant.link, run_id, int(bundle.get("CPU", 1)))
-                result = run_one(spec, p, run_id, bundle, board, ui.tick, launchers, env, avoid)
+                result = run_one(run, board, ui.tick, launchers)
                 link_prices = prices.get((p.variant.link, p.variant.placement))
                 # a row that cannot be built is a failed run, never a stopped sweep
                 run_rows = rows.build_rows_safely(
                     spec, sweep_id, p, run_id, result, started, ledger.now(), topo_links,
-                    link_prices, env, gpu_uuids,
+                    link_prices, run.launch.env, gpu_uuids,
                 )  # fmt: skip
                 diag = ledger.diagnostic_rows(run_id, result)
-                if ledger.commit_run(store, slot, run_rows, diag):
+                if ledger.commit_run(store, run.slot, run_rows, diag):
                     group = (store, spec, sweep_id, p.variant)
                     ledger.refresh_stats_if_free(refresh_stats, *group)
                     ledger.refresh_stats_if_free(refresh_link_model, *group)
@@ -116,14 +112,14 @@ def execute_linkbench(
     """``linksweep linkbench``: a sweep with no training runs: the nodes' topology, each link
     described, then each link x placement measured (``link_bench``), off the ``excluded``
     nodes. Returns the sweep id."""
-    sweep_id = new_sweep_id()
+    plan = plan_linkbench(spec, bundle, excluded)  # the planner, once
+    sweep_id = plan.sweep_id
     ledger.start_sweep(store, spec, sweep_id, address, 0, excluded)
-    avoid = excluded_node_ids(excluded)
     with sweep_life(store, sweep_id, ui):
-        discover_topology(store, sweep_id, avoid)
+        discover_topology(store, sweep_id, plan.excluded_ids)
         record_links(store, spec, sweep_id, address)
         ui.sweep_started(spec, sweep_id, 0)
-        run_linkbenches(spec, store, sweep_id, bundle, ui, avoid)
+        run_linkbenches(store, sweep_id, plan.linkbenches, ui)
     return sweep_id
 
 
@@ -144,38 +140,21 @@ def sweep_life(store, sweep_id: str, ui) -> Iterator[None]:
 
 
 def run_one(
-    spec: SweepSpec,
-    p: PlannedRun,
-    run_id: str,
-    bundle,
-    board,
+    run: RunPlan,
+    board: ProgressHandle | None,
     on_progress,
-    launchers=None,
-    env: dict[str, str] | None = None,
-    avoid_nodes: Sequence[str] = (),
+    launchers: LauncherPool | None = None,
 ) -> RunResult:
-    """One run (fresh actors, or forked by ``launchers``) with ``env`` (default: ``run_env``,
-    the CPUs of ``bundle`` as threads), off ``avoid_nodes``; its NVMe swap folder is removed
-    whatever happens."""
-    cfg = run_config(spec, p.variant, run_id)
-    if env is None:
-        env = run_env(spec, p.variant.link, run_id, int(bundle.get("CPU", 1)))
+    """One run as planned (fresh actors reporting to ``board``, or forked by ``launchers``); its
+    NVMe swap folder is removed whatever happens."""
+    from orchestrator.raycluster.runs import execute_run
+
     try:
-        return execute_run(
-            cfg,
-            spec.world_size,
-            p.variant.placement,
-            env,
-            bundle,
-            spec.run_timeout_s,
-            board=board,
-            on_progress=on_progress,
-            launchers=launchers,
-            avoid_nodes=avoid_nodes,
-        )
+        return execute_run(run.launch, board, on_progress, launchers)
     finally:
-        if cfg.nvme_dir:
-            shutil.rmtree(cfg.nvme_dir, ignore_errors=True)
+        nvme_dir = getattr(run.launch.config, "nvme_dir", None)
+        if nvme_dir:
+            shutil.rmtree(nvme_dir, ignore_errors=True)
 
 
 def discover_topology(store, sweep_id: str, avoid: Sequence[str] = ()) -> tuple[dict, dict]:
@@ -211,35 +190,27 @@ def record_links(store, spec: SweepSpec, sweep_id: str, address: str) -> None:
         store.insert("link_descriptions", rows_)
 
 
-def run_linkbenches(
-    spec: SweepSpec, store, sweep_id: str, bundle, ui, avoid_nodes: Sequence[str] = ()
-) -> dict:
-    """The link microbenchmark per (link, placement), off ``avoid_nodes``; returns each one's
-    prices (op, size) -> algbw, read back from the ``link_bandwidth`` view (where its medians
-    are computed)."""
+def run_linkbenches(store, sweep_id: str, benches: Sequence[LinkbenchPlan], ui) -> dict:
+    """The link microbenchmark per (link, placement) as planned; returns each one's prices
+    (op, size) -> algbw, read back from the ``link_bandwidth`` view (where its medians are
+    computed)."""
+    from orchestrator.raycluster.runs import execute_run
+
     prices = {}
-    for link, placement in link_placements(spec):
+    for bench in benches:
+        link, placement = bench.link, bench.placement
         measured = store.rows(Q.LINK_ALGBW, sweep_id=sweep_id, link=link, placement=placement)
         if measured:  # a resumed sweep measured it already
             prices[(link, placement)] = {
                 (r["op"], r["msg_bytes"]): r["algbw_gbps"] for r in measured
             }
             continue
-        run_id = linkbench_id_for(sweep_id, link, placement)
         ui.linkbench_started(link, placement)
-        result = execute_run(
-            linkbench_config(spec, run_id, gpu="GPU" in bundle),
-            spec.world_size,
-            placement,
-            run_env(spec, link, run_id, int(bundle.get("CPU", 1))),
-            bundle,
-            spec.run_timeout_s,
-            avoid_nodes=avoid_nodes,
-        )
+        result = execute_run(bench.launch)
+        world_size = bench.launch.world_size
         with store.transaction():
             store.insert(
-                "link_bench",
-                rows.linkbench_rows(sweep_id, link, placement, spec.world_size, result),
+                "link_bench", rows.linkbench_rows(sweep_id, link, placement, world_size, result)
             )
         measured = store.rows(Q.LINK_ALGBW, sweep_id=sweep_id, link=link, placement=placement)
         prices[(link, placement)] = {(r["op"], r["msg_bytes"]): r["algbw_gbps"] for r in measured}
@@ -247,11 +218,14 @@ def run_linkbenches(
     return prices
 
 
-def refresh_all_stats(store, spec: SweepSpec, sweep_id: str) -> None:
+def refresh_all_stats(
+    store, spec: SweepSpec, sweep_id: str, planned: Sequence[PlannedRun] | None = None
+) -> None:
     """Every variant group's figures (a resumed sweep: runs may have been committed by another
-    command from the spool, without their statistics)."""
+    command from the spool, without their statistics); the groups of ``planned`` (default: the
+    spec's whole plan, ``planner.plan_runs``)."""
     seen = set()
-    for p in plan_runs(spec):
+    for p in plan_runs(spec) if planned is None else planned:
         key = tuple(getattr(p.variant, k) for k in stats.GROUP_KEY)
         if key not in seen:
             seen.add(key)

@@ -1,9 +1,17 @@
 """From a validated spec to the ordered list of runs, what each rank is given, and whether the
 cluster can hold them.
 
+One job: the plan. From the spec and plain facts about the cluster's nodes to what runs: the
+variants and their order, run ids, each run's config and env, whether the cluster can hold the
+runs, and where each rank of a run stands (local rank, visible GPUs). No I/O.
+
 Pure: works on the spec and on plain descriptions of the cluster's nodes (:class:`NodeCapacity`),
-so it is tested without Ray. Builds the ``workloads.contract`` configs the ranks receive. May
-import: spec, ds_config, the workloads contract.
+so it is tested without Ray. Builds the ``workloads.contract`` configs the ranks receive.
+
+A sweep's loop asks the planner once (:func:`plan_sweep`) and gets a :class:`SweepPlan`: every
+run as a :class:`RunPlan` (its slot: plan entry and run id; its :class:`Launch`: config, env,
+world size, placement, bundle, timeout and the nodes kept off), each link microbenchmark the
+same way, and how ranks start. Nothing after it reads the spec to start a run.
 
 May import: ds_config, exclusions, spec, workloads.contract.
 """
@@ -19,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from orchestrator.sweep.ds_config import deepspeed_config, default_bucket_mb
-from orchestrator.sweep.exclusions import describe_exclusions, usable_nodes
+from orchestrator.sweep.exclusions import describe_exclusions, excluded_node_ids, usable_nodes
 from orchestrator.sweep.spec import GRAD_DTYPE_NA, RANK_FORM, SpecError, SweepSpec, offload_applies
 from workloads.contract import (
     NCCL_TRACE_PREFIX,
@@ -77,6 +85,17 @@ class PlannedRun:
     seq: int
     repeat: int
     variant: Variant
+
+
+@dataclass(frozen=True)
+class RunSlot:
+    """One run to execute: its plan entry, its run id, and the failed run it supersedes (a
+    resumed sweep's, ``resume.remaining_slots``)."""
+
+    planned: PlannedRun
+    run_id: str
+    attempt: int = 1
+    supersedes: str | None = None
 
 
 def expand_grid(spec: SweepSpec) -> list[Variant]:
@@ -278,6 +297,12 @@ def run_id_for(sweep_id: str, seq: int) -> str:
     return f"{sweep_id}-r{seq:04d}"
 
 
+def fresh_slots(sweep_id: str, planned: list[PlannedRun]) -> list[RunSlot]:
+    """A new sweep's slots: every planned run, first attempt (``resume.remaining_slots``: a
+    resumed sweep's)."""
+    return [RunSlot(p, run_id_for(sweep_id, p.seq)) for p in planned]
+
+
 def linkbench_id_for(sweep_id: str, link: str, placement: str) -> str:
     return f"{sweep_id}-lb-{link}-{placement}"
 
@@ -401,6 +426,132 @@ def pg_timeout_s(spec: SweepSpec) -> float:
 def linkbench_config(spec: SweepSpec, run_id: str, gpu: bool) -> LinkbenchConfig:
     max_mb = spec.linkbench_max_mb or (256 if gpu else 16)
     return LinkbenchConfig(run_id=run_id, max_bytes=max_mb * 2**20, pg_timeout_s=pg_timeout_s(spec))
+
+
+# --------------------------------------------------------------------------------------------
+# The sweep's plan: everything each run needs, decided once.
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What Ray needs to start one run's ranks (``raycluster.runs.execute_run``)."""
+
+    config: RunConfig | LinkbenchConfig
+    env: dict[str, str]
+    """Every rank's env (:func:`run_env`), per-rank values in their ``{rank}`` form."""
+    world_size: int
+    placement: str
+    bundle: dict[str, float]
+    """One rank's resources (:func:`rank_resources`)."""
+    timeout_s: float
+    excluded_ids: tuple[str, ...] = ()
+    """Node ids no bundle may land on (``exclusions.excluded_ids``)."""
+
+    @property
+    def run_id(self) -> str:
+        return self.config.run_id
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One training run of the sweep: its slot (plan entry, run id, attempt) and its launch."""
+
+    slot: RunSlot
+    launch: Launch
+
+    @property
+    def planned(self) -> PlannedRun:
+        return self.slot.planned
+
+    @property
+    def run_id(self) -> str:
+        return self.slot.run_id
+
+
+@dataclass(frozen=True)
+class LinkbenchPlan:
+    """One link microbenchmark (a link x placement) and its launch."""
+
+    link: str
+    placement: str
+    launch: Launch
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What a sweep runs, from one call (:func:`plan_sweep`)."""
+
+    sweep_id: str
+    runs: list[RunPlan]
+    """The runs still to run, in order (a resumed sweep: those ``resume.remaining_slots`` left)."""
+    linkbenches: list[LinkbenchPlan]
+    """Each (link, placement) of the link microbenchmark; [] when the grid has none."""
+    launcher: str | None
+    """``fork`` or ``actors`` (:func:`launcher_for`); None when there is no run to start."""
+    planned: list[PlannedRun]
+    """The spec's whole plan (:func:`plan_runs`), run or not: a resumed sweep refreshes the
+    figures of every variant group from it."""
+    excluded_ids: tuple[str, ...] = ()
+
+
+def plan_sweep(
+    spec: SweepSpec,
+    bundle: dict[str, float],
+    resume: tuple[str, list[RunSlot]] | None = None,
+    excluded: Sequence[Mapping] = (),
+) -> SweepPlan:
+    """The sweep's plan: a new sweep id and every planned run (``resume``: its id and the slots
+    left, ``ledger.resume_plan``, run ids kept), each with its :class:`Launch` (config, env with
+    ``bundle``'s CPUs as threads, placement, timeout, off the ``excluded`` nodes), and the link
+    microbenchmarks when the grid asks for them."""
+    planned = plan_runs(spec)
+    if resume is None:
+        sweep_id = new_sweep_id()
+        slots = fresh_slots(sweep_id, planned)
+    else:
+        sweep_id, slots = resume
+    launch = _Launches(spec, dict(bundle), excluded_node_ids(excluded))
+    runs = [RunPlan(s, launch.run(s)) for s in slots]
+    benches = launch.linkbenches(sweep_id) if spec.grid.linkbench else []
+    launcher = launcher_for(spec, bundle) if runs else None
+    return SweepPlan(sweep_id, runs, benches, launcher, planned, launch.excluded_ids)
+
+
+def plan_linkbench(
+    spec: SweepSpec, bundle: dict[str, float], excluded: Sequence[Mapping] = ()
+) -> SweepPlan:
+    """``linksweep linkbench``'s plan: a new sweep id, no training run, every link x placement
+    measured off the ``excluded`` nodes."""
+    sweep_id = new_sweep_id()
+    launch = _Launches(spec, dict(bundle), excluded_node_ids(excluded))
+    return SweepPlan(sweep_id, [], launch.linkbenches(sweep_id), None, [], launch.excluded_ids)
+
+
+@dataclass(frozen=True)
+class _Launches:
+    """Builds each :class:`Launch` of one sweep: what all its runs share, then each run's own."""
+
+    spec: SweepSpec
+    bundle: dict[str, float]
+    excluded_ids: tuple[str, ...]
+
+    def run(self, slot: RunSlot) -> Launch:
+        v = slot.planned.variant
+        return self._launch(run_config(self.spec, v, slot.run_id), v.link, v.placement)
+
+    def linkbenches(self, sweep_id: str) -> list[LinkbenchPlan]:
+        out = []
+        for link, placement in link_placements(self.spec):
+            run_id = linkbench_id_for(sweep_id, link, placement)
+            cfg = linkbench_config(self.spec, run_id, gpu="GPU" in self.bundle)
+            out.append(LinkbenchPlan(link, placement, self._launch(cfg, link, placement)))
+        return out
+
+    def _launch(self, config: RunConfig | LinkbenchConfig, link: str, placement: str) -> Launch:
+        s = self.spec
+        env = run_env(s, link, config.run_id, int(self.bundle.get("CPU", 1)))
+        return Launch(config, env, s.world_size, placement, self.bundle, s.run_timeout_s,
+                      self.excluded_ids)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,31 +3,16 @@
 A sweep's plan (``planner.plan_runs``) is a function of its spec, so the same spec gives the same
 (seq, repeat, variant) list. Resuming runs, in that original interleaved order, only the slots
 with no stored run (``--retry-failed``: also those whose stored run failed; that run is kept
-and marked superseded by the new attempt, which gets its own run id).
+and marked superseded by the new attempt, which gets its own run id), as ``planner.RunSlot``s
+(a new sweep's: ``planner.fresh_slots``).
 
 May import: planner, orchestrator.analysis.stats.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from orchestrator.analysis.stats import VARIANT_KEY
-from orchestrator.sweep.planner import PlannedRun, run_id_for
-
-
-@dataclass(frozen=True)
-class RunSlot:
-    """One run to execute: its plan entry, its run id, and the failed run it supersedes."""
-
-    planned: PlannedRun
-    run_id: str
-    attempt: int = 1
-    supersedes: str | None = None
-
-
-def fresh_slots(sweep_id: str, planned: list[PlannedRun]) -> list[RunSlot]:
-    return [RunSlot(p, run_id_for(sweep_id, p.seq)) for p in planned]
+from orchestrator.sweep.planner import PlannedRun, RunSlot, run_id_for
 
 
 def attempt_run_id(sweep_id: str, seq: int, attempt: int) -> str:

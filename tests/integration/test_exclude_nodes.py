@@ -175,22 +175,15 @@ def test_linkbench_placement_group_avoids_the_excluded_node(node_ids):
     """The link microbenchmark's run goes through the same placement group: its placements
     (not stored per rank in link_bench) are read from the result."""
     from orchestrator.raycluster.runs import execute_run
-    from orchestrator.sweep.planner import linkbench_config
+    from orchestrator.sweep.planner import Launch, linkbench_config
     from orchestrator.sweep.spec import parse_spec
 
     spec = parse_spec({**SPEC, "linkbench_max_mb": 1})
     head, worker = node_ids
     # each direction twice in a row: a scheduler that merely alternates nodes cannot pass
     for i, (avoid, expect) in enumerate([(head, worker)] * 2 + [(worker, head)] * 2):
-        result = execute_run(
-            linkbench_config(spec, f"exclude-lb-{i}", gpu=False),
-            2,
-            "pack",
-            {},
-            {"CPU": 1.0},
-            120.0,
-            avoid_nodes=[avoid],
-        )
+        config = linkbench_config(spec, f"exclude-lb-{i}", gpu=False)
+        result = execute_run(Launch(config, {}, 2, "pack", {"CPU": 1.0}, 120.0, (avoid,)))
         assert result.error is None
         assert {p.node_id for p in result.placements} == {expect}
 

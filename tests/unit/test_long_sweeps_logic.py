@@ -10,11 +10,10 @@ import pytest
 
 from orchestrator.analysis.stats import VARIANT_KEY
 from orchestrator.store import liveness, spool
-from orchestrator.sweep.planner import plan_runs, run_env, run_id_for
+from orchestrator.sweep.planner import fresh_slots, plan_runs, run_env, run_id_for
 from orchestrator.sweep.resume import (
     ResumeError,
     attempt_run_id,
-    fresh_slots,
     remaining_slots,
     spec_differences,
 )

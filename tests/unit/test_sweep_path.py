@@ -1,0 +1,257 @@
+"""The sweep's path, without Ray: ``execute_sweep`` with Ray's side stood in (``raycluster.runs``,
+``raycluster.launchers``, node discovery) and a real database file. What is checked: the planner
+is asked once per sweep, fresh or resumed, and each run starts from what its plan holds."""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import sys
+import types
+
+import pytest
+
+from orchestrator.raycluster.result import RunResult
+from orchestrator.store import Q, Store, spool
+from orchestrator.sweep import execute, ledger, planner
+from orchestrator.sweep.planner import RankPlacement, run_config, run_env
+from orchestrator.sweep.spec import parse_spec
+from orchestrator.topology.discovery import as_report
+from tests.unit.stand_in import stand_in
+from workloads.contract import (
+    CommRecord,
+    LinkbenchConfig,
+    LinkbenchRecord,
+    PhaseTiming,
+    RankDiagnostic,
+    RankRecord,
+    StepRecord,
+    TelemetryRecord,
+    TelemetrySample,
+    TrainingRecord,
+)
+
+SPEC = parse_spec(
+    {
+        "name": "path",
+        "world_size": 2,
+        "repeats": 1,
+        "steps": 3,
+        "warmup_steps": 1,
+        "links": {"fast": {}, "slow": {"NCCL_P2P_DISABLE": "1"}},
+        "grid": {"strategy": ["ddp"], "grad_accum": [1, 2], "linkbench": True},
+    }
+)
+BUNDLE = {"CPU": 2.0}
+NCCL_LOG = "h1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct\n"
+
+
+# --- Ray's side, stood in -------------------------------------------------------------------
+
+
+def _training() -> TrainingRecord:
+    steps = tuple(StepRecord(i, i == 0, 0.1 + 0.01 * i, 2, 64, 5.0) for i in range(3))
+    sample = TelemetrySample(t_s=0.1, temp_c=60.0, power_w=100.0, sm_clock_mhz=1500.0, reasons=0)
+    return TrainingRecord(
+        steps=steps,
+        n_params=1000,
+        data_source="builtin",
+        tokenizer="gpt2",
+        first_step_wall_s=1.0,
+        peak_mem_bytes=10,
+        comms=(CommRecord("all_reduce", 4096, 2, 0.002, "fp32"),),
+        profile_steps=1,
+        telemetry=TelemetryRecord("ok", (sample,)),
+        nvme_swap_files=0,
+        phases=(PhaseTiming("warmup", 0.1),),
+    )
+
+
+def _placements() -> list[RankPlacement]:
+    return [RankPlacement(r, "n1", "h1", "10.0.0.1", (), 100 + r, r, None) for r in range(2)]
+
+
+def _result(launch, failed: bool) -> RunResult:
+    if isinstance(launch.config, LinkbenchConfig):
+        bench = LinkbenchRecord("all_reduce", "gloo", 4096, (0.001, 0.002, 0.001))
+        ranks = [RankRecord(r, r, "gloo", "cpu", 0.5, linkbench=(bench,)) for r in range(2)]
+        return RunResult(rank_records=ranks, placements=_placements())
+    if failed:  # a hang: no record, each rank's stack
+        return RunResult(
+            placements=_placements(),
+            error="run timed out after 1800 s (run_timeout_s)",
+            diagnostics=[RankDiagnostic(r, 100 + r, python_stack="File x") for r in range(2)],
+            nccl_logs={"h1:/tmp/x.log": NCCL_LOG},
+        )
+    ranks = [
+        RankRecord(r, r, "nccl", "cpu", 0.5, nccl_log=NCCL_LOG, training=_training())
+        for r in range(2)
+    ]
+    return RunResult(
+        rank_records=ranks,
+        placements=_placements(),
+        actors_created_wall_s=0.4,
+        driver_phases={"placement": 0.01, "teardown": 0.02},
+    )
+
+
+class RaySide:
+    """``raycluster.runs`` and ``raycluster.launchers`` stood in: every launch is kept, and a
+    run whose id is in ``fail`` hangs (no record, its stacks captured)."""
+
+    def __init__(self, fail: set[str] = frozenset()):
+        self.fail = set(fail)
+        self.launched: list = []
+        self.pools: list[str] = []
+
+    def execute_run(self, launch, board=None, on_progress=None, launchers=None):
+        self.launched.append(launch)
+        return _result(launch, launch.run_id in self.fail)
+
+    def install(self, monkeypatch) -> None:
+        runs = types.ModuleType("orchestrator.raycluster.runs")
+        runs.execute_run = self.execute_run
+        runs.ProgressHandle = lambda: self.pools.append("board")
+        launchers = types.ModuleType("orchestrator.raycluster.launchers")
+        launchers.start_launchers = lambda: self.pools.append("launchers")
+        launchers.stop_launchers = lambda pool: None
+        stand_in(monkeypatch, runs)
+        stand_in(monkeypatch, launchers)
+        node = {"node_id": "n1", "hostname": "h1", "ip": "10.0.0.1", "cpus": 4.0, "gpus": 0.0}
+        monkeypatch.setattr(execute, "discover_nodes", lambda skip=(): [as_report(node)])
+
+
+class UI:
+    """The progress callbacks ``execute_sweep`` makes, kept."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, name):
+        return lambda *args: self.calls.append((name, *args))
+
+
+class OpenStore:
+    """The sweep's store over one open ``Store``: ``LiveStore``'s interface, without its opening
+    of the file for each call (0.16 s each). A run is spooled, then committed by
+    ``Store.commit_spooled``, as ``LiveStore.commit_run`` does; no heartbeat thread."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.db = Store(path)
+        self.on_commit = None
+        self.said: list[str] = []
+
+    def transaction(self):
+        return self.db.transaction()
+
+    def insert(self, table, rows):
+        self.db.insert(table, rows)
+
+    def update(self, table, key, values):
+        self.db.update(table, key, values)
+
+    def delete(self, table, where):
+        self.db.delete(table, where)
+
+    def rows(self, query, **params):
+        return self.db.rows(query, **params)
+
+    def table(self, query, **params):
+        return self.db.table(query, **params)
+
+    def commit_run(self, payload) -> bool:
+        spool.write(self.path, payload)
+        self.db.commit_spooled(held=payload)
+        return True
+
+    def heartbeat(self, row_id, every_s=15.0, table="sweeps"):
+        return types.SimpleNamespace(stop=lambda: None)
+
+    def say(self, msg: str) -> None:
+        self.said.append(msg)
+
+
+# --- counting the planner's entries ---------------------------------------------------------
+
+
+def planner_entries(call):
+    """``call()``'s result, and how often it entered ``orchestrator.sweep.planner``: calls of
+    the planner's module-level functions from code outside the planner (the dataclasses'
+    methods, e.g. ``Variant.label``, are what a plan holds, not planning)."""
+    functions = {
+        f.__code__: name
+        for name, f in vars(planner).items()
+        if inspect.isfunction(f) and f.__module__ == planner.__name__
+    }
+    entries: collections.Counter = collections.Counter()
+
+    def profile(frame, event, _arg):
+        if event == "call" and frame.f_code in functions:
+            caller = frame.f_back
+            if caller is None or caller.f_code.co_filename != planner.__file__:
+                entries[functions[frame.f_code]] += 1
+
+    sys.setprofile(profile)
+    try:
+        out = call()
+    finally:
+        sys.setprofile(None)
+    return out, dict(entries)
+
+
+@pytest.fixture
+def sweep(monkeypatch, tmp_path):
+    """(ray side, store, run(resume=None)): a sweep of ``SPEC`` through ``execute_sweep``."""
+    ray_side = RaySide()
+    ray_side.install(monkeypatch)
+    monkeypatch.setattr(ledger.provenance, "context", lambda: {})  # no torch import for versions
+    store = OpenStore(str(tmp_path / "path.duckdb"))
+
+    def run(resume=None):
+        return planner_entries(
+            lambda: execute.execute_sweep(SPEC, store, "embedded", BUNDLE, UI(), resume)
+        )
+
+    yield ray_side, store, run
+    store.db.close()
+
+
+def test_the_planner_is_asked_once_per_sweep_and_each_run_starts_from_its_plan(sweep):
+    ray_side, store, run = sweep
+    n_runs = 2 * 2  # links x grad_accum
+    n_benches = 2  # links x placements
+    sweep_id, entries = run()
+    assert entries == {"plan_sweep": 1}  # not once more per run: the plan holds everything
+    assert len(ray_side.launched) == n_benches + n_runs
+    runs = ray_side.launched[n_benches:]
+    stored = store.rows(Q.SWEEP_RUN_SLOTS, sweep_id=sweep_id)
+    assert [r.run_id for r in runs] == sorted(r["run_id"] for r in stored)
+    for launch, row in zip(runs, sorted(stored, key=lambda r: r["seq"]), strict=True):
+        v = planner.plan_runs(SPEC)[row["seq"] - 1].variant
+        assert launch.config == run_config(SPEC, v, launch.run_id)
+        assert launch.env == run_env(SPEC, v.link, launch.run_id, 2)
+        assert (launch.world_size, launch.placement, launch.bundle) == (2, v.placement, BUNDLE)
+        assert launch.timeout_s == SPEC.run_timeout_s
+    assert ray_side.pools == ["launchers"]  # CPU-only: forked ranks, launchers once per sweep
+
+
+def test_a_resumed_sweep_keeps_its_run_ids_and_asks_the_planner_once(sweep):
+    ray_side, store, run = sweep
+    first = planner.run_id_for("x", 3)[len("x") :]  # the third run's id suffix: -r0003
+    ray_side.fail = {"never"}
+    sweep_id, _ = run()
+    failed_id = f"{sweep_id}{first}"
+    ray_side.launched.clear()
+    # the third run failed after all (stored as failed by hand: a resume retries it)
+    with store.transaction():
+        store.update("runs", {"run_id": failed_id}, {"status": "failed"})
+    resume = ledger.resume_plan(store, SPEC, sweep_id, retry_failed=True)
+    assert [s.run_id for s in resume[1]] == [f"{failed_id}-a2"]
+    ray_side.fail = {f"{failed_id}-a2"}  # and hangs again: diagnostics are stored
+    resumed_id, entries = run(resume)
+    assert resumed_id == sweep_id and entries == {"plan_sweep": 1}
+    assert [launch.run_id for launch in ray_side.launched] == [f"{failed_id}-a2"]
+    slots = {r["run_id"]: r for r in store.rows(Q.SWEEP_RUN_SLOTS, sweep_id=sweep_id)}
+    assert slots[failed_id]["superseded_by"] == f"{failed_id}-a2"
+    assert slots[f"{failed_id}-a2"]["attempt"] == 2
