@@ -115,19 +115,11 @@ RUN_COLS = (
 )  # fmt: skip
 
 
-def render_html(
-    data: ReportData,
-    figures: Sequence[FigureResult],
-    extra_sections: Sequence[tuple[str, str, str]] = (),
-) -> str:
-    """The whole report as one self-contained HTML string. ``extra_sections``: (id, title,
-    HTML) placed after the links, e.g. "Compared with baseline" (``report --baseline``)."""
-    s = data.sweep
-    runs = data.runs
-    spec = data.spec
+def _meta_line(data: ReportData) -> str:
+    """The line under the title: when, status, the model and shape, the baseline, runs ok, git."""
+    s, spec, runs = data.sweep, data.spec, data.runs
     n_ok = sum(1 for r in runs if r.get("status") == "ok")
-    title = f"linksweep report: {s.get('name') or ''} ({s.get('sweep_id')})"
-    meta = (
+    return (
         f"{fmt_value('started_at', s.get('started_at'))} · status {s.get('status') or '–'} · "
         f"model {spec.get('model', '–')} · {spec.get('precision', '–')} · world_size "
         f"{spec.get('world_size', '–')} · seq_len {spec.get('seq_len', '–')} · micro_batch "
@@ -136,20 +128,32 @@ def render_html(
         f"{data.baseline_link or '–'} · runs: {n_ok} ok of {len(runs)}"
         f" · git {(s.get('git_sha') or '–')[:12]}{' (dirty)' if s.get('git_dirty') else ''}"
     )
+
+
+def _attention_box(data: ReportData) -> str:
+    """What to read with care, or that every run was ok."""
     doubts = attention(data)
-    beside = beside_html(data)  # empty unless nccl-tests output was imported into the sweep
     if doubts:
-        box = (
+        return (
             "<div class='warn'><b>Read with care</b><ul>"
             + "".join(f"<li>{esc(x)}</li>" for x in doubts)
             + "</ul></div>"
         )
-    else:
-        box = (
-            f"<div class='ok'>All {len(runs)} runs ok; throttling {throttling(runs)}; "
-            "no link mismatch.</div>"
-        )
-    sections = [
+    return (
+        f"<div class='ok'>All {len(data.runs)} runs ok; throttling {throttling(data.runs)}; "
+        "no link mismatch.</div>"
+    )
+
+
+def _report_sections(
+    data: ReportData,
+    figures: Sequence[FigureResult],
+    extra_sections: Sequence[tuple[str, str, str]],
+) -> list[tuple[str, str, str]]:
+    """(id, title, HTML) of every section, in page order."""
+    runs = data.runs
+    beside = beside_html(data)  # empty unless nccl-tests output was imported into the sweep
+    return [
         ("links", "Links: what each one is, rated and measured", links_html(data)
          or missing("The sweep file names no links.")),
         *extra_sections,
@@ -185,6 +189,18 @@ def render_html(
          + "</details>" if runs else missing("No runs stored for this sweep.")),
         ("provenance", "Provenance", provenance_html(data)),
     ]  # fmt: skip
+
+
+def render_html(
+    data: ReportData,
+    figures: Sequence[FigureResult],
+    extra_sections: Sequence[tuple[str, str, str]] = (),
+) -> str:
+    """The whole report as one self-contained HTML string. ``extra_sections``: (id, title,
+    HTML) placed after the links, e.g. "Compared with baseline" (``report --baseline``)."""
+    s = data.sweep
+    title = f"linksweep report: {s.get('name') or ''} ({s.get('sweep_id')})"
+    sections = _report_sections(data, figures, extra_sections)
     nav = "".join(f"<a href='#{sid}'>{esc(t)}</a>" for sid, t, _ in sections)
     body = "".join(f"<h2 id='{sid}'>{esc(t)}</h2>{content}" for sid, t, content in sections)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -192,8 +208,8 @@ def render_html(
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>"
-        f"<h1>{esc(title)}</h1><p class='meta'>{esc(meta)}</p>{headline_html(data)}"
-        f"{caveats_html(data)}{rehearsal_html(data)}{box}<nav>{nav}</nav>{body}"
+        f"<h1>{esc(title)}</h1><p class='meta'>{esc(_meta_line(data))}</p>{headline_html(data)}"
+        f"{caveats_html(data)}{rehearsal_html(data)}{_attention_box(data)}<nav>{nav}</nav>{body}"
         f"<p class='note'>Generated {generated} by <code>linksweep report</code>. "
         "Every number here is a query away: see the views in docs/schema.md.</p>"
         "</main></body></html>\n"

@@ -209,12 +209,7 @@ def step_panels(
 
 
 def _step_panel(
-    ax,
-    facet: str | None,
-    ks: list[tuple],
-    row_n: int,
-    variants: _StepVariants,
-    colors: dict,
+    ax, facet: str | None, ks: list[tuple], row_n: int, variants: _StepVariants, colors: dict
 ) -> None:
     """One panel's boxes, coloured by link, labelled by variant (less the strategy where the
     panel's title names it), first variant on top, rules between strategies and grad_accums."""
@@ -262,8 +257,8 @@ def _step_x_axis(ax, log_range: tuple[float, float] | None, max_ticks: int) -> N
     ax.grid(True, axis="x", which="both", alpha=0.3)
 
 
+# strategy label -> grad_accum -> {"measured": [bytes], "expected": [bytes]}
 BytesByStrategy = dict[str, dict[int, dict[str, list[float]]]]
-"""strategy label -> grad_accum -> {"measured": [bytes], "expected": [bytes]}."""
 
 
 def bytes_by_strategy(runs: list[dict]) -> BytesByStrategy:

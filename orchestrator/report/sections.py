@@ -63,9 +63,7 @@ def classic_tables(data: ReportData) -> str:
     """
     if not data.variants:
         return missing("No variant figures: the sweep stored no runs.")
-    base = data.baseline_link
     links = [x for x in data.link_order if any(v["link"] == x for v in data.variants)]
-    others = [x for x in links if x != base]
     sens = {
         (s["strategy"], s["offload"], s["grad_accum"], _comm_key(s), s["placement"], s["link"]): s
         for s in data.sensitivity
@@ -81,86 +79,7 @@ def classic_tables(data: ReportData) -> str:
                 'link comparison: add a second link (e.g. no_p2p: {NCCL_P2P_DISABLE: "1"}).'
             )
         )
-    for strategy in strategies:
-        vs = [v for v in data.variants if v["strategy"] == strategy]
-        # bucket, overlap and DDP's gradient dtype travel together as one "comm" key (each
-        # shapes the communication)
-        vs = [v | {"comm": _comm_key(v)} for v in vs]
-        vary = varying(vs, ("offload", *COMM_COLUMNS, "placement"))
-        row_keys = sorted(
-            {(v["offload"], v["comm"], v["placement"], v["grad_accum"]) for v in vs},
-            key=lambda k: (order_index(k[0], OFFLOAD_ORDER), str(k[1]), k[2], k[3]),
-        )
-        cell = {
-            (v["offload"], v["comm"], v["placement"], v["grad_accum"], v["link"]): v for v in vs
-        }
-        head = [c for c in ("offload", *COMM_COLUMNS, "placement") if c in vary]
-        head += ["grad_accum"]
-        brackets = interval_words(vs)
-        head += [
-            f"{labelled(data, x)}{' (baseline)' if x == base else ''}: time / step [{brackets}]"
-            for x in links
-        ]
-        head += [f"{x} ÷ {base}" for x in others]
-        trs = []
-        for off, bucket, placement, ga in row_keys:
-            extra = {"offload": off, **dict(zip(COMM_COLUMNS, bucket, strict=True))}
-            extra["placement"] = placement
-            tds = [
-                f"<td>{esc(extra[c])}</td>"
-                for c in ("offload", *COMM_COLUMNS, "placement")
-                if c in vary
-            ]
-            tds.append(f"<td class='num'>{ga}</td>")
-            for x in links:
-                v = cell.get((off, bucket, placement, ga, x))
-                if v is None:
-                    tds.append("<td class='num'>not run</td>")
-                    continue
-                used = (v.get("n_runs") or 0) - (v.get("n_excluded") or 0)
-                med = v["median_step_time_s"]
-                # one run has no spread to bootstrap: say so rather than print [x–x]
-                text = fmt_time_ci(
-                    med, *((None, None) if used < 2 else (v["ci_low_s"], v["ci_high_s"]))
-                )
-                notes = [f"{used} of {v['n_runs']} runs"] if v.get("n_excluded") else []
-                if used == 1:
-                    notes.append("1 run, no CI" if not notes else "no CI")
-                if med is None:
-                    text, notes = "no ok run", notes[:1]
-                if notes:
-                    text += f" ({', '.join(notes)})"
-                tds.append(f"<td class='num'>{esc(text)}</td>")
-            for x in others:
-                pair = [cell.get((off, bucket, placement, ga, y)) for y in (x, base)]
-                single = any(
-                    v is not None and (v.get("n_runs") or 0) - (v.get("n_excluded") or 0) < 2
-                    for v in pair
-                )
-                tds.append(_ratio_cell(sens.get((strategy, off, ga, bucket, placement, x)), single))
-            trs.append(f"<tr>{''.join(tds)}</tr>")
-        ths = "".join(f"<th>{esc(h)}</th>" for h in head)
-        title = "DDP" if strategy == "ddp" else strategy.upper().replace("ZERO", "ZeRO-")
-        v0 = vs[0]
-        fixed = (
-            [f"offload {v0['offload']}"]
-            if "offload" not in vary and v0["offload"] != "none"
-            else []
-        )
-        fixed += [f"bucket {v0['bucket_mb']} MB"] if "bucket_mb" not in vary else []
-        if "overlap_comm" not in vary and v0.get("overlap_comm") not in (None, "default"):
-            fixed += [f"overlap_comm {v0['overlap_comm']}"]
-        if "ddp_grad_dtype" not in vary and v0.get("ddp_grad_dtype") == "bf16":
-            fixed += [f"gradients all-reduced in {v0['ddp_grad_dtype']}"]
-        fixed += [f"placement {v0['placement']}"] if "placement" not in vary else []
-        # what the strategy sent, by collective and dtype (bf16 DDP and bf16 ZeRO differ)
-        sent = dict.fromkeys(v["comm_dtypes"] for v in vs if v.get("comm_dtypes"))
-        fixed += [f"sent {' or '.join(sent)}"] if sent else []
-        sub = f" <small>({esc(', '.join(fixed))})</small>" if fixed else ""
-        out.append(
-            f"<h3>{esc(title)}{sub}</h3><div class='scroll'><table class='classic'>"
-            f"<thead><tr>{ths}</tr></thead><tbody>{''.join(trs)}</tbody></table></div>"
-        )
+    out += [_strategy_table(data, strategy, links, sens) for strategy in strategies]
     out.append(
         "<p class='note'>Time per optimizer step: median over repeats of each run's median step "
         "(slowest rank, warmup excluded). "
@@ -169,6 +88,117 @@ def classic_tables(data: ReportData) -> str:
         "green: below 1. Failed and throttled runs are excluded and counted.</p>"
     )
     return "".join(out)
+
+
+_ROW_COLUMNS = ("offload", *COMM_COLUMNS, "placement")
+"""The variant columns that name a classic table's row (beside grad_accum) when they vary."""
+
+
+def _strategy_table(data: ReportData, strategy: str, links: list[str], sens: dict) -> str:
+    """One strategy's classic table: a row per (offload, comm, placement, grad_accum), a time
+    column per link, a ratio column per link other than the baseline."""
+    base = data.baseline_link
+    # bucket, overlap and DDP's gradient dtype travel together as one "comm" key (each
+    # shapes the communication)
+    vs = [v | {"comm": _comm_key(v)} for v in data.variants if v["strategy"] == strategy]
+    vary = varying(vs, _ROW_COLUMNS)
+    row_keys = sorted(
+        {(v["offload"], v["comm"], v["placement"], v["grad_accum"]) for v in vs},
+        key=lambda k: (order_index(k[0], OFFLOAD_ORDER), str(k[1]), k[2], k[3]),
+    )
+    cells = {(v["offload"], v["comm"], v["placement"], v["grad_accum"], v["link"]): v for v in vs}
+    shown = [c for c in _ROW_COLUMNS if c in vary]
+    brackets = interval_words(vs)
+    head = [
+        *shown,
+        "grad_accum",
+        *(
+            f"{labelled(data, x)}{' (baseline)' if x == base else ''}: time / step [{brackets}]"
+            for x in links
+        ),
+        *(f"{x} ÷ {base}" for x in links if x != base),
+    ]
+    trs = [_classic_row(strategy, key, shown, links, base, cells, sens) for key in row_keys]
+    ths = "".join(f"<th>{esc(h)}</th>" for h in head)
+    fixed = fixed_settings(vs, vary)
+    sub = f" <small>({esc(', '.join(fixed))})</small>" if fixed else ""
+    return (
+        f"<h3>{esc(strategy_title(strategy))}{sub}</h3><div class='scroll'><table class='classic'>"
+        f"<thead><tr>{ths}</tr></thead><tbody>{''.join(trs)}</tbody></table></div>"
+    )
+
+
+def _classic_row(
+    strategy: str,
+    key: tuple,
+    shown: list[str],
+    links: list[str],
+    base: str | None,
+    cells: dict[tuple, dict],
+    sens: dict,
+) -> str:
+    """One row: its varying columns, grad_accum, the time on each link, the ratio of each link
+    other than the baseline (uncoloured, "no CI", where a side rests on a single run)."""
+    off, comm, placement, ga = key
+    named = {"offload": off, **dict(zip(COMM_COLUMNS, comm, strict=True)), "placement": placement}
+    tds = [f"<td>{esc(named[c])}</td>" for c in shown]
+    tds.append(f"<td class='num'>{ga}</td>")
+    tds += [time_cell(cells.get((*key, x))) for x in links]
+    for x in links:
+        if x == base:
+            continue
+        pair = [cells.get((*key, y)) for y in (x, base)]
+        single = any(v is not None and _usable_runs(v) < 2 for v in pair)
+        tds.append(_ratio_cell(sens.get((strategy, off, ga, comm, placement, x)), single))
+    return f"<tr>{''.join(tds)}</tr>"
+
+
+def _usable_runs(v: dict) -> int:
+    """A variant's runs that count: ok and not throttled."""
+    return (v.get("n_runs") or 0) - (v.get("n_excluded") or 0)
+
+
+def time_cell(v: dict | None) -> str:
+    """A variant's median time per step with its interval and, where runs were excluded or one
+    run is left, how many it rests on; ``not run`` where the variant has no figures."""
+    if v is None:
+        return "<td class='num'>not run</td>"
+    used = _usable_runs(v)
+    med = v["median_step_time_s"]
+    # one run has no spread to bootstrap: say so rather than print [x–x]
+    text = fmt_time_ci(med, *((None, None) if used < 2 else (v["ci_low_s"], v["ci_high_s"])))
+    notes = [f"{used} of {v['n_runs']} runs"] if v.get("n_excluded") else []
+    if used == 1:
+        notes.append("1 run, no CI" if not notes else "no CI")
+    if med is None:
+        text, notes = "no ok run", notes[:1]
+    if notes:
+        text += f" ({', '.join(notes)})"
+    return f"<td class='num'>{esc(text)}</td>"
+
+
+def strategy_title(strategy: str) -> str:
+    """``DDP``, ``ZeRO-3``, ..."""
+    return "DDP" if strategy == "ddp" else strategy.upper().replace("ZERO", "ZeRO-")
+
+
+def fixed_settings(vs: list[dict], vary: set[str]) -> list[str]:
+    """What every variant of a strategy's table shares, worth a word under its title: offload,
+    bucket, a non-default overlap, bf16 gradients, placement, and what it sent (by collective
+    and dtype: bf16 DDP and bf16 ZeRO differ)."""
+    v0 = vs[0]
+    fixed = (
+        [f"offload {v0['offload']}"] if "offload" not in vary and v0["offload"] != "none" else []
+    )
+    fixed += [f"bucket {v0['bucket_mb']} MB"] if "bucket_mb" not in vary else []
+    if "overlap_comm" not in vary and v0.get("overlap_comm") not in (None, "default"):
+        fixed += [f"overlap_comm {v0['overlap_comm']}"]
+    if "ddp_grad_dtype" not in vary and v0.get("ddp_grad_dtype") == "bf16":
+        fixed += [f"gradients all-reduced in {v0['ddp_grad_dtype']}"]
+    fixed += [f"placement {v0['placement']}"] if "placement" not in vary else []
+    sent = dict.fromkeys(v["comm_dtypes"] for v in vs if v.get("comm_dtypes"))
+    fixed += [f"sent {' or '.join(sent)}"] if sent else []
+    return fixed
 
 
 def attention(data: ReportData) -> list[str]:

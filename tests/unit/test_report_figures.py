@@ -290,3 +290,40 @@ def test_strategy_tables_say_what_each_strategy_sent_and_split_ddp_by_gradient_d
     assert group_label(variants[2], vary) == "ddp ga=1 grads=bf16"
     assert group_label(variants[0], vary) == "ddp ga=1"  # DDP's default dtype is not named
     assert group_label(variants[4], vary) == "zero3 ga=1"
+
+
+def test_a_time_cell_says_how_many_runs_its_figure_rests_on():
+    from orchestrator.report.sections import time_cell
+
+    v = {"n_runs": 3, "n_excluded": 0, "median_step_time_s": 0.101,
+         "ci_low_s": 0.1, "ci_high_s": 0.105}  # fmt: skip
+    assert time_cell(None) == "<td class='num'>not run</td>"
+    assert "[" in time_cell(v) and "runs" not in time_cell(v)
+    one_left = time_cell(v | {"n_excluded": 2})
+    assert "(1 of 3 runs, no CI)" in one_left and "[" not in one_left
+    assert "(1 run, no CI)" in time_cell(v | {"n_runs": 1})
+    assert "no ok run (0 of 3 runs)" in time_cell(v | {"n_excluded": 3, "median_step_time_s": None})
+
+
+def test_fixed_settings_name_what_a_strategy_table_shares():
+    from orchestrator.report.sections import fixed_settings, strategy_title
+
+    vs = [
+        {**VARIANT, "offload": "cpu", "overlap_comm": "on", "ddp_grad_dtype": "bf16",
+         "comm_dtypes": "all_reduce bf16"},
+        {**VARIANT, "offload": "cpu", "overlap_comm": "on", "ddp_grad_dtype": "bf16",
+         "comm_dtypes": None},
+    ]  # fmt: skip
+    assert fixed_settings(vs, set()) == [
+        "offload cpu",
+        "bucket 25 MB",
+        "overlap_comm on",
+        "gradients all-reduced in bf16",
+        "placement pack",
+        "sent all_reduce bf16",
+    ]
+    assert fixed_settings(vs, {"offload", "bucket_mb", "overlap_comm", "placement"}) == [
+        "gradients all-reduced in bf16",
+        "sent all_reduce bf16",
+    ]
+    assert [strategy_title(s) for s in ("ddp", "zero1", "zero3")] == ["DDP", "ZeRO-1", "ZeRO-3"]
