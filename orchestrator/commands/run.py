@@ -83,12 +83,13 @@ def main(args: argparse.Namespace) -> int:
     def body(address: str, bundle: dict, excluded: list[dict]) -> int:
         from orchestrator.store import Q
         from orchestrator.store.db import StoreLocked
-        from orchestrator.sweep.execute import execute_sweep
+        from orchestrator.sweep.execute import SweepStart, execute_sweep
         from orchestrator.ui import SweepUI
 
         ui = SweepUI()
         try:
-            sweep_id = execute_sweep(spec, store, address, bundle, ui, resume, excluded)
+            start = SweepStart(resume, excluded)
+            sweep_id = execute_sweep(spec, store, address, bundle, ui, start)
         except StoreLocked as exc:  # busy from the start (runs that finished are spooled)
             err(str(exc))
             return EXIT_BAD_INPUT

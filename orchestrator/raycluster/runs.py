@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import ray
@@ -98,27 +99,50 @@ def _ticker(on_progress, poll) -> Callable[[], None] | None:
     return None if on_progress is None or poll is None else lambda: on_progress(poll())
 
 
-def execute_run(
-    launch: Launch,
-    board: ProgressHandle | None = None,
-    on_progress: Callable[[dict], None] | None = None,
-    launchers: LauncherPool | None = None,
-) -> RunResult:
-    """Place, start, run and clean up one run. Never raises for run-level failures.
+@dataclass(frozen=True)
+class RunContext:
+    """How a sweep's runs start their ranks, the same for every run: forked by each node's
+    launcher (``launchers``, ``launchers.start_launchers``), else as fresh actors reporting to
+    ``board``; ``on_progress`` gets rank 0's latest report every ``TICK_S``. A run without one
+    (the link microbenchmark) starts fresh actors and shows no progress."""
 
-    ``launchers`` (node id -> launcher actor, ``launchers.start_launchers``): the ranks are
-    forked by the launcher of the node their bundle landed on instead of starting as fresh
-    actors.
+    launchers: LauncherPool | None = None
+    board: ProgressHandle | None = None
+    on_progress: Callable[[dict], None] | None = None
+
+
+@contextlib.contextmanager
+def sweep_context(
+    launcher: str | None, on_progress: Callable[[dict], None]
+) -> Iterator[RunContext]:
+    """The sweep's :class:`RunContext` for ``launcher`` (``planner.launcher_for``): ``fork``
+    starts the launchers (each node's on its first run) and stops them when the block ends,
+    whatever happens; ``actors`` a progress board; None (no run) neither."""
+    from orchestrator.raycluster.launchers import start_launchers, stop_launchers
+
+    launchers = start_launchers() if launcher == "fork" else None
+    board = ProgressHandle() if launcher == "actors" else None
+    try:
+        yield RunContext(launchers, board, on_progress)
+    finally:
+        stop_launchers(launchers)
+
+
+def execute_run(launch: Launch, context: RunContext = RunContext()) -> RunResult:
+    """Place, start, run and clean up one run (``launch``: its config, env, world size,
+    placement, bundle, timeout). Never raises for run-level failures.
+
+    ``context.launchers``: the ranks are forked by the launcher of the node their bundle landed
+    on instead of starting as fresh actors.
     ``launch.excluded_ids``: node ids no bundle may land on (the sweep's excluded nodes), through
     Ray's ``ray.io/node-id`` label (``exclusions.label_selector``); forked ranks follow their
-    bundles.
-    ``on_progress`` gets rank 0's latest report every ``TICK_S``: from ``board`` (fresh
-    actors) or from rank 0's launcher (forked ranks)."""
+    bundles."""
     from workloads.rank import Rank
 
     run_cfg, env, world_size = launch.config, launch.env, launch.world_size
     placement, bundle, timeout_s = launch.placement, launch.bundle, launch.timeout_s
     avoid_nodes = launch.excluded_ids
+    launchers, board, on_progress = context.launchers, context.board, context.on_progress
     result = RunResult(launcher="fork" if launchers is not None else "actors")
     session.quiet_daemons()  # the embedded cluster: its agents may have started since
     t_placement = time.perf_counter()
@@ -141,9 +165,7 @@ def execute_run(
                 + ")"
             )
         if launchers is not None:
-            result.rank_records = _run_forked(
-                pg, launchers, run_cfg, env, timeout_s, on_progress, result
-            )
+            result.rank_records = _run_forked(pg, launch, context, result)
             return result
         gpu = bundle.get("GPU", 0)
         rank_actor = ray.remote(Rank)
@@ -199,12 +221,11 @@ def execute_run(
     return result
 
 
-def _run_forked(
-    pg, launchers: LauncherPool, run_cfg, env, timeout_s, on_progress, result
-) -> list[RankRecord]:
+def _run_forked(pg, launch: Launch, context: RunContext, result: RunResult) -> list[RankRecord]:
     """The ranks of a placed run, each forked by the launcher of its bundle's node."""
     from ray.util.placement_group import placement_group_table
 
+    launchers, run_cfg, env = context.launchers, launch.config, launch.env
     world_size = len(pg.bundle_specs)
     by_bundle = placement_group_table(pg)["bundles_to_node_id"]
     nodes = [by_bundle[i] for i in range(world_size)]
@@ -229,7 +250,7 @@ def _run_forked(
     ]
     rank0 = launchers.get(nodes[0])
     poll = lambda: _progress_report(rank0.progress.remote(run_cfg.run_id))  # noqa: E731
-    return _wait_all(refs, timeout_s, _ticker(on_progress, poll))
+    return _wait_all(refs, launch.timeout_s, _ticker(context.on_progress, poll))
 
 
 def _kill_forked(launchers: LauncherPool, run_id: str) -> None:

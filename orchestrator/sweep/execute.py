@@ -18,7 +18,8 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.analysis import linkmodel, stats
 from orchestrator.raycluster.result import RunResult
@@ -38,8 +39,38 @@ from orchestrator.sweep.spec import SweepSpec
 from orchestrator.topology.discovery import discover_nodes, links_by_node, node_rows
 
 if TYPE_CHECKING:
-    from orchestrator.raycluster.launchers import LauncherPool
-    from orchestrator.raycluster.runs import ProgressHandle
+    from orchestrator.raycluster.runs import RunContext
+
+
+@dataclass(frozen=True)
+class SweepStart:
+    """How a sweep starts: fresh or resumed, and the nodes its ranks keep off."""
+
+    resume: tuple[str, list[RunSlot]] | None = None
+    """(sweep id, slots left) from ``ledger.resume_plan``: the sweep keeps its id, and each
+    slot its run id."""
+    excluded: Sequence[dict] = ()
+    """The nodes no rank may use (``exclusions.resolve_exclusions``), stored in
+    ``sweeps.excluded_nodes`` (on resume: replacing what the sweep stored before)."""
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """What each run of a sweep needs from the sweep: where it is stored and shown, what the
+    sweep learned before its first run (the topology, each link's measured bandwidths) and how
+    its ranks start (``raycluster.runs.RunContext``)."""
+
+    spec: SweepSpec
+    sweep_id: str
+    store: Any
+    ui: Any
+    context: RunContext
+    topo_links: dict
+    """Each node's GPU links (``discovery.links_by_node``)."""
+    gpu_uuids: dict
+    """Each node's GPU UUIDs -> indices (``rows.gpu_uuids_by_node``)."""
+    link_algbw: dict
+    """(link, placement) -> that link's measured algbw per (op, size) (``run_linkbenches``)."""
 
 
 def execute_sweep(
@@ -48,62 +79,64 @@ def execute_sweep(
     address: str,
     bundle: dict[str, float],
     ui,
-    resume: tuple[str, list[RunSlot]] | None = None,
-    excluded: Sequence[dict] = (),
+    start: SweepStart = SweepStart(),
 ) -> str:
     """Run every planned run in order, storing each as it ends. Returns the sweep id.
 
     ``store`` is a ``LiveStore`` (the database is open only while a run is committed).
-    ``resume``: (sweep id, slots left) from ``ledger.resume_plan``; the sweep keeps its id.
-    ``excluded``: the nodes no rank may use (``exclusions.resolve_exclusions``), stored in
-    ``sweeps.excluded_nodes`` (on resume: replacing what the sweep stored before).
+    ``start``: fresh or resumed, and the nodes kept off (:class:`SweepStart`).
     ``ui`` receives progress callbacks (see orchestrator/ui.py). A stop signal or Ctrl-C
     (``stopping.SweepStopped``, a KeyboardInterrupt) marks the sweep ``interrupted`` and
     re-raises; finished runs are already stored.
     """
-    from orchestrator.raycluster.launchers import start_launchers, stop_launchers
-    from orchestrator.raycluster.runs import ProgressHandle
+    from orchestrator.raycluster.runs import sweep_context
 
-    plan = plan_sweep(spec, bundle, resume, excluded)  # the planner, once: every run's launch
+    plan = plan_sweep(spec, bundle, start.resume, start.excluded)  # the planner, once
     sweep_id = plan.sweep_id
-    if resume is None:
-        ledger.start_sweep(store, spec, sweep_id, address, len(plan.runs), excluded)
+    if start.resume is None:
+        ledger.start_sweep(store, spec, sweep_id, address, len(plan.runs), start.excluded)
     else:
-        ledger.restart_sweep(store, sweep_id, address, excluded)
-    launchers = None
+        ledger.restart_sweep(store, sweep_id, address, start.excluded)
     with sweep_life(store, sweep_id, ui):
-        try:
-            topo_links, gpu_uuids = discover_topology(store, sweep_id, plan.excluded_ids)
-            record_links(store, spec, sweep_id, address)
-            ui.sweep_started(spec, sweep_id, len(plan.runs))
-            prices = run_linkbenches(store, sweep_id, plan.linkbenches, ui)
-            if resume is not None:  # runs another command committed
-                refresh_all_stats(store, spec, sweep_id, plan.planned)
-            board = None
-            if plan.launcher == "fork":
-                launchers = start_launchers()
-            elif plan.launcher == "actors":
-                board = ProgressHandle()
+        topo_links, gpu_uuids = discover_topology(store, sweep_id, plan.excluded_ids)
+        record_links(store, spec, sweep_id, address)
+        ui.sweep_started(spec, sweep_id, len(plan.runs))
+        link_algbw = run_linkbenches(store, sweep_id, plan.linkbenches, ui)
+        if start.resume is not None:  # runs another command committed
+            refresh_all_stats(store, spec, sweep_id, plan.planned)
+        with sweep_context(plan.launcher, ui.tick) as context:  # launchers: once per sweep
+            sweep = SweepRun(spec, sweep_id, store, ui, context, topo_links, gpu_uuids, link_algbw)
             for run in plan.runs:
-                p, run_id = run.planned, run.run_id
-                ui.run_started(p, run_id)
-                started = ledger.now()
-                result = run_one(run, board, ui.tick, launchers)
-                link_prices = prices.get((p.variant.link, p.variant.placement))
-                # a row that cannot be built is a failed run, never a stopped sweep
-                run_rows = rows.build_rows_safely(
-                    spec, sweep_id, p, run_id, result, started, ledger.now(), topo_links,
-                    link_prices, run.launch.env, gpu_uuids,
-                )  # fmt: skip
-                diag = ledger.diagnostic_rows(run_id, result)
-                if ledger.commit_run(store, run.slot, run_rows, diag):
-                    group = (store, spec, sweep_id, p.variant)
-                    ledger.refresh_stats_if_free(refresh_stats, *group)
-                    ledger.refresh_stats_if_free(refresh_link_model, *group)
-                ui.run_finished(p, run_rows.run)
-        finally:
-            stop_launchers(launchers)
+                run_and_store(sweep, run)
     return sweep_id
+
+
+def run_and_store(sweep: SweepRun, run: RunPlan) -> None:
+    """One run as planned: its ranks run, its rows built (a row that cannot be built is a failed
+    run, never a stopped sweep), spooled and committed, then its variant group's figures."""
+    planned, v = run.planned, run.planned.variant
+    sweep.ui.run_started(planned, run.run_id)
+    started = ledger.now()
+    result = run_one(run, sweep.context)
+    facts = rows.RunFacts(
+        spec=sweep.spec,
+        sweep_id=sweep.sweep_id,
+        planned=planned,
+        run_id=run.run_id,
+        started_at=started,
+        finished_at=ledger.now(),
+        rank_env=run.launch.env,
+        topo_links=sweep.topo_links,
+        gpu_uuids=sweep.gpu_uuids,
+        link_algbw=sweep.link_algbw.get((v.link, v.placement)),
+    )
+    run_rows = rows.build_rows_safely(facts, result)
+    diagnostics = ledger.diagnostic_rows(run.run_id, result)
+    if ledger.commit_run(sweep.store, run.slot, run_rows, diagnostics):
+        group = (sweep.store, sweep.spec, sweep.sweep_id, v)
+        ledger.refresh_stats_if_free(refresh_stats, *group)
+        ledger.refresh_stats_if_free(refresh_link_model, *group)
+    sweep.ui.run_finished(planned, run_rows.run)
 
 
 def execute_linkbench(
@@ -139,18 +172,13 @@ def sweep_life(store, sweep_id: str, ui) -> Iterator[None]:
         ui.sweep_finished(sweep_id, ledger.finish_sweep(store, sweep_id, status))
 
 
-def run_one(
-    run: RunPlan,
-    board: ProgressHandle | None,
-    on_progress,
-    launchers: LauncherPool | None = None,
-) -> RunResult:
-    """One run as planned (fresh actors reporting to ``board``, or forked by ``launchers``); its
-    NVMe swap folder is removed whatever happens."""
+def run_one(run: RunPlan, context: RunContext) -> RunResult:
+    """One run as planned, its ranks started as ``context`` says; its NVMe swap folder is
+    removed whatever happens."""
     from orchestrator.raycluster.runs import execute_run
 
     try:
-        return execute_run(run.launch, board, on_progress, launchers)
+        return execute_run(run.launch, context)
     finally:
         nvme_dir = getattr(run.launch.config, "nvme_dir", None)
         if nvme_dir:

@@ -286,24 +286,34 @@ def _efficiency_facts(spec: SweepSpec, planned: PlannedRun, trained, figures, pl
     }
 
 
-def build_rows(
-    spec: SweepSpec,
-    sweep_id: str,
-    planned: PlannedRun,
-    run_id: str,
-    result: RunResult,
-    started_at: dt.datetime,
-    finished_at: dt.datetime,
-    topo_links: Mapping | None = None,
-    prices: comm_model.Prices | None = None,
-    rank_env: Mapping[str, str] | None = None,
-    gpu_uuids: Mapping[str, Mapping[str, int]] | None = None,
-) -> RunRows:
-    """Turn one run's ``RunResult`` into table rows. Pure.
+@dataclass(frozen=True)
+class RunFacts:
+    """What a run's rows record besides what it produced (``RunResult``): which run of which
+    sweep, when, with which env, and what the sweep knew of the cluster."""
 
-    ``rank_env``: the env the driver started every rank with (``planner.run_env``; per-rank
-    values in their ``{rank}`` form), stored as ``runs.rank_env``. ``gpu_uuids``: each node's
-    GPU UUIDs -> indices (:func:`gpu_uuids_by_node`), for UUID-form Ray GPU ids."""
+    spec: SweepSpec
+    sweep_id: str
+    planned: PlannedRun
+    run_id: str
+    started_at: dt.datetime
+    finished_at: dt.datetime
+    rank_env: Mapping[str, str] | None = None
+    """The env the driver started every rank with (``planner.Launch.env``; per-rank values in
+    their ``{rank}`` form), stored as ``runs.rank_env``."""
+    topo_links: Mapping | None = None
+    """Each node's GPU links (``discovery.links_by_node``), the run's link class is read from."""
+    gpu_uuids: Mapping[str, Mapping[str, int]] | None = None
+    """Each node's GPU UUIDs -> indices (:func:`gpu_uuids_by_node`), for UUID-form Ray GPU ids."""
+    link_algbw: comm_model.Prices | None = None
+    """The run's link's measured algbw per (op, size) (the link microbenchmark), what its
+    communication time is predicted from; None: nothing predicted."""
+
+
+def build_rows(facts: RunFacts, result: RunResult) -> RunRows:
+    """Turn one run's ``RunResult`` into table rows. Pure."""
+    spec, sweep_id, planned, run_id = facts.spec, facts.sweep_id, facts.planned, facts.run_id
+    started_at, finished_at, rank_env = facts.started_at, facts.finished_at, facts.rank_env
+    topo_links, prices, gpu_uuids = facts.topo_links, facts.link_algbw, facts.gpu_uuids
     v = planned.variant
     records: list[RankRecord] = result.rank_records
     trained = [(r.rank, r.training) for r in records if r.training is not None]
@@ -404,32 +414,18 @@ def _nodes(placements: list, records: list[RankRecord], error: str | None = None
     ]
 
 
-def build_rows_safely(
-    spec: SweepSpec,
-    sweep_id: str,
-    planned: PlannedRun,
-    run_id: str,
-    result: RunResult,
-    started_at: dt.datetime,
-    finished_at: dt.datetime,
-    topo_links: Mapping | None = None,
-    prices: comm_model.Prices | None = None,
-    rank_env: Mapping[str, str] | None = None,
-    gpu_uuids: Mapping[str, Mapping[str, int]] | None = None,
-) -> RunRows:
+def build_rows_safely(facts: RunFacts, result: RunResult) -> RunRows:
     """:func:`build_rows`; when that raises (a record it cannot read, a bug), the run's rows
     are those of a failed run whose error says why, so one run's rows never abort the sweep."""
-    args = (spec, sweep_id, planned, run_id)
     try:
-        return build_rows(
-            *args, result, started_at, finished_at, topo_links, prices, rank_env, gpu_uuids
-        )
+        return build_rows(facts, result)
     except Exception as exc:  # noqa: BLE001 - stored as the run's error, the sweep goes on
         error = f"building the run's rows failed: {type(exc).__name__}: {exc}"
         if result.error:
             error += f"\nthe run's own error: {result.error}"
         failed = RunResult(error=error, launcher=result.launcher)
-        return build_rows(*args, failed, started_at, finished_at, None, None, rank_env)
+        bare = dataclasses.replace(facts, topo_links=None, link_algbw=None, gpu_uuids=None)
+        return build_rows(bare, failed)
 
 
 def phase_rows(run_id: str, result: RunResult) -> list[dict]:

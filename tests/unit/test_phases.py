@@ -9,7 +9,7 @@ import pytest
 from orchestrator.raycluster.result import RunResult
 from orchestrator.report.phases import phase_table, phases_html, sweep_wall_s
 from orchestrator.sweep.planner import plan_runs
-from orchestrator.sweep.rows import build_rows, commit_phase_row, phase_rows
+from orchestrator.sweep.rows import RunFacts, build_rows, commit_phase_row, phase_rows
 from orchestrator.sweep.spec import parse_spec
 from workloads.contract import (
     PHASES,
@@ -107,7 +107,7 @@ def test_a_failed_run_keeps_the_driver_phases():
     failed = RunResult(
         error="placement group could not be placed", driver_phases={"placement": 120.0}
     )
-    out = build_rows(spec, "s", plan_runs(spec)[0], "r9", failed, NOW, NOW)
+    out = build_rows(RunFacts(spec, "s", plan_runs(spec)[0], "r9", NOW, NOW), failed)
     assert out.run["status"] == "failed"
     assert out.phases == [{"run_id": "r9", "rank": None, "phase": "placement", "seconds": 120.0}]
 
@@ -115,7 +115,7 @@ def test_a_failed_run_keeps_the_driver_phases():
 def test_build_rows_carries_every_rank_phase():
     spec = parse_spec({"name": "p", "world_size": 2, "steps": 1, "warmup_steps": 0,
                        "links": {"default": {}}})  # fmt: skip
-    out = build_rows(spec, "s", plan_runs(spec)[0], "r1", _result(), NOW, NOW)
+    out = build_rows(RunFacts(spec, "s", plan_runs(spec)[0], "r1", NOW, NOW), _result())
     assert out.phases == phase_rows("r1", _result())
     assert {r["rank"] for r in out.phases} == {None, 0, 1}
 

@@ -12,7 +12,13 @@ from orchestrator.analysis import comm_model, stats
 from orchestrator.raycluster.result import RunResult as Result
 from orchestrator.sweep.planner import RankPlacement as Placement
 from orchestrator.sweep.planner import plan_runs
-from orchestrator.sweep.rows import GPU_VISIBILITY, build_rows, link_class_for, linkbench_rows
+from orchestrator.sweep.rows import (
+    GPU_VISIBILITY,
+    RunFacts,
+    build_rows,
+    link_class_for,
+    linkbench_rows,
+)
 from orchestrator.sweep.spec import parse_spec
 from orchestrator.topology import nccl_log
 from tests import captures
@@ -168,7 +174,10 @@ def _ok_result() -> Result:
 def test_build_rows_of_an_ok_two_rank_run():
     planned = plan_runs(SPEC)[0]  # ddp, link default, pack
     prices = {("all_reduce", 2**22): 2.0, ("all_gather", 2**20): 0.5}
-    rows = build_rows(SPEC, "s", planned, "s-r0001", _ok_result(), NOW, NOW, {}, prices)
+    rows = build_rows(
+        RunFacts(SPEC, "s", planned, "s-r0001", NOW, NOW, topo_links={}, link_algbw=prices),
+        _ok_result(),
+    )
     run = rows.run
 
     # one steps row per rank and step, warmup included and flagged
@@ -246,7 +255,7 @@ def test_build_rows_of_an_ok_two_rank_run():
 
 def test_build_rows_without_prices_predicts_nothing():
     planned = plan_runs(SPEC)[0]
-    rows = build_rows(SPEC, "s", planned, "s-r0001", _ok_result(), NOW, NOW)
+    rows = build_rows(RunFacts(SPEC, "s", planned, "s-r0001", NOW, NOW), _ok_result())
     assert rows.run["predicted_comm_s_per_step"] is None
     assert rows.run["comm_bytes_per_step"] == 9_000_000
 
@@ -276,7 +285,9 @@ def test_build_rows_nccl_transports_link_check_and_telemetry():
     topo_links = {"h": {("GPU0", "GPU1"): "NV2", ("GPU1", "GPU0"): "NV2"}}
     by_link = {p.variant.link: p for p in plan_runs(SPEC)}
 
-    rows = build_rows(SPEC, "s", by_link["default"], "r", result, NOW, NOW, topo_links)
+    rows = build_rows(
+        RunFacts(SPEC, "s", by_link["default"], "r", NOW, NOW, topo_links=topo_links), result
+    )
     run = rows.run
     assert (run["link_class"], run["effective_transport"], run["link_check"]) == (
         "NV2",
@@ -296,14 +307,18 @@ def test_build_rows_nccl_transports_link_check_and_telemetry():
     assert run["throttled"] is False and run["hot"] is False
 
     # the same records under a link that disables P2P: NCCL did not do what the link asked
-    quiet = build_rows(SPEC, "s", by_link["quiet"], "r", result, NOW, NOW, topo_links)
+    quiet = build_rows(
+        RunFacts(SPEC, "s", by_link["quiet"], "r", NOW, NOW, topo_links=topo_links), result
+    )
     assert quiet.run["link_check"] == "mismatch"
     assert quiet.run["link_env"] == {"NCCL_DEBUG": "WARN", "NCCL_P2P_DISABLE": "1"}
 
 
 def test_build_rows_of_a_failed_run_keep_the_variant_and_error():
     planned = plan_runs(SPEC)[1]
-    rows = build_rows(SPEC, "s", planned, "s-r0002", Result(error="RayActorError: died"), NOW, NOW)
+    rows = build_rows(
+        RunFacts(SPEC, "s", planned, "s-r0002", NOW, NOW), Result(error="RayActorError: died")
+    )
     run = rows.run
     assert (run["status"], run["error"], run["link"], run["seq"]) == (
         "failed",

@@ -14,6 +14,7 @@ from orchestrator.sweep import rows as rows_mod
 from orchestrator.sweep.planner import RankPlacement, plan_runs, run_env
 from orchestrator.sweep.rows import (
     SHARED_GPU,
+    RunFacts,
     build_rows,
     build_rows_safely,
     gpu_uuids_by_node,
@@ -94,7 +95,9 @@ def test_rows_store_the_run_env_ranks_per_gpu_and_each_ranks_device():
         rank_records=[_record(0, d0)],  # rank 1 returned nothing
         placements=_placements(("3",), ("3",)),
     )
-    run = build_rows(spec, "s", planned, "r", result, NOW, NOW, {}, None, env).run
+    run = build_rows(
+        RunFacts(spec, "s", planned, "r", NOW, NOW, rank_env=env, topo_links={}), result
+    ).run
     assert run["rank_env"]["NCCL_HOSTID"] == "linksweep-rank{rank}"  # the {rank} form
     assert run["rank_env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert run["ranks_per_gpu"] == 2 and run["link_class"] == SHARED_GPU
@@ -115,7 +118,9 @@ def test_a_run_whose_rows_cannot_be_built_is_a_failed_row(monkeypatch):
     monkeypatch.setattr(rows_mod, "link_class_for", old_link_class)
     planned = plan_runs(SPEC)[0]
     result = RunResult(placements=_placements((UUID0,), (UUID1,)))
-    out = build_rows_safely(SPEC, "s", planned, "r", result, NOW, NOW, {}, None, {"A": "1"})
+    out = build_rows_safely(
+        RunFacts(SPEC, "s", planned, "r", NOW, NOW, rank_env={"A": "1"}, topo_links={}), result
+    )
     assert out.run["status"] == "failed"
     assert out.run["error"].startswith("building the run's rows failed: ValueError: invalid")
     assert out.run["rank_env"] == {"A": "1"} and out.run["link"] == "default"
@@ -132,7 +137,7 @@ def test_a_failed_runs_own_error_is_kept_when_its_rows_fail(monkeypatch):
 
     monkeypatch.setattr(rows_mod, "link_class_for", flaky)
     result = RunResult(error="2 of 2 rank(s) failed", placements=_placements(("0",), ("1",)))
-    out = build_rows_safely(SPEC, "s", plan_runs(SPEC)[0], "r", result, NOW, NOW)
+    out = build_rows_safely(RunFacts(SPEC, "s", plan_runs(SPEC)[0], "r", NOW, NOW), result)
     assert out.run["error"].endswith("the run's own error: 2 of 2 rank(s) failed")
     assert len(calls) == 2
 
@@ -172,14 +177,14 @@ def _gpu_spec(ranks_per_gpu: int):
 def test_two_ranks_on_one_gpu_report_that_gpus_tflops_not_half_of_them():
     shared = _gpu_spec(2)
     result = RunResult([_trained(0, "3"), _trained(1, "3")], _placements(("3",), ("3",)))
-    run = build_rows(shared, "s", plan_runs(shared)[0], "r", result, NOW, NOW).run
+    run = build_rows(RunFacts(shared, "s", plan_runs(shared)[0], "r", NOW, NOW), result).run
     total = run["model_flops_per_step"]
     assert run["achieved_tflops_per_gpu"] == pytest.approx(total / 1 / 0.5 / 1e12)
     assert run["mfu"] == pytest.approx(run["achieved_tflops_per_gpu"] / run["peak_tflops"])
     # the same steps on two GPUs: each GPU did half the work
     two = _gpu_spec(1)
     result = RunResult([_trained(0, "0"), _trained(1, "1")], _placements(("0",), ("1",)))
-    run2 = build_rows(two, "s", plan_runs(two)[0], "r", result, NOW, NOW).run
+    run2 = build_rows(RunFacts(two, "s", plan_runs(two)[0], "r", NOW, NOW), result).run
     assert run2["achieved_tflops_per_gpu"] == pytest.approx(run["achieved_tflops_per_gpu"] / 2)
 
 
@@ -200,7 +205,7 @@ def test_gpus_used_counts_distinct_gpus_per_node_and_ranks_on_cpu():
 def test_a_rehearsal_stores_its_one_gpu_once_in_visible_gpus():
     spec = _gpu_spec(2)
     result = RunResult([_trained(0, "3"), _trained(1, "3")], _placements(("3",), ("3",)))
-    run = build_rows(spec, "s", plan_runs(spec)[0], "r", result, NOW, NOW).run
+    run = build_rows(RunFacts(spec, "s", plan_runs(spec)[0], "r", NOW, NOW), result).run
     assert [n["visible_gpus"] for n in run["nodes"]] == [("3",), ("3",)]
     assert [n["gpu_ids"] for n in run["nodes"]] == [("3",), ("3",)]
 
@@ -212,7 +217,7 @@ def test_a_failed_ranks_decision_reaches_the_nodes_from_its_error():
     d1 = DeviceDecision("nccl", "cuda:0", "3", "3")
     error = "1 of 2 rank(s) failed\nrank 1: RuntimeError: boom\n\nRuntimeError: boom\n" + d1.note(1)
     result = RunResult(error=error, placements=_placements(("3",), ("3",)))
-    run = build_rows(spec, "s", plan_runs(spec)[0], "r", result, NOW, NOW).run
+    run = build_rows(RunFacts(spec, "s", plan_runs(spec)[0], "r", NOW, NOW), result).run
     assert run["nodes"][1]["device_decision"] == dataclasses.asdict(d1)
     assert run["nodes"][0]["device_decision"] is None  # its note is not in the text
     cpu = DeviceDecision("gloo", "cpu", "", None)

@@ -6,7 +6,7 @@ import datetime as dt
 
 from orchestrator.raycluster.result import RunResult
 from orchestrator.sweep.planner import RankPlacement, plan_runs
-from orchestrator.sweep.rows import build_rows
+from orchestrator.sweep.rows import RunFacts, build_rows
 from orchestrator.sweep.spec import parse_spec
 from tests.captures import CAPTURES, needs
 from workloads.contract import RankRecord
@@ -37,7 +37,7 @@ def _rank(r: int, log: str) -> RankRecord:
 def test_nvls_set_up_on_a_no_p2p_link_is_stored_and_flagged():
     log = (NCCL / "nccl_tests_213_nvls_comm.log").read_text()
     result = RunResult(rank_records=[_rank(0, log), _rank(1, "")])
-    rows = build_rows(SPEC, "s", BY_LINK["no_p2p"], "r", result, NOW, NOW)
+    rows = build_rows(RunFacts(SPEC, "s", BY_LINK["no_p2p"], "r", NOW, NOW), result)
     assert rows.run["nvls"] is True
     assert rows.run["collnet"] is None
     assert rows.run["link_check"] == "mismatch"  # P2P and NVLS on a link that disabled P2P
@@ -46,7 +46,7 @@ def test_nvls_set_up_on_a_no_p2p_link_is_stored_and_flagged():
 def test_no_nvls_and_no_collnet_are_stored_as_false():
     log = (NCCL / "nccl_1189_h20_zero_collnet_nvls_channels.log").read_text()
     result = RunResult(rank_records=[_rank(0, log), _rank(1, log)])
-    rows = build_rows(SPEC, "s", BY_LINK["default"], "r", result, NOW, NOW)
+    rows = build_rows(RunFacts(SPEC, "s", BY_LINK["default"], "r", NOW, NOW), result)
     assert (rows.run["nvls"], rows.run["collnet"]) == (False, False)
 
 
@@ -62,7 +62,7 @@ def test_link_check_reads_the_env_the_ranks_ran_with():
     no_p2p = BY_LINK["no_p2p"]
 
     def check(rank_env):
-        rows = build_rows(SPEC, "s", no_p2p, "r", result, NOW, NOW, None, None, rank_env)
+        rows = build_rows(RunFacts(SPEC, "s", no_p2p, "r", NOW, NOW, rank_env=rank_env), result)
         return rows.run["link_check"]
 
     assert check(None) == "mismatch"  # the link's own env: P2P disabled, NVLS set up anyway
@@ -80,7 +80,7 @@ def test_failed_run_keeps_the_transports_of_its_leftover_logs():
         error="rank 0 failed: boom",
         nccl_logs={"h:/tmp/linksweep-nccl-r-h-11.log": text},
     )
-    rows = build_rows(SPEC, "s", BY_LINK["default"], "r", result, NOW, NOW)
+    rows = build_rows(RunFacts(SPEC, "s", BY_LINK["default"], "r", NOW, NOW), result)
     assert rows.run["status"] == "failed"
     assert rows.run["effective_transport"] == "NET/IB"
     assert {(t["rank"], t["peer"]) for t in rows.transports} == {(39, 47), (38, 6)}
@@ -88,7 +88,7 @@ def test_failed_run_keeps_the_transports_of_its_leftover_logs():
 
 
 def test_failed_run_without_logs_says_unknown():
-    rows = build_rows(SPEC, "s", BY_LINK["default"], "r", RunResult(error="x"), NOW, NOW)
+    rows = build_rows(RunFacts(SPEC, "s", BY_LINK["default"], "r", NOW, NOW), RunResult(error="x"))
     assert rows.run["effective_transport"] is None
     assert rows.run["link_check"] == "unknown"
     assert rows.run["nvls"] is None
@@ -98,11 +98,8 @@ def test_every_nccl_log_is_kept_whole_with_its_source():
     """The raw logs are stored (``nccl_logs``) besides what was parsed from them: a rank's own
     log under its rank, a failed run's leftover file under host:path; gloo ranks have none."""
     log = (NCCL / "nccl_tests_213_nvls_comm.log").read_text()
-    ok = build_rows(
-        SPEC, "s", BY_LINK["default"], "r", RunResult(rank_records=[_rank(0, log), _rank(1, "")]),
-        NOW, NOW,
-    )  # fmt: skip
+    ok = build_rows(RunFacts(SPEC, "s", BY_LINK["default"], "r", NOW, NOW), RunResult(rank_records=[_rank(0, log), _rank(1, "")]))  # fmt: skip
     assert ok.nccl_logs == [{"run_id": "r", "source": "rank 0", "text": log}]
     failed = RunResult(error="boom", nccl_logs={"h:/tmp/x.log": log})
-    rows = build_rows(SPEC, "s", BY_LINK["default"], "r", failed, NOW, NOW)
+    rows = build_rows(RunFacts(SPEC, "s", BY_LINK["default"], "r", NOW, NOW), failed)
     assert rows.nccl_logs == [{"run_id": "r", "source": "h:/tmp/x.log", "text": log}]

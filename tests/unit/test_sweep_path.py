@@ -1,13 +1,17 @@
 """The sweep's path, without Ray: ``execute_sweep`` with Ray's side stood in (``raycluster.runs``,
 ``raycluster.launchers``, node discovery) and a real database file. What is checked: the planner
-is asked once per sweep, fresh or resumed, and each run starts from what its plan holds."""
+is asked once per sweep, fresh or resumed, and each run starts from what its plan holds; no
+function of the sweep's path takes more than six arguments."""
 
 from __future__ import annotations
 
+import ast
 import collections
+import contextlib
 import inspect
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -96,27 +100,29 @@ def _result(launch, failed: bool) -> RunResult:
 
 
 class RaySide:
-    """``raycluster.runs`` and ``raycluster.launchers`` stood in: every launch is kept, and a
-    run whose id is in ``fail`` hangs (no record, its stacks captured)."""
+    """``raycluster.runs`` stood in: every launch is kept with the context it ran in, and a run
+    whose id is in ``fail`` hangs (no record, its stacks captured)."""
 
     def __init__(self, fail: set[str] = frozenset()):
         self.fail = set(fail)
         self.launched: list = []
-        self.pools: list[str] = []
+        self.contexts: list = []
 
-    def execute_run(self, launch, board=None, on_progress=None, launchers=None):
+    def execute_run(self, launch, context=None):
         self.launched.append(launch)
         return _result(launch, launch.run_id in self.fail)
 
+    @contextlib.contextmanager
+    def sweep_context(self, launcher, on_progress):
+        context = types.SimpleNamespace(launcher=launcher, on_progress=on_progress, open=True)
+        self.contexts.append(context)
+        yield context
+        context.open = False
+
     def install(self, monkeypatch) -> None:
         runs = types.ModuleType("orchestrator.raycluster.runs")
-        runs.execute_run = self.execute_run
-        runs.ProgressHandle = lambda: self.pools.append("board")
-        launchers = types.ModuleType("orchestrator.raycluster.launchers")
-        launchers.start_launchers = lambda: self.pools.append("launchers")
-        launchers.stop_launchers = lambda pool: None
+        runs.execute_run, runs.sweep_context = self.execute_run, self.sweep_context
         stand_in(monkeypatch, runs)
-        stand_in(monkeypatch, launchers)
         node = {"node_id": "n1", "hostname": "h1", "ip": "10.0.0.1", "cpus": 4.0, "gpus": 0.0}
         monkeypatch.setattr(execute, "discover_nodes", lambda skip=(): [as_report(node)])
 
@@ -210,7 +216,9 @@ def sweep(monkeypatch, tmp_path):
 
     def run(resume=None):
         return planner_entries(
-            lambda: execute.execute_sweep(SPEC, store, "embedded", BUNDLE, UI(), resume)
+            lambda: execute.execute_sweep(
+                SPEC, store, "embedded", BUNDLE, UI(), execute.SweepStart(resume)
+            )
         )
 
     yield ray_side, store, run
@@ -233,7 +241,8 @@ def test_the_planner_is_asked_once_per_sweep_and_each_run_starts_from_its_plan(s
         assert launch.env == run_env(SPEC, v.link, launch.run_id, 2)
         assert (launch.world_size, launch.placement, launch.bundle) == (2, v.placement, BUNDLE)
         assert launch.timeout_s == SPEC.run_timeout_s
-    assert ray_side.pools == ["launchers"]  # CPU-only: forked ranks, launchers once per sweep
+    (context,) = ray_side.contexts  # one per sweep, closed at its end
+    assert (context.launcher, context.open) == ("fork", False)  # CPU-only: forked ranks
 
 
 def test_a_resumed_sweep_keeps_its_run_ids_and_asks_the_planner_once(sweep):
@@ -255,3 +264,53 @@ def test_a_resumed_sweep_keeps_its_run_ids_and_asks_the_planner_once(sweep):
     slots = {r["run_id"]: r for r in store.rows(Q.SWEEP_RUN_SLOTS, sweep_id=sweep_id)}
     assert slots[failed_id]["superseded_by"] == f"{failed_id}-a2"
     assert slots[f"{failed_id}-a2"]["attempt"] == 2
+
+
+# --- the sweep path's functions take few arguments ---------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+SWEEP_PATH = [
+    *sorted((REPO / "orchestrator" / "sweep").glob("*.py")),
+    REPO / "orchestrator" / "raycluster" / "runs.py",
+    REPO / "orchestrator" / "raycluster" / "launchers.py",
+]
+MAX_ARGUMENTS = 6
+"""More, and a call names its values by position across a screen: what they share goes in one
+object (``planner.Launch``, ``raycluster.runs.RunContext``, ``rows.RunFacts``)."""
+WIDE_ON_PURPOSE = {
+    "orchestrator/sweep/ds_config.py:deepspeed_config": "keyword-only in every call: one "
+    "keyword per setting of the DeepSpeed config it builds, each with the variant's value",
+}
+
+
+def arguments(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """A function's arguments, keyword-only and ``*args``/``**kwargs`` included, but ``self``
+    and ``cls``."""
+    a = fn.args
+    names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+    names += [f"*{x.arg}" for x in (a.vararg, a.kwarg) if x is not None]
+    return [n for n in names if n not in ("self", "cls")]
+
+
+def too_wide(source: str, where: str) -> dict[str, int]:
+    return {
+        f"{where}:{fn.name}": len(arguments(fn))
+        for fn in ast.walk(ast.parse(source))
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and len(arguments(fn)) > MAX_ARGUMENTS
+    }
+
+
+def test_no_function_of_the_sweep_path_takes_more_than_six_arguments():
+    wide = {}
+    for path in SWEEP_PATH:
+        wide.update(too_wide(path.read_text(), str(path.relative_to(REPO))))
+    assert {k: n for k, n in wide.items() if k not in WIDE_ON_PURPOSE} == {}
+    assert all((REPO / k.split(":")[0]).exists() for k in WIDE_ON_PURPOSE)
+
+
+def test_the_argument_count_sees_every_kind_of_argument():
+    source = "def f(a, /, b, *c, d, e=1, **f): pass\nclass C:\n    def m(self, a, b): pass\n"
+    assert arguments(ast.parse(source).body[0]) == ["a", "b", "d", "e", "*c", "*f"]
+    assert too_wide(source, "x") == {}
+    assert too_wide("def g(a, b, c, d, e, f, *, g): pass", "x") == {"x:g": 7}
