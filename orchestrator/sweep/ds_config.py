@@ -260,6 +260,46 @@ def deepspeed_config(
     comms_logger: add DeepSpeed's comms logger (profiled pass only: it synchronises around every
         collective, so it must never be on in timed steps).
     """
+    _check_choices(strategy, precision, offload, overlap_comm, preset)
+    for name, value in (
+        ("grad_accum", grad_accum),
+        ("micro_batch_size", micro_batch_size),
+        ("world_size", world_size),
+    ):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    stage = STRATEGIES[strategy]
+    if offload == "nvme":
+        _check_nvme(strategy, stage, nvme_path)
+    config: dict[str, Any] = {}
+    if preset is not None:
+        config = _preset_layer(preset, stage, bucket_mb, precision)
+    if user:
+        config = deep_merge(config, user)
+    variant: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": micro_batch_size,
+        "gradient_accumulation_steps": grad_accum,
+        "train_batch_size": micro_batch_size * grad_accum * world_size,
+        "zero_optimization": _zero_block(
+            stage, overlap_comm, bucket_mb, precision, offload, nvme_path
+        ),
+        # harness keys (HARNESS_KEYS)
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": STEPS_PER_PRINT,
+    }
+    if offload != "none":
+        variant["zero_force_ds_cpu_optimizer"] = False
+    if precision == "bf16":
+        variant["bf16"] = {"enabled": True}
+    if comms_logger:
+        variant["comms_logger"] = {"enabled": True, "prof_all": True, "verbose": False}
+    return deep_merge(config, variant)
+
+
+def _check_choices(
+    strategy: str, precision: str, offload: str, overlap_comm: str, preset: str | None
+) -> None:
+    """ValueError naming the first argument outside its closed set, and the allowed values."""
     if strategy not in STRATEGIES:
         raise ValueError(
             f"strategy={strategy!r} is not a DeepSpeed ZeRO strategy; allowed: {sorted(STRATEGIES)}"
@@ -272,37 +312,43 @@ def deepspeed_config(
         raise ValueError(f"overlap_comm={overlap_comm!r} is not one of {list(OVERLAP_CHOICES)}")
     if preset is not None and preset not in PRESETS:
         raise ValueError(f"deepspeed_preset={preset!r} is not one of {sorted(PRESETS)}")
-    for name, value in (
-        ("grad_accum", grad_accum),
-        ("micro_batch_size", micro_batch_size),
-        ("world_size", world_size),
-    ):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    stage = STRATEGIES[strategy]
-    if offload == "nvme":
-        if stage != 3:
-            # DeepSpeed's stage 1/2 optimizer (zero/stage_1_and_2.py) has no NVMe swapper: it
-            # sets cpu_offload=True for any offload device != none, so "nvme" would silently
-            # run as CPU offload and the variant's label would lie.
-            raise ValueError(
-                f"strategy={strategy!r} with offload='nvme' is not supported by DeepSpeed "
-                "(ZeRO-1/2 treat nvme as cpu offload); use zero3 for nvme, or offload='cpu'"
-            )
-        if not nvme_path:
-            raise ValueError(f"offload='nvme' needs nvme_path (strategy={strategy!r})")
 
-    config: dict[str, Any] = {}
-    if preset is not None:
-        config = deep_merge(config, PRESETS[preset])
-        elements = bucket_elements(bucket_mb or DDP_DEFAULT_BUCKET_MB, precision)
-        buckets = {"reduce_bucket_size": elements, "allgather_bucket_size": elements}
-        if stage == 3:
-            buckets["stage3_prefetch_bucket_size"] = elements
-        config = deep_merge(config, {"zero_optimization": buckets})
-    if user:
-        config = deep_merge(config, user)
 
+def _check_nvme(strategy: str, stage: int, nvme_path: str | None) -> None:
+    """NVMe offload needs ZeRO-3 and a folder."""
+    if stage != 3:
+        # DeepSpeed's stage 1/2 optimizer (zero/stage_1_and_2.py) has no NVMe swapper: it
+        # sets cpu_offload=True for any offload device != none, so "nvme" would silently
+        # run as CPU offload and the variant's label would lie.
+        raise ValueError(
+            f"strategy={strategy!r} with offload='nvme' is not supported by DeepSpeed "
+            "(ZeRO-1/2 treat nvme as cpu offload); use zero3 for nvme, or offload='cpu'"
+        )
+    if not nvme_path:
+        raise ValueError(f"offload='nvme' needs nvme_path (strategy={strategy!r})")
+
+
+def _preset_layer(preset: str, stage: int, bucket_mb: int | None, precision: str) -> dict:
+    """The preset, with every bucket (stage 3's prefetch bucket too) at ``bucket_mb`` MiB, DDP's
+    25 MiB when the grid says ``default``."""
+    config = deep_merge({}, PRESETS[preset])
+    elements = bucket_elements(bucket_mb or DDP_DEFAULT_BUCKET_MB, precision)
+    buckets = {"reduce_bucket_size": elements, "allgather_bucket_size": elements}
+    if stage == 3:
+        buckets["stage3_prefetch_bucket_size"] = elements
+    return deep_merge(config, {"zero_optimization": buckets})
+
+
+def _zero_block(
+    stage: int,
+    overlap_comm: str,
+    bucket_mb: int | None,
+    precision: str,
+    offload: str,
+    nvme_path: str | None,
+) -> dict[str, Any]:
+    """The variant's ``zero_optimization`` keys: the stage, and overlap, buckets and offload
+    where the variant sets them."""
     zero: dict[str, Any] = {"stage": stage}
     if overlap_comm != "default":
         zero["overlap_comm"] = overlap_comm == "true"
@@ -315,19 +361,4 @@ def deepspeed_config(
     elif offload == "nvme":
         zero["offload_optimizer"] = {"device": "nvme", "nvme_path": nvme_path}
         zero["offload_param"] = {"device": "nvme", "nvme_path": nvme_path}
-    variant: dict[str, Any] = {
-        "train_micro_batch_size_per_gpu": micro_batch_size,
-        "gradient_accumulation_steps": grad_accum,
-        "train_batch_size": micro_batch_size * grad_accum * world_size,
-        "zero_optimization": zero,
-        # harness keys (HARNESS_KEYS)
-        "zero_allow_untested_optimizer": True,
-        "steps_per_print": STEPS_PER_PRINT,
-    }
-    if offload != "none":
-        variant["zero_force_ds_cpu_optimizer"] = False
-    if precision == "bf16":
-        variant["bf16"] = {"enabled": True}
-    if comms_logger:
-        variant["comms_logger"] = {"enabled": True, "prof_all": True, "verbose": False}
-    return deep_merge(config, variant)
+    return zero
