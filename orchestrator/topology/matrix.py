@@ -150,6 +150,59 @@ def _fit_affinity(cells: list[str], n_columns: int) -> list[str] | None:
     return cells
 
 
+def _header_index(lines: list[str]) -> int:
+    """Index of the header line (the first starting with GPU0); TopoParseError without one."""
+    header_at = next((i for i, ln in enumerate(lines) if _is_header(_strip_ansi(ln))), None)
+    if header_at is None:
+        first = next(((i, ln) for i, ln in enumerate(lines) if ln.strip()), (0, ""))
+        raise _fail(first[0] + 1, "no nvidia-smi topo header (a line starting with GPU0)", first[1])
+    return header_at
+
+
+def _matrix_row(
+    raw: str, lineno: int, devices: list[str], seen: Iterable[str], n_affinity: int
+) -> tuple[str, list[str], list[str]]:
+    """One matrix row: its label, its link cells (SOC read as SYS) and its affinity cells fitted
+    to the header's affinity columns. TopoParseError for a label that is not a header device
+    or is seen twice, missing or unknown link cells, ``X`` off the diagonal, surplus cells."""
+    n = len(devices)
+    label, cells, aff_cells, positional = _split_row(_strip_ansi(raw), n)
+    if label not in devices:
+        raise _fail(lineno, f"row label {label!r} is not a device of the header", raw)
+    if label in seen:
+        raise _fail(lineno, f"second row for {label}", raw)
+    if len(cells) < n or not all(cells):
+        raise _fail(lineno, f"expected {n} link cells after {label}", raw)
+    for col, cell in zip(devices, cells, strict=True):
+        if not _CELL_RE.match(cell):
+            raise _fail(lineno, f"unknown link token {cell!r} in column {col}", raw)
+        if (cell == "X") != (col == label):
+            raise _fail(lineno, f"'X' must mark exactly the {label}/{label} cell", raw)
+    if positional:
+        fitted = _fit_affinity(aff_cells, n_affinity)
+    else:
+        fitted = aff_cells if len(aff_cells) <= n_affinity else None
+    if fitted is None:
+        raise _fail(lineno, f"more cells than the header's {n} devices and affinity columns", raw)
+    return label, ["SYS" if c == "SOC" else c for c in cells], fitted
+
+
+def _nic_legend(lines: Iterable[str]) -> dict[str, str]:
+    """The ``NIC Legend:`` block after the matrix (``NIC0: mlx5_0``), up to its first other line."""
+    nic_legend: dict[str, str] = {}
+    in_legend = False
+    for raw in lines:
+        stripped = raw.strip()
+        if stripped == "NIC Legend:":
+            in_legend = True
+        elif in_legend and stripped:
+            m = _NIC_LEGEND_RE.match(raw)
+            if not m:
+                break
+            nic_legend[m.group(1)] = m.group(2)
+    return nic_legend
+
+
 def parse_topo(text: str) -> Topology:
     """Parse ``nvidia-smi topo -m`` output (any driver generation) into a ``Topology``.
 
@@ -159,50 +212,23 @@ def parse_topo(text: str) -> Topology:
     header without a row.
     """
     lines = text.splitlines()
-    header_at = next((i for i, ln in enumerate(lines) if _is_header(_strip_ansi(ln))), None)
-    if header_at is None:
-        first = next(((i, ln) for i, ln in enumerate(lines) if ln.strip()), (0, ""))
-        raise _fail(first[0] + 1, "no nvidia-smi topo header (a line starting with GPU0)", first[1])
-
-    header_line = _strip_ansi(lines[header_at])
-    devices, aff_columns = _parse_header(header_line)
+    header_at = _header_index(lines)
+    devices, aff_columns = _parse_header(_strip_ansi(lines[header_at]))
     if len(set(devices)) != len(devices):
         raise _fail(header_at + 1, "header names a device twice", lines[header_at])
     gpus = tuple(d for d in devices if _GPU_RE.match(d))
     nics = tuple(d for d in devices if not _GPU_RE.match(d))
-    n = len(devices)
 
     rows: dict[str, list[str]] = {}
     affinity: dict[str, dict[str, str]] = {key: {} for key in _AFFINITY_COLUMNS.values()}
     end = len(lines)
     for i in range(header_at + 1, len(lines)):
-        raw = lines[i]
-        clean = _strip_ansi(raw)
+        clean = _strip_ansi(lines[i])
         if not clean.strip() or clean.strip().startswith("Legend"):
             end = i
             break
-        label, cells, aff_cells, positional = _split_row(clean, n)
-        if label not in devices:
-            raise _fail(i + 1, f"row label {label!r} is not a device of the header", raw)
-        if label in rows:
-            raise _fail(i + 1, f"second row for {label}", raw)
-        if len(cells) < n or not all(cells):
-            raise _fail(i + 1, f"expected {n} link cells after {label}", raw)
-        for col, cell in zip(devices, cells, strict=True):
-            if not _CELL_RE.match(cell):
-                raise _fail(i + 1, f"unknown link token {cell!r} in column {col}", raw)
-            if (cell == "X") != (col == label):
-                raise _fail(i + 1, f"'X' must mark exactly the {label}/{label} cell", raw)
-        rows[label] = ["SYS" if c == "SOC" else c for c in cells]
-
-        if positional:
-            fitted = _fit_affinity(aff_cells, len(aff_columns))
-        else:
-            fitted = aff_cells if len(aff_cells) <= len(aff_columns) else None
-        if fitted is None:
-            raise _fail(
-                i + 1, f"more cells than the header's {n} devices and affinity columns", raw
-            )
+        label, link_cells, fitted = _matrix_row(lines[i], i + 1, devices, rows, len(aff_columns))
+        rows[label] = link_cells
         if label in gpus:
             # A short row (space form, trailing cells lost) fills the first columns only.
             for column, value in zip(aff_columns, fitted, strict=False):
@@ -218,30 +244,15 @@ def parse_topo(text: str) -> Topology:
             )
 
     index = {d: k for k, d in enumerate(devices)}
-    links = {(a, b): rows[a][index[b]] for a in gpus for b in gpus if a != b}
-    nic_links = {(g, nic): rows[g][index[nic]] for g in gpus for nic in nics}
-
-    nic_legend: dict[str, str] = {}
-    in_legend = False
-    for raw in lines[end:]:
-        stripped = raw.strip()
-        if stripped == "NIC Legend:":
-            in_legend = True
-        elif in_legend and stripped:
-            m = _NIC_LEGEND_RE.match(raw)
-            if not m:
-                break
-            nic_legend[m.group(1)] = m.group(2)
-
     return Topology(
         gpus=gpus,
         nics=nics,
-        links=links,
-        nic_links=nic_links,
+        links={(a, b): rows[a][index[b]] for a in gpus for b in gpus if a != b},
+        nic_links={(g, nic): rows[g][index[nic]] for g in gpus for nic in nics},
         cpu_affinity=affinity["cpu_affinity"],
         numa_affinity=affinity["numa_affinity"],
         gpu_numa_id=affinity["gpu_numa_id"],
-        nic_legend=nic_legend,
+        nic_legend=_nic_legend(lines[end:]),
     )
 
 
