@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.emulated import netns, raynodes
-from orchestrator.emulated.blueprint import plan_emulated
+from orchestrator.emulated.blueprint import EmulatedPlan, plan_emulated
 from orchestrator.emulated.faults import Fault, planted_faults
 from orchestrator.emulated.raynodes import READY_TIMEOUT_S, STATE_VERSION, RayNodeOptions
 from orchestrator.emulated.shapes import (
@@ -72,8 +72,27 @@ def up(
         )
     netns.preflight(plan, state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
-    temp_dir = state_dir / "ray"
-    log_dir = state_dir / "logs"
+    state = _new_state(plan, state_dir)
+    raynodes.write_state(path, state)
+    try:
+        _create_network(plan, state, path, log)
+        _start_ray_nodes(plan, opts, state, path, log)
+        raynodes.wait_ready(plan, ready_timeout_s)
+        state["address"] = plan.address
+        raynodes.write_state(path, state)
+    except BaseException:
+        log("emulated cluster: up failed; removing what was created")
+        down(state_dir, log=log, keep_logs=True)
+        log(
+            f"Ray logs of the failed attempt: {state['ray_temp_dir']}/<node>/session_*/logs "
+            f"and {state_dir / 'logs'}"
+        )
+        raise
+    return plan.address
+
+
+def _new_state(plan: EmulatedPlan, state_dir: Path) -> dict[str, Any]:
+    """The state file of a cluster about to be created: its plan and steps, nothing started."""
     state: dict[str, Any] = {
         "version": STATE_VERSION,
         "cluster_id": uuid.uuid4().hex,
@@ -81,58 +100,56 @@ def up(
         "plan": plan.to_dict(),
         "steps": [asdict(step) for step in plan.steps],
         "steps_started": 0,
-        "ray_temp_dir": str(temp_dir),
+        "ray_temp_dir": str(state_dir / "ray"),
         "ray_started": False,
         "pids": {},
         "start_times": {},
         "address": None,
     }
     state["faults"] = planted_faults(state)  # for readers of the JSON: IPs, not indices
-    raynodes.write_state(path, state)
+    return state
+
+
+def _create_network(plan: EmulatedPlan, state: dict[str, Any], path: Path, log: Log) -> None:
+    """Namespaces, bridges, veths and qdiscs, recording before each step how far it got."""
 
     def before_step(started: int) -> None:
         state["steps_started"] = started
         raynodes.write_state(path, state)
 
-    try:
-        log(f"creating {len(plan.namespaces)} namespaces and {len(plan.links)} links")
-        netns.apply_steps(plan, before_step)
+    log(f"creating {len(plan.namespaces)} namespaces and {len(plan.links)} links")
+    netns.apply_steps(plan, before_step)
 
-        env = raynodes.ray_env(state["cluster_id"])
-        ray_bin = raynodes.ray_bin()
-        temp_dir.mkdir(parents=True, exist_ok=True)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        state["ray_started"] = True
-        raynodes.write_state(path, state)
 
-        log(f"starting the Ray head on {plan.address} (root namespace, no CPUs/GPUs)")
-        head_argv = raynodes.ray_start_argv(plan, opts, ray_bin, str(temp_dir), None)
-        raynodes.start_ray({"head": head_argv}, env, log_dir)
-        raynodes.record_pids(state, "head", raynodes.cluster_pids(state, []))
-        raynodes.write_state(path, state)
+def _start_ray_nodes(
+    plan: EmulatedPlan, opts: RayNodeOptions, state: dict[str, Any], path: Path, log: Log
+) -> None:
+    """The Ray head in the root namespace, then one Ray node per namespace, each process
+    recorded (pid and start time) as soon as it runs, so `down` finds it after a crash."""
+    temp_dir, log_dir = Path(state["ray_temp_dir"]), path.parent / "logs"
+    env = raynodes.ray_env(state["cluster_id"])
+    ray_bin = raynodes.ray_bin()
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    state["ray_started"] = True
+    raynodes.write_state(path, state)
 
-        log(f"starting {nodes} Ray nodes ({opts.cpus_per_node} CPU, {opts.gpus_per_node} GPU each)")
-        raynodes.start_ray(
-            {
-                n.namespace: raynodes.ray_start_argv(plan, opts, ray_bin, str(temp_dir), n.index)
-                for n in plan.nodes
-            },
-            env,
-            log_dir,
-        )
-        for n in plan.nodes:
-            raynodes.record_pids(state, n.namespace, netns.netns_pids(n.namespace))
-        raynodes.write_state(path, state)
+    log(f"starting the Ray head on {plan.address} (root namespace, no CPUs/GPUs)")
+    head_argv = raynodes.ray_start_argv(plan, opts, ray_bin, str(temp_dir), None)
+    raynodes.start_ray({"head": head_argv}, env, log_dir)
+    raynodes.record_pids(state, "head", raynodes.cluster_pids(state, []))
+    raynodes.write_state(path, state)
 
-        raynodes.wait_ready(plan, ready_timeout_s)
-        state["address"] = plan.address
-        raynodes.write_state(path, state)
-    except BaseException:
-        log("emulated cluster: up failed; removing what was created")
-        down(state_dir, log=log, keep_logs=True)
-        log(f"Ray logs of the failed attempt: {temp_dir}/<node>/session_*/logs and {log_dir}")
-        raise
-    return plan.address
+    each = f"{opts.cpus_per_node} CPU, {opts.gpus_per_node} GPU each"
+    log(f"starting {len(plan.nodes)} Ray nodes ({each})")
+    argvs = {
+        n.namespace: raynodes.ray_start_argv(plan, opts, ray_bin, str(temp_dir), n.index)
+        for n in plan.nodes
+    }
+    raynodes.start_ray(argvs, env, log_dir)
+    for n in plan.nodes:
+        raynodes.record_pids(state, n.namespace, netns.netns_pids(n.namespace))
+    raynodes.write_state(path, state)
 
 
 def down(
