@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from orchestrator.cli_help import ADDRESS_HELP, DB_HELP, EXIT_CODES
 from orchestrator.commands.sweeping import load_checked, on_cluster, open_store, print_query_table
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, err
+
+if TYPE_CHECKING:
+    from orchestrator.store import TableStore
 
 
 def add_parser(sub) -> None:
@@ -116,7 +120,9 @@ avoiding nodes:
   fleet suspects the sweep excluded against the nodes alive then."""
 
 
-def _exclusion_entries(store, args, resume) -> list[tuple[str, str]] | None:
+def _exclusion_entries(
+    store: TableStore, args: argparse.Namespace, resume
+) -> list[tuple[str, str]] | None:
     """Entries to exclude beyond the sweep file's: the suspect nodes of ``--exclude-suspects``
     (read before anything starts) and, on resume, the fleet entries the sweep excluded before.
     None after saying why (unknown fleet id: exit 2)."""
@@ -162,7 +168,7 @@ def _exclusion_entries(store, args, resume) -> list[tuple[str, str]] | None:
     return entries + fleet_entries
 
 
-def _print_summary(store, sweep_id: str) -> None:
+def _print_summary(store: TableStore, sweep_id: str) -> None:
     from orchestrator.store import Q
 
     print_query_table(
@@ -203,7 +209,7 @@ def _print_summary(store, sweep_id: str) -> None:
     _print_headline(store, sweep_id)
 
 
-def _print_headline(store, sweep_id: str) -> None:
+def _print_headline(store: TableStore, sweep_id: str) -> None:
     """The links as described and measured, then the headline (orchestrator/analysis/headline.py)."""
     from orchestrator.analysis.headline import build_headline
     from orchestrator.analysis.links import link_label

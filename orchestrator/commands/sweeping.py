@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from orchestrator.commands.shared import join_cluster
 from orchestrator.errors import EXIT_BAD_INPUT, err
+
+if TYPE_CHECKING:
+    from orchestrator.store import SweepStore, TableStore
 
 
 def load_checked(sweep_path: str, db: str, deepspeed: bool):
@@ -36,7 +40,7 @@ def load_checked(sweep_path: str, db: str, deepspeed: bool):
     return spec
 
 
-def open_store(db: str):
+def open_store(db: str) -> SweepStore | None:
     """The driver's database handle (``LiveStore``), after committing what an earlier driver
     left spooled and marking its sweep interrupted; None after saying why."""
     from orchestrator.store import StoreError
@@ -99,7 +103,9 @@ def on_cluster(
         restore_signals()
 
 
-def print_query_table(store, query, sweep_id: str, title: str, if_empty: bool = True) -> None:
+def print_query_table(
+    store: TableStore, query, sweep_id: str, title: str, if_empty: bool = True
+) -> None:
     """A named query's rows for one sweep, as an aligned table on stdout."""
     from orchestrator.ui import print_table
 

@@ -5,14 +5,15 @@ ones): it stores each run in one transaction, so a crash or Ctrl-C leaves every 
 intact. Everyone else reads through :class:`Reader` (``read_only=True``) with the named queries
 of ``orchestrator/store/queries.py``; ``read_query`` runs a user's own SQL (``linksweep query``).
 
-Where data changes, by name: ``Store.insert``/``update``/``delete`` in a transaction (the driver),
-``Store.commit_spooled`` (spooled runs, ``spool.py``), ``Store.mark_interrupted`` (sweeps and
-fleet checks whose driver is gone), ``Store.import_link_bench`` (``linksweep import``), and
+Where data changes, by name: ``Store.insert``/``update``/``delete`` in a transaction (the driver;
+what a sweep writes by which route: ``writes.SWEEP_WRITES``), ``Store.commit_spooled`` (spooled
+runs, ``spool.py``, each applied by ``writes.apply_payload``), ``Store.mark_interrupted`` (sweeps
+and fleet checks whose driver is gone), ``Store.import_link_bench`` (``linksweep import``), and
 ``bring_up_to_date`` (a reading command's one write). Opening for writing (``Store``) creates or
 upgrades the schema in a transaction (``migrations.MIGRATIONS``) and nothing else; opening
 read-only never writes. A newer or foreign database is refused, unchanged, with a clear message.
 
-May import: columnar, liveness, migrations, queries, schema, spool, duckdb.
+May import: columnar, liveness, migrations, queries, schema, spool, writes, duckdb.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from orchestrator.store import queries as Q
 from orchestrator.store.migrations import MIGRATIONS
 from orchestrator.store.queries import Query
 from orchestrator.store.schema import SCHEMA_VERSION, TABLES, VIEWS
+from orchestrator.store.writes import apply_payload
 
 
 class StoreError(RuntimeError):
@@ -190,18 +192,7 @@ class Store(_Handle):
             mine = held is not None and os.path.basename(path) == spool.file_name(held.run_id)
             p = held if mine else spool.read(path)
             with self.transaction():
-                if not p.tables:  # updates only (a sweep's final status): idempotent
-                    for u in p.updates:
-                        values = dict(u["values"])
-                        if u.get("recompute_status"):
-                            n = self.rows(Q.FAILED_RUN_COUNT, **u["key"])[0]["n"]
-                            values["status"] = "failed" if n else "ok"
-                        self.update(u["table"], u["key"], values)
-                elif not self.rows(Q.RUN_EXISTS, run_id=p.run_id)[0]["n"]:
-                    for table, table_rows in p.tables.items():
-                        self.insert(table, table_rows)
-                    for u in p.updates:
-                        self.update(u["table"], u["key"], u["values"])
+                if apply_payload(self, p):
                     committed.append(p.run_id)
             spool.done(path)
         return committed

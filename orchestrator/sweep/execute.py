@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.analysis import linkmodel, stats
 from orchestrator.raycluster.result import RunResult
-from orchestrator.store import Q
+from orchestrator.store import Q, SweepStore, TableStore
 from orchestrator.sweep import ledger, rows
 from orchestrator.sweep.planner import (
     LinkbenchPlan,
@@ -62,7 +62,7 @@ class SweepRun:
 
     spec: SweepSpec
     sweep_id: str
-    store: Any
+    store: SweepStore
     ui: Any
     context: RunContext
     topo_links: dict
@@ -75,7 +75,7 @@ class SweepRun:
 
 def execute_sweep(
     spec: SweepSpec,
-    store,
+    store: SweepStore,
     address: str,
     bundle: dict[str, float],
     ui,
@@ -83,7 +83,8 @@ def execute_sweep(
 ) -> str:
     """Run every planned run in order, storing each as it ends. Returns the sweep id.
 
-    ``store`` is a ``LiveStore`` (the database is open only while a run is committed).
+    ``store`` is a ``LiveStore`` (the database is open only while it is used; what the sweep
+    writes, when and by which route: ``store.writes.SWEEP_WRITES``).
     ``start``: fresh or resumed, and the nodes kept off (:class:`SweepStart`).
     ``ui`` receives progress callbacks (see orchestrator/ui.py). A stop signal or Ctrl-C
     (``stopping.SweepStopped``, a KeyboardInterrupt) marks the sweep ``interrupted`` and
@@ -140,7 +141,7 @@ def run_and_store(sweep: SweepRun, run: RunPlan) -> None:
 
 
 def execute_linkbench(
-    spec: SweepSpec, store, address: str, bundle: dict[str, float], ui, excluded=()
+    spec: SweepSpec, store: SweepStore, address: str, bundle: dict[str, float], ui, excluded=()
 ) -> str:
     """``linksweep linkbench``: a sweep with no training runs: the nodes' topology, each link
     described, then each link x placement measured (``link_bench``), off the ``excluded``
@@ -157,7 +158,7 @@ def execute_linkbench(
 
 
 @contextmanager
-def sweep_life(store, sweep_id: str, ui) -> Iterator[None]:
+def sweep_life(store: SweepStore, sweep_id: str, ui) -> Iterator[None]:
     """The sweep's heartbeat while the block runs, then its final status: ``interrupted`` when a
     stop signal or Ctrl-C ends the block (re-raised), else ok or failed from its runs."""
     heartbeat = store.heartbeat(sweep_id)
@@ -185,7 +186,9 @@ def run_one(run: RunPlan, context: RunContext) -> RunResult:
             shutil.rmtree(nvme_dir, ignore_errors=True)
 
 
-def discover_topology(store, sweep_id: str, avoid: Sequence[str] = ()) -> tuple[dict, dict]:
+def discover_topology(
+    store: TableStore, sweep_id: str, avoid: Sequence[str] = ()
+) -> tuple[dict, dict]:
     """One probe per node but the ``avoid`` ones (excluded: never touched): nvidia-smi topo -m
     and NVML inventory -> nodes, gpus, gpu_links. Returns each node's links
     (``discovery.links_by_node``) and GPU UUIDs -> indices (``rows.gpu_uuids_by_node``), what a
@@ -200,7 +203,7 @@ def discover_topology(store, sweep_id: str, avoid: Sequence[str] = ()) -> tuple[
     return links_by_node(tables["gpu_links"]), rows.gpu_uuids_by_node(tables["gpus"])
 
 
-def record_links(store, spec: SweepSpec, sweep_id: str, address: str) -> None:
+def record_links(store: TableStore, spec: SweepSpec, sweep_id: str, address: str) -> None:
     """Each link's physical description (``link_descriptions``): for the emulated cluster the tc
     shape ``cluster up`` recorded, elsewhere what the link's env asks for and its rated rate
     from the inventory and topology ``discover_topology`` stored just before."""
@@ -218,7 +221,7 @@ def record_links(store, spec: SweepSpec, sweep_id: str, address: str) -> None:
         store.insert("link_descriptions", rows_)
 
 
-def run_linkbenches(store, sweep_id: str, benches: Sequence[LinkbenchPlan], ui) -> dict:
+def run_linkbenches(store: TableStore, sweep_id: str, benches: Sequence[LinkbenchPlan], ui) -> dict:
     """The link microbenchmark per (link, placement) as planned; returns each one's prices
     (op, size) -> algbw, read back from the ``link_bandwidth`` view (where its medians are
     computed)."""
@@ -247,7 +250,7 @@ def run_linkbenches(store, sweep_id: str, benches: Sequence[LinkbenchPlan], ui) 
 
 
 def refresh_all_stats(
-    store, spec: SweepSpec, sweep_id: str, planned: Sequence[PlannedRun] | None = None
+    store: TableStore, spec: SweepSpec, sweep_id: str, planned: Sequence[PlannedRun] | None = None
 ) -> None:
     """Every variant group's figures (a resumed sweep: runs may have been committed by another
     command from the spool, without their statistics); the groups of ``planned`` (default: the
@@ -261,7 +264,7 @@ def refresh_all_stats(
             refresh_link_model(store, spec, sweep_id, p.variant)
 
 
-def refresh_stats(store, spec: SweepSpec, sweep_id: str, v: Variant) -> None:
+def refresh_stats(store: TableStore, spec: SweepSpec, sweep_id: str, v: Variant) -> None:
     """Recompute the figures of the run's variant group (its variant on every link, and their
     slowdowns), from the stored runs of that group only: the cost does not grow with the sweep."""
     group = {k: getattr(v, k) for k in stats.GROUP_KEY}
@@ -276,7 +279,7 @@ def refresh_stats(store, spec: SweepSpec, sweep_id: str, v: Variant) -> None:
         store.insert("sensitivity_stats", sens_rows)
 
 
-def refresh_link_model(store, spec: SweepSpec, sweep_id: str, v: Variant) -> None:
+def refresh_link_model(store: TableStore, spec: SweepSpec, sweep_id: str, v: Variant) -> None:
     """Refit the link model of the run's variant group (``link_model``, one row) and its
     leave-one-link-out check (``link_model_check``) from that group's stored runs only."""
     group = {k: getattr(v, k) for k in stats.GROUP_KEY}

@@ -18,7 +18,7 @@ import sys
 import time
 
 from orchestrator import provenance
-from orchestrator.store import Q, liveness, spool
+from orchestrator.store import Q, SweepStore, TableStore, liveness, spool
 from orchestrator.store.db import StoreLocked
 from orchestrator.sweep import rows, stopping
 from orchestrator.sweep.planner import plan_runs
@@ -40,7 +40,7 @@ def driver_identity() -> dict:
 
 
 def start_sweep(
-    store, spec: SweepSpec, sweep_id: str, address: str, n_runs: int, excluded=()
+    store: TableStore, spec: SweepSpec, sweep_id: str, address: str, n_runs: int, excluded=()
 ) -> None:
     """The sweep's row, with the nodes placement keeps off (``exclusions.resolve_exclusions``)."""
     sweep = rows.sweep_row(spec, sweep_id, address, n_runs, provenance.context())
@@ -50,7 +50,7 @@ def start_sweep(
         store.insert("sweeps", [sweep])
 
 
-def restart_sweep(store, sweep_id: str, address: str, excluded=()) -> None:
+def restart_sweep(store: TableStore, sweep_id: str, address: str, excluded=()) -> None:
     """A resumed sweep is ``running`` again, owned by this driver, with its exclusions as
     re-resolved against the nodes alive now (replacing those it started with)."""
     values = {"status": "running", "finished_at": None, "ray_address": address}
@@ -58,7 +58,7 @@ def restart_sweep(store, sweep_id: str, address: str, excluded=()) -> None:
     store.update("sweeps", {"sweep_id": sweep_id}, {**values, **driver_identity()})
 
 
-def finish_sweep(store, sweep_id: str, status: str) -> str:
+def finish_sweep(store: SweepStore, sweep_id: str, status: str) -> str:
     """The sweep's final status: ``interrupted`` as given; else ``failed`` if any current run
     (not superseded) failed, including runs of earlier sessions of a resumed sweep."""
     try:
@@ -114,7 +114,9 @@ def diagnostic_rows(run_id: str, result) -> list[dict]:
     return out
 
 
-def commit_run(store, slot: RunSlot, run_rows: rows.RunRows, diagnostics: list[dict]) -> bool:
+def commit_run(
+    store: SweepStore, slot: RunSlot, run_rows: rows.RunRows, diagnostics: list[dict]
+) -> bool:
     """Spool the run, then commit it (``LiveStore.commit_run``); signals wait until it is done.
     A retried run marks the failed one it replaces as superseded, in the same transaction."""
     run = {**run_rows.run, "attempt": slot.attempt}
@@ -156,7 +158,7 @@ def commit_run(store, slot: RunSlot, run_rows: rows.RunRows, diagnostics: list[d
 
 
 def resume_plan(
-    store, spec: SweepSpec, sweep_id: str | None, retry_failed: bool
+    store: TableStore, spec: SweepSpec, sweep_id: str | None, retry_failed: bool
 ) -> tuple[str, list[RunSlot]]:
     """(sweep id, slots left) of the sweep to resume: the one named, or the latest with this
     spec's name. ResumeError (exit 2) when there is none, it is still running, or it was run

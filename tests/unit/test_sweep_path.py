@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator.raycluster.result import RunResult
-from orchestrator.store import Q, Store, spool
+from orchestrator.store import Q, Store, SweepStore, TableStore, spool
+from orchestrator.store.db import StoreLocked
+from orchestrator.store.live import LiveStore
+from orchestrator.store.writes import SWEEP_WRITES, write_kinds, writes_table
 from orchestrator.sweep import execute, ledger, planner
 from orchestrator.sweep.planner import RankPlacement, run_config, run_env
 from orchestrator.sweep.spec import parse_spec
@@ -101,16 +104,16 @@ def _result(launch, failed: bool) -> RunResult:
 
 class RaySide:
     """``raycluster.runs`` stood in: every launch is kept with the context it ran in, and a run
-    whose id is in ``fail`` hangs (no record, its stacks captured)."""
+    whose id ends with one of ``hang`` hangs (no record, its stacks captured)."""
 
-    def __init__(self, fail: set[str] = frozenset()):
-        self.fail = set(fail)
+    def __init__(self):
+        self.hang: tuple[str, ...] = ()
         self.launched: list = []
         self.contexts: list = []
 
     def execute_run(self, launch, context=None):
         self.launched.append(launch)
-        return _result(launch, launch.run_id in self.fail)
+        return _result(launch, launch.run_id.endswith(self.hang) if self.hang else False)
 
     @contextlib.contextmanager
     def sweep_context(self, launcher, on_progress):
@@ -137,27 +140,41 @@ class UI:
         return lambda *args: self.calls.append((name, *args))
 
 
+def _caller(depth: int = 2) -> str:
+    """``module.function`` of the code ``depth`` frames up (whoever called the store)."""
+    frame = sys._getframe(depth)
+    return f"{frame.f_globals['__name__'].rsplit('.', 1)[-1]}.{frame.f_code.co_name}"
+
+
 class OpenStore:
-    """The sweep's store over one open ``Store``: ``LiveStore``'s interface, without its opening
+    """A ``SweepStore`` over one open ``Store``: ``LiveStore``'s interface, without its opening
     of the file for each call (0.16 s each). A run is spooled, then committed by
-    ``Store.commit_spooled``, as ``LiveStore.commit_run`` does; no heartbeat thread."""
+    ``Store.commit_spooled``, as ``LiveStore.commit_run`` does; no heartbeat thread. Every write
+    is kept as (table, op, route, by): ``by`` the function that asked for it."""
 
     def __init__(self, path: str):
         self.path = path
         self.db = Store(path)
         self.on_commit = None
         self.said: list[str] = []
+        self.writes: set[tuple[str, str, str, str]] = set()
+        self.busy_at_end = False  # the final status finds the database busy
 
     def transaction(self):
         return self.db.transaction()
 
     def insert(self, table, rows):
+        self.writes.add((table, "insert", "direct", _caller()))
         self.db.insert(table, rows)
 
     def update(self, table, key, values):
+        if self.busy_at_end and table == "sweeps" and values.get("finished_at") is not None:
+            raise StoreLocked("busy")
+        self.writes.add((table, "update", "direct", _caller()))
         self.db.update(table, key, values)
 
     def delete(self, table, where):
+        self.writes.add((table, "delete", "direct", _caller()))
         self.db.delete(table, where)
 
     def rows(self, query, **params):
@@ -166,12 +183,18 @@ class OpenStore:
     def table(self, query, **params):
         return self.db.table(query, **params)
 
+    def spooled(self, payload, by: str) -> None:
+        self.writes.update((t, "insert", "spool", by) for t in payload.tables)
+        self.writes.update((u["table"], "update", "spool", by) for u in payload.updates)
+
     def commit_run(self, payload) -> bool:
+        self.spooled(payload, _caller())
         spool.write(self.path, payload)
         self.db.commit_spooled(held=payload)
         return True
 
     def heartbeat(self, row_id, every_s=15.0, table="sweeps"):
+        self.writes.add((table, "update", "heartbeat", _caller()))
         return types.SimpleNamespace(stop=lambda: None)
 
     def say(self, msg: str) -> None:
@@ -245,25 +268,82 @@ def test_the_planner_is_asked_once_per_sweep_and_each_run_starts_from_its_plan(s
     assert (context.launcher, context.open) == ("fork", False)  # CPU-only: forked ranks
 
 
+def fresh_then_resumed(ray_side, store, run, busy_at_end=False):
+    """A sweep whose third run hangs, then its resume with ``--retry-failed`` (the third run
+    again, now fine; ``busy_at_end``: its final status finds the database busy). Returns (sweep
+    id, the third run's first id, the resume's planner entries)."""
+    ray_side.hang = ("-r0003",)
+    sweep_id, _ = run()
+    ray_side.hang, ray_side.launched[:] = (), []
+    resume = ledger.resume_plan(store, SPEC, sweep_id, retry_failed=True)
+    store.busy_at_end = busy_at_end
+    resumed_id, entries = run(resume)
+    assert resumed_id == sweep_id
+    return sweep_id, f"{sweep_id}-r0003", entries
+
+
 def test_a_resumed_sweep_keeps_its_run_ids_and_asks_the_planner_once(sweep):
     ray_side, store, run = sweep
-    first = planner.run_id_for("x", 3)[len("x") :]  # the third run's id suffix: -r0003
-    ray_side.fail = {"never"}
-    sweep_id, _ = run()
-    failed_id = f"{sweep_id}{first}"
-    ray_side.launched.clear()
-    # the third run failed after all (stored as failed by hand: a resume retries it)
-    with store.transaction():
-        store.update("runs", {"run_id": failed_id}, {"status": "failed"})
-    resume = ledger.resume_plan(store, SPEC, sweep_id, retry_failed=True)
-    assert [s.run_id for s in resume[1]] == [f"{failed_id}-a2"]
-    ray_side.fail = {f"{failed_id}-a2"}  # and hangs again: diagnostics are stored
-    resumed_id, entries = run(resume)
-    assert resumed_id == sweep_id and entries == {"plan_sweep": 1}
-    assert [launch.run_id for launch in ray_side.launched] == [f"{failed_id}-a2"]
+    sweep_id, hung, entries = fresh_then_resumed(ray_side, store, run)
+    assert entries == {"plan_sweep": 1}
+    assert [launch.run_id for launch in ray_side.launched] == [f"{hung}-a2"]
     slots = {r["run_id"]: r for r in store.rows(Q.SWEEP_RUN_SLOTS, sweep_id=sweep_id)}
-    assert slots[failed_id]["superseded_by"] == f"{failed_id}-a2"
-    assert slots[f"{failed_id}-a2"]["attempt"] == 2
+    assert (slots[hung]["status"], slots[hung]["superseded_by"]) == ("failed", f"{hung}-a2")
+    assert (slots[f"{hung}-a2"]["status"], slots[f"{hung}-a2"]["attempt"]) == ("ok", 2)
+    assert sorted(slots) == sorted([*(f"{sweep_id}-r{i:04d}" for i in range(1, 5)), f"{hung}-a2"])
+
+
+# --- the store's interface and what a sweep writes where ------------------------------------
+
+
+def test_what_a_sweep_writes_is_what_the_list_says(sweep, monkeypatch):
+    """Every write of a sweep, fresh (a run hangs: its stacks stored) and resumed (the run
+    retried: the failed one superseded; the final status kept in the spool while the database
+    is busy), as (table, op, route, by), equals ``writes.SWEEP_WRITES``."""
+    ray_side, store, run = sweep
+
+    class Spool:  # ledger's spool: what a driver spools itself (the final status) is kept
+        Payload = spool.Payload
+
+        @staticmethod
+        def write(path, payload):
+            store.spooled(payload, _caller())
+            return spool.write(path, payload)
+
+    monkeypatch.setattr(ledger, "spool", Spool)
+    sweep_id, _, _ = fresh_then_resumed(ray_side, store, run, busy_at_end=True)
+    assert store.writes == write_kinds(SWEEP_WRITES)
+    assert len(store.said) == 1 and "kept in the spool" in store.said[0]
+    store.db.commit_spooled()  # the next opener commits the final status, decided from the runs
+    assert store.rows(Q.SWEEP, sweep_id=sweep_id)[0]["status"] == "ok"
+
+
+def test_the_write_list_is_the_one_in_the_docs():
+    from orchestrator.store import writes
+
+    table = writes_table(SWEEP_WRITES)
+    assert table in writes.__doc__
+    assert table in (REPO / "docs" / "results.md").read_text()
+
+
+def test_store_and_live_store_are_the_interface_the_sweep_uses(tmp_path):
+    """Both stores have every method of ``TableStore`` with the same parameters, and
+    ``LiveStore`` every method of ``SweepStore``: the sweep's path is typed with these."""
+
+    def params(fn) -> list[str]:
+        return [p for p in inspect.signature(fn).parameters if p != "self"]
+
+    def methods(protocol) -> list[str]:
+        return [n for n, v in vars(protocol).items() if inspect.isfunction(v) and n[0] != "_"]
+
+    live = LiveStore(str(tmp_path / "x.duckdb"))
+    for impl, protocol in [(Store, TableStore), (live, TableStore), (live, SweepStore)]:
+        for name in methods(protocol):
+            assert params(getattr(impl, name)) == params(getattr(protocol, name)), (impl, name)
+    assert isinstance(live, SweepStore)
+    with Store(str(tmp_path / "y.duckdb")) as db:
+        assert isinstance(db, TableStore) and not isinstance(db, SweepStore)
+    assert isinstance(OpenStore(str(tmp_path / "z.duckdb")), SweepStore)  # the stand-in too
 
 
 # --- the sweep path's functions take few arguments ---------------------------------------------
