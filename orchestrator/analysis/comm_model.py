@@ -370,26 +370,26 @@ def bandwidths_gbps(
     return algbw, algbw * busbw_factor(op, world_size)
 
 
-Prices = dict[tuple[str, int], float]
+AlgbwBySize = dict[tuple[str, int], float]
 """(op, msg_bytes) -> a link's measured algbw in GB/s (the ``link_bandwidth`` view's median)."""
 
 
 def predict_comm_s(
-    comms_per_step: Iterable[tuple[str, int, float]], prices: Prices
+    comms_per_step: Iterable[tuple[str, int, float]], link_algbw: AlgbwBySize
 ) -> float | None:
     """Seconds one step's collectives take at a link's measured bandwidth.
 
-    ``comms_per_step``: (op, msg_bytes, count per step). Each is priced at the microbenchmark's
-    algbw for that op at the nearest measured size (log scale; beyond the largest size, the
+    ``comms_per_step``: (op, msg_bytes, count per step). Each is timed at ``link_algbw``, the
+    microbenchmark's algbw for that op at the nearest measured size (log scale; beyond the largest size, the
     largest size's bandwidth). time = msg_bytes / algbw, i.e. wire bytes / busbw in nccl-tests'
     terms. None when an op was not measured on the link.
     """
     total = 0.0
     for op, msg_bytes, count in comms_per_step:
-        sizes = sorted(size for o, size in prices if o == op)
+        sizes = sorted(size for o, size in link_algbw if o == op)
         if not sizes:
             return None
         target = max(1, msg_bytes)
         size = min(sizes, key=lambda s: abs(math.log2(s) - math.log2(target)))
-        total += count * msg_bytes / (prices[(op, size)] * 1e9)
+        total += count * msg_bytes / (link_algbw[(op, size)] * 1e9)
     return total

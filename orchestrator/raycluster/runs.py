@@ -103,11 +103,12 @@ def _ticker(on_progress, poll) -> Callable[[], None] | None:
 class RunContext:
     """How a sweep's runs start their ranks, the same for every run: forked by each node's
     launcher (``launchers``, ``launchers.start_launchers``), else as fresh actors reporting to
-    ``board``; ``on_progress`` gets rank 0's latest report every ``TICK_S``. A run without one
+    ``progress_handle`` (the driver's end of their :class:`ProgressBoard`); ``on_progress``
+    gets rank 0's latest report every ``TICK_S``. A run without one
     (the link microbenchmark) starts fresh actors and shows no progress."""
 
     launchers: LauncherPool | None = None
-    board: ProgressHandle | None = None
+    progress_handle: ProgressHandle | None = None
     on_progress: Callable[[dict], None] | None = None
 
 
@@ -121,9 +122,9 @@ def sweep_context(
     from orchestrator.raycluster.launchers import start_launchers, stop_launchers
 
     launchers = start_launchers() if launcher == "fork" else None
-    board = ProgressHandle() if launcher == "actors" else None
+    progress_handle = ProgressHandle() if launcher == "actors" else None
     try:
-        yield RunContext(launchers, board, on_progress)
+        yield RunContext(launchers, progress_handle, on_progress)
     finally:
         stop_launchers(launchers)
 
@@ -141,12 +142,12 @@ def execute_run(launch: Launch, context: RunContext = RunContext()) -> RunResult
 
     run_cfg, env, world_size = launch.config, launch.env, launch.world_size
     placement, bundle, timeout_s = launch.placement, launch.bundle, launch.timeout_s
-    avoid_nodes = launch.excluded_ids
-    launchers, board, on_progress = context.launchers, context.board, context.on_progress
+    excluded_ids = launch.excluded_ids
+    launchers, progress_handle = context.launchers, context.progress_handle
     result = RunResult(launcher="fork" if launchers is not None else "actors")
     session.quiet_daemons()  # the embedded cluster: its agents may have started since
     t_placement = time.perf_counter()
-    selector = label_selector(avoid_nodes)
+    selector = label_selector(excluded_ids)
     pg = placement_group(
         [dict(bundle)] * world_size,
         strategy=PLACEMENT_STRATEGY[placement],
@@ -161,7 +162,7 @@ def execute_run(launch: Launch, context: RunContext = RunContext()) -> RunResult
                 f"placement group {PLACEMENT_STRATEGY[placement]} of {world_size} x {bundle} "
                 f"could not be placed within {PLACEMENT_TIMEOUT_S:.0f} s (resources busy or "
                 "not present in the cluster"
-                + (f", {len(avoid_nodes)} node(s) excluded" if avoid_nodes else "")
+                + (f", {len(excluded_ids)} node(s) excluded" if excluded_ids else "")
                 + ")"
             )
         if launchers is not None:
@@ -196,12 +197,12 @@ def execute_run(launch: Launch, context: RunContext = RunContext()) -> RunResult
                 master_addr,
                 master_port,
                 list(p.visible_gpus) if p.visible_gpus else None,
-                board.actor if board is not None else None,
+                progress_handle.actor if progress_handle is not None else None,
             )
             for a, p in zip(actors, result.placements, strict=True)
         ]
-        poll = board.poll if board is not None else None
-        result.rank_records = _wait_all(refs, timeout_s, _ticker(on_progress, poll))
+        poll = progress_handle.poll if progress_handle is not None else None
+        result.rank_records = _wait_all(refs, timeout_s, _ticker(context.on_progress, poll))
     except RunTimeout as exc:
         result.error = str(exc)
         result.diagnostics = capture_diagnostics(run_cfg.run_id, result.placements)

@@ -67,9 +67,9 @@ def _connect(
                 raise StoreError(f"cannot open {path}: {exc}") from None
             left = deadline - time.monotonic()
             if left <= 0:
-                held = f" for more than {wait_s:.0f} s" if wait_s >= 1 else ""
+                how_long = f" for more than {wait_s:.0f} s" if wait_s >= 1 else ""
                 raise StoreLocked(
-                    f"{path} is locked by another process{held} (a sweep commits runs briefly; "
+                    f"{path} is locked by another process{how_long} (a sweep commits runs briefly; "
                     "another program, e.g. the duckdb CLI, may hold it open); try again, or "
                     "query a copy"
                 ) from None
@@ -84,13 +84,6 @@ def _table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
         "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
     ).fetchone()
     return bool(row and row[0])
-
-
-DRIVEN = {
-    "sweeps": ("sweep_id", Q.RUNNING_SWEEPS, {}),
-    "fleet_checks": ("fleet_id", Q.RUNNING_FLEETS, {"error": "its driver stopped before the end"}),
-}
-"""Tables with a driver and heartbeat per row: key, running rows, what a dead driver's row gets."""
 
 
 def _schema_version(con: duckdb.DuckDBPyConnection) -> int | None:
@@ -180,17 +173,18 @@ class Store(_Handle):
             self.con.close()
             raise
 
-    def commit_spooled(self, held: spool.Payload | None = None) -> list[str]:
+    def commit_spooled(self, just_spooled: spool.Payload | None = None) -> list[str]:
         """Commit every spooled run (``spool.py``), one transaction each, oldest first, and
         delete its file; returns the run ids this call inserted. Idempotent: a run already
         stored (the process died between COMMIT and unlink) is not inserted again.
 
-        ``held``: a payload the caller just spooled and still holds; its file is not read back
+        ``just_spooled``: a payload the caller just spooled and still holds; its file is not read back
         (a 64-rank x 1,000-step run's JSON takes ~0.4 s to decode)."""
         committed = []
         for path in spool.pending(self.path):
-            mine = held is not None and os.path.basename(path) == spool.file_name(held.run_id)
-            p = held if mine else spool.read(path)
+            name = os.path.basename(path)
+            in_hand = just_spooled is not None and name == spool.file_name(just_spooled.run_id)
+            p = just_spooled if in_hand else spool.read(path)
             with self.transaction():
                 if apply_payload(self, p):
                     committed.append(p.run_id)
@@ -202,11 +196,12 @@ class Store(_Handle):
         ``interrupted``, finished at their last heartbeat; returns their ids."""
         now, host = dt.datetime.now(dt.timezone.utc), liveness.this_host()
         gone = []
-        for table, (key, query, also) in DRIVEN.items():
-            for row in (r for r in self.rows(query) if liveness.driver_gone(r, host, now)):
+        for table, t in liveness.DRIVER_TABLES.items():
+            for row in (r for r in self.rows(t.running) if liveness.driver_gone(r, host, now)):
                 values = {"status": "interrupted", "finished_at": row.get("heartbeat_at") or now}
-                self.update(table, {key: row[key], "status": "running"}, {**values, **also})
-                gone.append(row[key])
+                values.update(t.when_driver_gone)
+                self.update(table, {t.key: row[t.key], "status": "running"}, values)
+                gone.append(row[t.key])
         return gone
 
     def import_link_bench(
@@ -347,7 +342,7 @@ def _needs_write(con: duckdb.DuckDBPyConnection, path: str, version: int) -> boo
     if version < SCHEMA_VERSION or spool.pending(path):
         return True
     now, host = dt.datetime.now(dt.timezone.utc), liveness.this_host()
-    rows = [r for _, q, _ in DRIVEN.values() for r in _rows(con, q, {})]
+    rows = [r for t in liveness.DRIVER_TABLES.values() for r in _rows(con, t.running, {})]
     return any(liveness.driver_gone(r, host, now) for r in rows)
 
 

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from orchestrator.store import liveness, spool
-from orchestrator.store.db import DRIVEN, Store, StoreLocked
+from orchestrator.store.db import Store, StoreLocked
 from orchestrator.store.queries import Query
 
 LOCK_WAIT_S = 120.0
@@ -110,7 +110,7 @@ class LiveStore:
             self.on_commit()
         try:
             with self.open(f"commit of run {payload.run_id}") as store:
-                store.commit_spooled(held=payload)  # and any run a busy commit left spooled
+                store.commit_spooled(just_spooled=payload)  # and any a busy commit left
         except StoreLocked:
             self.say(
                 f"run {payload.run_id} kept in {path}: the database stayed busy; it is "
@@ -133,7 +133,7 @@ class LiveStore:
     def heartbeat(
         self, row_id: str, every_s: float = liveness.HEARTBEAT_S, table: str = "sweeps"
     ) -> Heartbeat:
-        """A sweep's heartbeat; with ``table="fleet_checks"``, a fleet check's (``db.DRIVEN``)."""
+        """A sweep's heartbeat; with ``table="fleet_checks"``, a fleet check's (``liveness.DRIVER_TABLES``)."""
         return Heartbeat(self, row_id, every_s, table)
 
 
@@ -143,7 +143,7 @@ class Heartbeat:
 
     def __init__(self, store: LiveStore, row_id: str, every_s: float, table: str = "sweeps"):
         self.store, self.row_id, self.every_s = store, row_id, every_s
-        self.table, self.key = table, DRIVEN[table][0]
+        self.table, self.key = table, liveness.DRIVER_TABLES[table].key
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="linksweep-heartbeat", daemon=True)
         self._thread.start()

@@ -4,8 +4,9 @@ The driver stores its host, pid and a heartbeat (every ``HEARTBEAT_S``) in its `
 A ``running`` sweep is dead when, on the driver's own host, its pid no longer exists, or, seen
 from any host, its heartbeat is older than ``STALE_S``. Whoever next opens the database marks
 such a sweep ``interrupted`` (``db.py``), so every command that lists sweeps shows the truth.
+A fleet check's row has a driver too: ``DRIVER_TABLES`` names each such table.
 
-May import: nothing (the standard library only).
+May import: queries.
 """
 
 from __future__ import annotations
@@ -14,9 +15,31 @@ import datetime as dt
 import os
 import socket
 from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from orchestrator.store import queries as Q
+from orchestrator.store.queries import Query
 
 HEARTBEAT_S = 15.0
 STALE_S = 180.0  # 12 missed heartbeats: the driver (or its host) is gone
+
+
+class DriverTable(NamedTuple):
+    """A table whose rows each have a driver process and its heartbeat (a sweep, a fleet check)."""
+
+    key: str
+    running: Query
+    """The rows still ``running``, with their driver's host, pid and heartbeat."""
+    when_driver_gone: dict[str, Any]
+    """What a row whose driver is gone gets, beside ``interrupted`` and its finish time."""
+
+
+DRIVER_TABLES = {
+    "sweeps": DriverTable("sweep_id", Q.RUNNING_SWEEPS, {}),
+    "fleet_checks": DriverTable(
+        "fleet_id", Q.RUNNING_FLEETS, {"error": "its driver stopped before the end"}
+    ),
+}
 
 
 def this_host() -> str:

@@ -12,6 +12,10 @@ fleet) is excluded once, under the first entry that matched it. The list is stor
 ``sweeps.excluded_nodes``; a resumed sweep re-resolves the same entries against the nodes alive
 then (:func:`resume_entries`).
 
+Words, the same through the sweep's path and ``raycluster/runs.py``: ``excluded`` is that list
+of dicts; ``excluded_ids`` the node ids among them (:func:`excluded_node_ids`), what placement
+keeps off.
+
 Placement keeps every bundle off the excluded nodes with Ray's default node label
 (:func:`label_selector`): every node carries ``ray.io/node-id``, and a placement group's
 ``bundle_label_selector`` ``!in(...)`` is honoured by STRICT_PACK and STRICT_SPREAD alike.
@@ -83,25 +87,25 @@ def resolve_exclusions(entries: Sequence[tuple[str, str]], nodes: Sequence[Mappi
     return out
 
 
-def excluded_node_ids(resolved: Iterable[Mapping]) -> tuple[str, ...]:
-    """The node ids placement keeps off, sorted, each once."""
-    return tuple(sorted({r["node_id"] for r in resolved if r.get("node_id")}))
+def excluded_node_ids(excluded: Iterable[Mapping]) -> tuple[str, ...]:
+    """The excluded nodes' ids (``excluded_ids``, what placement keeps off), sorted, each once."""
+    return tuple(sorted({r["node_id"] for r in excluded if r.get("node_id")}))
 
 
 T = TypeVar("T")
 
 
-def usable_nodes(nodes: Sequence[T], resolved: Iterable[Mapping]) -> list[T]:
+def usable_nodes(nodes: Sequence[T], excluded: Iterable[Mapping]) -> list[T]:
     """``nodes`` (anything with a ``node_id`` attribute) less the excluded ones."""
-    ids = set(excluded_node_ids(resolved))
-    return [n for n in nodes if n.node_id not in ids]
+    excluded_ids = set(excluded_node_ids(excluded))
+    return [n for n in nodes if n.node_id not in excluded_ids]
 
 
-def label_selector(node_ids: Sequence[str]) -> dict[str, str] | None:
-    """One bundle's label selector keeping it off ``node_ids``; None when there are none."""
-    if not node_ids:
+def label_selector(excluded_ids: Sequence[str]) -> dict[str, str] | None:
+    """One bundle's label selector keeping it off ``excluded_ids``; None when there are none."""
+    if not excluded_ids:
         return None
-    return {NODE_ID_LABEL: "!in(" + ",".join(node_ids) + ")"}
+    return {NODE_ID_LABEL: "!in(" + ",".join(excluded_ids) + ")"}
 
 
 def describe_node(r: Mapping) -> str:
@@ -110,22 +114,22 @@ def describe_node(r: Mapping) -> str:
     return f"node {r['node_id'][:12]}" + (f" ({where})" if where else "")
 
 
-def describe_exclusions(resolved: Sequence[Mapping]) -> str:
+def describe_exclusions(excluded: Sequence[Mapping]) -> str:
     """One line naming every excluded node and the entry that excluded it."""
     parts = [
         f"{describe_node(r)} by {r['source']} entry {r['entry']!r}"
-        for r in resolved
+        for r in excluded
         if r.get("node_id")
     ]
     return "; ".join(parts) if parts else "no alive node"
 
 
-def exclusion_notes(resolved: Sequence[Mapping]) -> list[str]:
+def exclusion_notes(excluded: Sequence[Mapping]) -> list[str]:
     """What to tell the user: each node kept off, entries matching several nodes, entries
     matching none (a warning, not an error: the node may be gone already)."""
     notes = []
     by_entry: dict[tuple[str, str], list[Mapping]] = {}
-    for r in resolved:
+    for r in excluded:
         by_entry.setdefault((r["entry"], r["source"]), []).append(r)
     for (entry, source), rs in by_entry.items():
         if rs[0].get("node_id") is None:

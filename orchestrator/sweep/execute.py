@@ -9,8 +9,10 @@ open, so a crash, a stop signal or a busy database keeps every finished run; sta
 end of the sweep), ``stats`` (the figures of the run's variant group only), ``ui`` (progress). A
 failed run is a row (status ``failed`` and the error text) and the sweep goes on.
 
-May import: orchestrator.topology.discovery, exclusions, orchestrator.analysis.linkmodel, orchestrator.analysis.links, ledger, planner, orchestrator.raycluster, resume, rows, spec,
-orchestrator.analysis.stats, orchestrator.store, orchestrator.emulated.describe.
+May import: ledger, planner, rows, spec, orchestrator.analysis.comm_model,
+orchestrator.analysis.linkmodel, orchestrator.analysis.links, orchestrator.analysis.stats,
+orchestrator.emulated.describe, orchestrator.raycluster, orchestrator.store,
+orchestrator.topology.discovery.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.analysis import linkmodel, stats
+from orchestrator.analysis.comm_model import AlgbwBySize
 from orchestrator.raycluster.result import RunResult
 from orchestrator.store import Q, SweepStore, TableStore
 from orchestrator.sweep import ledger, rows
@@ -187,13 +190,13 @@ def run_one(run: RunPlan, context: RunContext) -> RunResult:
 
 
 def discover_topology(
-    store: TableStore, sweep_id: str, avoid: Sequence[str] = ()
+    store: TableStore, sweep_id: str, excluded_ids: Sequence[str] = ()
 ) -> tuple[dict, dict]:
-    """One probe per node but the ``avoid`` ones (excluded: never touched): nvidia-smi topo -m
+    """One probe per node but the excluded ones (never touched): nvidia-smi topo -m
     and NVML inventory -> nodes, gpus, gpu_links. Returns each node's links
     (``discovery.links_by_node``) and GPU UUIDs -> indices (``rows.gpu_uuids_by_node``), what a
     run's link class is read from."""
-    tables = node_rows(sweep_id, discover_nodes(skip=avoid))
+    tables = node_rows(sweep_id, discover_nodes(skip=excluded_ids))
     with store.transaction():
         for table, table_rows in tables.items():
             store.delete(table, {"sweep_id": sweep_id})  # a resumed sweep: the cluster now
@@ -212,27 +215,27 @@ def record_links(store: TableStore, spec: SweepSpec, sweep_id: str, address: str
 
     gpus = store.rows(Q.REPORT_GPUS, sweep_id=sweep_id)
     gpu_links = store.rows(Q.REPORT_GPU_LINKS, sweep_id=sweep_id)
-    rows_ = describe_links(
+    descriptions = describe_links(
         spec.links, recorded_link_shapes(address), sweep_id, gpus, gpu_links,
         list(spec.grid.placement),
     )  # fmt: skip
     with store.transaction():
         store.delete("link_descriptions", {"sweep_id": sweep_id})  # a resumed sweep: now
-        store.insert("link_descriptions", rows_)
+        store.insert("link_descriptions", descriptions)
 
 
 def run_linkbenches(store: TableStore, sweep_id: str, benches: Sequence[LinkbenchPlan], ui) -> dict:
-    """The link microbenchmark per (link, placement) as planned; returns each one's prices
-    (op, size) -> algbw, read back from the ``link_bandwidth`` view (where its medians are
+    """The link microbenchmark per (link, placement) as planned; returns each one's measured
+    algbw per (op, size) (``comm_model.AlgbwBySize``), read back from the ``link_bandwidth`` view (where its medians are
     computed)."""
     from orchestrator.raycluster.runs import execute_run
 
-    prices = {}
+    algbw_by_link: dict[tuple[str, str], AlgbwBySize] = {}
     for bench in benches:
         link, placement = bench.link, bench.placement
         measured = store.rows(Q.LINK_ALGBW, sweep_id=sweep_id, link=link, placement=placement)
         if measured:  # a resumed sweep measured it already
-            prices[(link, placement)] = {
+            algbw_by_link[(link, placement)] = {
                 (r["op"], r["msg_bytes"]): r["algbw_gbps"] for r in measured
             }
             continue
@@ -244,9 +247,11 @@ def run_linkbenches(store: TableStore, sweep_id: str, benches: Sequence[Linkbenc
                 "link_bench", rows.linkbench_rows(sweep_id, link, placement, world_size, result)
             )
         measured = store.rows(Q.LINK_ALGBW, sweep_id=sweep_id, link=link, placement=placement)
-        prices[(link, placement)] = {(r["op"], r["msg_bytes"]): r["algbw_gbps"] for r in measured}
+        algbw_by_link[(link, placement)] = {
+            (r["op"], r["msg_bytes"]): r["algbw_gbps"] for r in measured
+        }
         ui.linkbench_finished(link, placement, result.error)
-    return prices
+    return algbw_by_link
 
 
 def refresh_all_stats(

@@ -232,22 +232,22 @@ def check_capacity(
     """
     if not nodes:
         raise SpecError(["the Ray cluster has no alive nodes"])
-    kept_off = [r for r in excluded if r.get("node_id")]
-    nodes = usable_nodes(nodes, kept_off)
+    excluded = [r for r in excluded if r.get("node_id")]  # unmatched entries exclude nothing
+    nodes = usable_nodes(nodes, excluded)
     if not nodes:
         raise SpecError(
             [
-                f"exclude_nodes: every alive node is excluded ({describe_exclusions(kept_off)});"
+                f"exclude_nodes: every alive node is excluded ({describe_exclusions(excluded)});"
                 " allowed: leave at least the nodes the sweep needs"
             ]
         )
     try:
         _check_capacity(spec, nodes)
     except SpecError as exc:
-        if kept_off:
+        if excluded:
             exc.errors.append(
-                f"exclude_nodes: these counts leave out {len(kept_off)} excluded node(s): "
-                f"{describe_exclusions(kept_off)}"
+                f"exclude_nodes: these counts leave out {len(excluded)} excluded node(s): "
+                f"{describe_exclusions(excluded)}"
             )
         raise SpecError(exc.errors) from None
 

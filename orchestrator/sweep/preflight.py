@@ -60,8 +60,8 @@ def rank_nodes(
     sweep, and whether ranks get a GPU: the nodes not ``excluded`` that hold at least one rank's
     bundle (``planner.rank_resources`` over the nodes kept, as placement sizes it). Where the
     cluster has GPUs a rank's bundle holds one, so a GPU-less head runs no rank."""
-    off = set(excluded_node_ids(excluded))
-    kept = [n for n in nodes if n["node_id"] not in off]
+    excluded_ids = set(excluded_node_ids(excluded))
+    kept = [n for n in nodes if n["node_id"] not in excluded_ids]
     if not kept:
         return [], False
     caps = [NodeCapacity(node_id=n["node_id"], cpus=n["cpus"], gpus=n["gpus"]) for n in kept]

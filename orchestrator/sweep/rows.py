@@ -213,7 +213,7 @@ def _comm_rows(run_id: str, rank: int, t: TrainingRecord, world_size: int) -> li
     return rows
 
 
-def _comm_facts(spec: SweepSpec, planned: PlannedRun, trained, prices) -> dict:
+def _comm_facts(spec: SweepSpec, planned: PlannedRun, trained, link_algbw) -> dict:
     """Measured bytes per step (max over ranks), the analytic expectation, predicted seconds."""
     v = planned.variant
     first = trained[0][1] if trained else None
@@ -229,9 +229,9 @@ def _comm_facts(spec: SweepSpec, planned: PlannedRun, trained, prices) -> dict:
         out["comm_bytes_per_step"] = max(
             sum(c.msg_bytes * c.count for c in t.comms) / t.profile_steps for _, t in trained
         )
-        if prices:
+        if link_algbw:
             per_step = [(c.op, c.msg_bytes, c.count / first.profile_steps) for c in first.comms]
-            out["predicted_comm_s_per_step"] = comm_model.predict_comm_s(per_step, prices)
+            out["predicted_comm_s_per_step"] = comm_model.predict_comm_s(per_step, link_algbw)
     expectation, out["comm_note"] = comm_model.run_expectation(
         v.strategy,
         v.grad_accum,
@@ -304,7 +304,7 @@ class RunFacts:
     """Each node's GPU links (``discovery.links_by_node``), the run's link class is read from."""
     gpu_uuids: Mapping[str, Mapping[str, int]] | None = None
     """Each node's GPU UUIDs -> indices (:func:`gpu_uuids_by_node`), for UUID-form Ray GPU ids."""
-    link_algbw: comm_model.Prices | None = None
+    link_algbw: comm_model.AlgbwBySize | None = None
     """The run's link's measured algbw per (op, size) (the link microbenchmark), what its
     communication time is predicted from; None: nothing predicted."""
 
@@ -313,7 +313,7 @@ def build_rows(facts: RunFacts, result: RunResult) -> RunRows:
     """Turn one run's ``RunResult`` into table rows. Pure."""
     spec, sweep_id, planned, run_id = facts.spec, facts.sweep_id, facts.planned, facts.run_id
     started_at, finished_at, rank_env = facts.started_at, facts.finished_at, facts.rank_env
-    topo_links, prices, gpu_uuids = facts.topo_links, facts.link_algbw, facts.gpu_uuids
+    topo_links, link_algbw, gpu_uuids = facts.topo_links, facts.link_algbw, facts.gpu_uuids
     v = planned.variant
     records: list[RankRecord] = result.rank_records
     trained = [(r.rank, r.training) for r in records if r.training is not None]
@@ -378,7 +378,7 @@ def build_rows(facts: RunFacts, result: RunResult) -> RunRows:
         "launcher": result.launcher,
         "rank_env": dict(rank_env) if rank_env is not None else None,
         "ranks_per_gpu": spec.ranks_per_gpu,
-        **_comm_facts(spec, planned, trained, prices),
+        **_comm_facts(spec, planned, trained, link_algbw),
         **figures,
         **_efficiency_facts(spec, planned, trained, figures, result.placements),
     }

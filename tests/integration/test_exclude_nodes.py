@@ -181,9 +181,9 @@ def test_linkbench_placement_group_avoids_the_excluded_node(node_ids):
     spec = parse_spec({**SPEC, "linkbench_max_mb": 1})
     head, worker = node_ids
     # each direction twice in a row: a scheduler that merely alternates nodes cannot pass
-    for i, (avoid, expect) in enumerate([(head, worker)] * 2 + [(worker, head)] * 2):
+    for i, (excluded_id, expect) in enumerate([(head, worker)] * 2 + [(worker, head)] * 2):
         config = linkbench_config(spec, f"exclude-lb-{i}", gpu=False)
-        result = execute_run(Launch(config, {}, 2, "pack", {"CPU": 1.0}, 120.0, (avoid,)))
+        result = execute_run(Launch(config, {}, 2, "pack", {"CPU": 1.0}, 120.0, (excluded_id,)))
         assert result.error is None
         assert {p.node_id for p in result.placements} == {expect}
 

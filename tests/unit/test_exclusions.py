@@ -31,8 +31,8 @@ NODES = [
 F = "exclude_nodes"
 
 
-def ids(resolved):
-    return [r["node_id"] for r in resolved]
+def ids(excluded):
+    return [r["node_id"] for r in excluded]
 
 
 # --- the spec key ----------------------------------------------------------------------------
@@ -82,9 +82,9 @@ def test_a_partial_name_or_address_matches_nothing():
 
 
 def test_unmatched_entry_is_kept_with_no_node_and_warned():
-    resolved = resolve_exclusions([("gone-host", F), (ID_A, F)], NODES)
-    assert ids(resolved) == [None, ID_A]  # entry order
-    gone = next(r for r in resolved if r["node_id"] is None)
+    excluded = resolve_exclusions([("gone-host", F), (ID_A, F)], NODES)
+    assert ids(excluded) == [None, ID_A]  # entry order
+    gone = next(r for r in excluded if r["node_id"] is None)
     assert gone == {
         "entry": "gone-host",
         "source": F,
@@ -92,16 +92,16 @@ def test_unmatched_entry_is_kept_with_no_node_and_warned():
         "ip": None,
         "hostname": None,
     }
-    assert excluded_node_ids(resolved) == (ID_A,)
-    notes = exclusion_notes(resolved)
+    assert excluded_node_ids(excluded) == (ID_A,)
+    notes = exclusion_notes(excluded)
     assert any(n.startswith("warning:") and "'gone-host'" in n for n in notes)
     assert any("excluded node " + ID_A[:12] in n for n in notes)
 
 
 def test_hostname_shared_by_several_nodes_excludes_all_and_says_so():
-    resolved = resolve_exclusions([("shared", F)], NODES)
-    assert ids(resolved) == [ID_C, "d4" * 28]
-    (note,) = exclusion_notes(resolved)
+    excluded = resolve_exclusions([("shared", F)], NODES)
+    assert ids(excluded) == [ID_C, "d4" * 28]
+    (note,) = exclusion_notes(excluded)
     assert "matches 2 nodes, all excluded" in note and ID_C[:12] in note
 
 
@@ -114,19 +114,19 @@ def test_duplicates_exclude_a_node_once_under_its_first_entry():
         ("gone", F),
         ("gone", F),
     ]
-    resolved = resolve_exclusions(entries, NODES)
-    assert [(r["entry"], r["source"], r["node_id"]) for r in resolved] == [
+    excluded = resolve_exclusions(entries, NODES)
+    assert [(r["entry"], r["source"], r["node_id"]) for r in excluded] == [
         ("10.0.0.1", F, ID_A),
         ("gone", F, None),
     ]
-    assert excluded_node_ids(resolved) == (ID_A,)
+    assert excluded_node_ids(excluded) == (ID_A,)
 
 
 def test_usable_nodes_and_label_selector():
-    resolved = resolve_exclusions([(ID_B, F), ("10.0.0.1", F), ("gone", F)], NODES)
+    excluded = resolve_exclusions([(ID_B, F), ("10.0.0.1", F), ("gone", F)], NODES)
     caps = [NodeCapacity(n["node_id"], cpus=2, gpus=0) for n in NODES]
-    assert [n.node_id for n in usable_nodes(caps, resolved)] == [ID_C, "d4" * 28]
-    assert label_selector(excluded_node_ids(resolved)) == {"ray.io/node-id": f"!in({ID_A},{ID_B})"}
+    assert [n.node_id for n in usable_nodes(caps, excluded)] == [ID_C, "d4" * 28]
+    assert label_selector(excluded_node_ids(excluded)) == {"ray.io/node-id": f"!in({ID_A},{ID_B})"}
     assert label_selector(()) is None
 
 
@@ -157,8 +157,8 @@ def test_suspect_nodes_become_entries_and_pairs_only_a_warning():
     (warning,) = notes
     assert "10.0.0.1 <-> 10.0.0.3" in warning and "not excluded" in warning
     assert "exclude_nodes" in warning and "pair busbw low" in warning
-    resolved = resolve_exclusions(entries, NODES)
-    assert [(r["source"], r["node_id"]) for r in resolved] == [("fleet f1", ID_B)]
+    excluded = resolve_exclusions(entries, NODES)
+    assert [(r["source"], r["node_id"]) for r in excluded] == [("fleet f1", ID_B)]
 
 
 def test_a_fleet_with_no_suspect_node_says_so():

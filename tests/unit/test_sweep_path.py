@@ -190,7 +190,7 @@ class OpenStore:
     def commit_run(self, payload) -> bool:
         self.spooled(payload, _caller())
         spool.write(self.path, payload)
-        self.db.commit_spooled(held=payload)
+        self.db.commit_spooled(just_spooled=payload)
         return True
 
     def heartbeat(self, row_id, every_s=15.0, table="sweeps"):
