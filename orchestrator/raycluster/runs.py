@@ -138,88 +138,113 @@ def execute_run(launch: Launch, context: RunContext = RunContext()) -> RunResult
     ``launch.excluded_ids``: node ids no bundle may land on (the sweep's excluded nodes), through
     Ray's ``ray.io/node-id`` label (``exclusions.label_selector``); forked ranks follow their
     bundles."""
-    from workloads.rank import Rank
-
-    run_cfg, env, world_size = launch.config, launch.env, launch.world_size
-    placement, bundle, timeout_s = launch.placement, launch.bundle, launch.timeout_s
-    excluded_ids = launch.excluded_ids
-    launchers, progress_handle = context.launchers, context.progress_handle
-    result = RunResult(launcher="fork" if launchers is not None else "actors")
+    result = RunResult(launcher="fork" if context.launchers is not None else "actors")
     session.quiet_daemons()  # the embedded cluster: its agents may have started since
     t_placement = time.perf_counter()
-    selector = label_selector(excluded_ids)
-    pg = placement_group(
-        [dict(bundle)] * world_size,
-        strategy=PLACEMENT_STRATEGY[placement],
-        bundle_label_selector=[selector] * world_size if selector else None,
-    )
-    actors = []
+    pg = _placement_group(launch)
+    actors: list = []  # fresh rank actors, killed at the end whatever happens
     try:
         placed = pg.wait(timeout_seconds=PLACEMENT_TIMEOUT_S)
         result.driver_phases["placement"] = time.perf_counter() - t_placement
         if not placed:
-            raise RunFailure(
-                f"placement group {PLACEMENT_STRATEGY[placement]} of {world_size} x {bundle} "
-                f"could not be placed within {PLACEMENT_TIMEOUT_S:.0f} s (resources busy or "
-                "not present in the cluster"
-                + (f", {len(excluded_ids)} node(s) excluded" if excluded_ids else "")
-                + ")"
-            )
-        if launchers is not None:
+            raise RunFailure(_unplaced(launch))
+        if context.launchers is not None:
             result.rank_records = _run_forked(pg, launch, context, result)
-            return result
-        gpu = bundle.get("GPU", 0)
-        rank_actor = ray.remote(Rank)
-        result.actors_created_wall_s = time.time()
-        for i in range(world_size):
-            actors.append(
-                rank_actor.options(
-                    num_cpus=bundle.get("CPU", 0),
-                    num_gpus=gpu,
-                    max_restarts=0,  # a restarted rank would break the process group
-                    max_task_retries=0,
-                    scheduling_strategy=PlacementGroupSchedulingStrategy(
-                        pg, placement_group_bundle_index=i
-                    ),
-                    runtime_env={"env_vars": rank_env_for(env, i)},  # {rank} filled in
-                ).remote()
-            )
-        infos = ray.get([a.node_info.remote() for a in actors], timeout=ACTOR_READY_TIMEOUT_S)
-        result.placements = place_ranks(infos)
-        master_addr = infos[0].ip
-        master_port = ray.get(actors[0].free_port.remote(), timeout=60)
-        refs = [
-            a.run.remote(
-                run_cfg,
-                p.rank,
-                world_size,
-                p.local_rank,
-                master_addr,
-                master_port,
-                list(p.visible_gpus) if p.visible_gpus else None,
-                progress_handle.actor if progress_handle is not None else None,
-            )
-            for a, p in zip(actors, result.placements, strict=True)
-        ]
-        poll = progress_handle.poll if progress_handle is not None else None
-        result.rank_records = _wait_all(refs, timeout_s, _ticker(context.on_progress, poll))
+        else:
+            result.rank_records = _run_actors(pg, launch, context, result, actors)
     except RunTimeout as exc:
         result.error = str(exc)
-        result.diagnostics = capture_diagnostics(run_cfg.run_id, result.placements)
+        result.diagnostics = capture_diagnostics(launch.run_id, result.placements)
     except RunFailure as exc:
         result.error = str(exc)
     except Exception as exc:  # noqa: BLE001 - RayActorError, RayTaskError, GetTimeoutError...
         result.error = error_text(exc)
     finally:
-        t_teardown = time.perf_counter()
-        if launchers is not None:
-            _kill_forked(launchers, run_cfg.run_id)
-        for a in actors:
-            ray.kill(a, no_restart=True)
-        collect_leftovers(run_cfg.run_id, _run_nodes(pg, result.placements), result)
-        remove_placement_group(pg)
-        result.driver_phases["teardown"] = time.perf_counter() - t_teardown
+        _tear_down(pg, launch.run_id, context.launchers, actors, result)
     return result
+
+
+def _placement_group(launch: Launch):
+    """The run's placement group: ``world_size`` bundles, packed or spread, off the excluded
+    nodes (asked for; :func:`execute_run` waits for it)."""
+    selector = label_selector(launch.excluded_ids)
+    n = launch.world_size
+    return placement_group(
+        [dict(launch.bundle)] * n,
+        strategy=PLACEMENT_STRATEGY[launch.placement],
+        bundle_label_selector=[selector] * n if selector else None,
+    )
+
+
+def _unplaced(launch: Launch) -> str:
+    excluded = f", {len(launch.excluded_ids)} node(s) excluded" if launch.excluded_ids else ""
+    return (
+        f"placement group {PLACEMENT_STRATEGY[launch.placement]} of {launch.world_size} x "
+        f"{launch.bundle} could not be placed within {PLACEMENT_TIMEOUT_S:.0f} s (resources "
+        f"busy or not present in the cluster{excluded})"
+    )
+
+
+def _run_actors(
+    pg, launch: Launch, context: RunContext, result: RunResult, actors: list
+) -> list[RankRecord]:
+    """The ranks of a placed run as fresh actors, one per bundle (appended to ``actors`` as
+    they are made, so the caller kills them whatever happens), reporting progress to
+    ``context.progress_handle``."""
+    from workloads.rank import Rank
+
+    bundle, world_size, progress_handle = launch.bundle, launch.world_size, context.progress_handle
+    rank_actor = ray.remote(Rank)
+    result.actors_created_wall_s = time.time()
+    for i in range(world_size):
+        actors.append(
+            rank_actor.options(
+                num_cpus=bundle.get("CPU", 0),
+                num_gpus=bundle.get("GPU", 0),
+                max_restarts=0,  # a restarted rank would break the process group
+                max_task_retries=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    pg, placement_group_bundle_index=i
+                ),
+                runtime_env={"env_vars": rank_env_for(launch.env, i)},  # {rank} filled in
+            ).remote()
+        )
+    infos = ray.get([a.node_info.remote() for a in actors], timeout=ACTOR_READY_TIMEOUT_S)
+    result.placements = place_ranks(infos)
+    master_addr = infos[0].ip
+    master_port = ray.get(actors[0].free_port.remote(), timeout=60)
+    refs = [
+        a.run.remote(
+            launch.config,
+            p.rank,
+            world_size,
+            p.local_rank,
+            master_addr,
+            master_port,
+            list(p.visible_gpus) if p.visible_gpus else None,
+            progress_handle.actor if progress_handle is not None else None,
+        )
+        for a, p in zip(actors, result.placements, strict=True)
+    ]
+    poll = progress_handle.poll if progress_handle is not None else None
+    return _wait_all(refs, launch.timeout_s, _ticker(context.on_progress, poll))
+
+
+def _tear_down(
+    pg, run_id: str, launchers: LauncherPool | None, actors: list, result: RunResult
+) -> None:
+    """After every run, also a failed or hung one: its ranks ended (forked ones by their
+    launchers, actors killed), the NCCL logs and /tmp files of its nodes collected
+    (:func:`collect_leftovers`), its placement group removed; the time it took is the run's
+    ``teardown`` phase."""
+    t_teardown = time.perf_counter()
+    if launchers is not None:
+        _kill_forked(launchers, run_id)
+    for a in actors:
+        ray.kill(a, no_restart=True)
+    collect_leftovers(run_id, _run_nodes(pg, result.placements), result)
+    remove_placement_group(pg)
+    result.driver_phases["teardown"] = time.perf_counter() - t_teardown
 
 
 def _run_forked(pg, launch: Launch, context: RunContext, result: RunResult) -> list[RankRecord]:

@@ -305,21 +305,38 @@ class RunFacts:
     gpu_uuids: Mapping[str, Mapping[str, int]] | None = None
     """Each node's GPU UUIDs -> indices (:func:`gpu_uuids_by_node`), for UUID-form Ray GPU ids."""
     link_algbw: comm_model.AlgbwBySize | None = None
-    """The run's link's measured algbw per (op, size) (the link microbenchmark), what its
-    communication time is predicted from; None: nothing predicted."""
+    """The run's link's measured algbw per (op, size); None: no communication time predicted."""
 
 
 def build_rows(facts: RunFacts, result: RunResult) -> RunRows:
-    """Turn one run's ``RunResult`` into table rows. Pure."""
-    spec, sweep_id, planned, run_id = facts.spec, facts.sweep_id, facts.planned, facts.run_id
-    started_at, finished_at, rank_env = facts.started_at, facts.finished_at, facts.rank_env
-    topo_links, link_algbw, gpu_uuids = facts.topo_links, facts.link_algbw, facts.gpu_uuids
-    v = planned.variant
+    """Turn one run's ``RunResult`` into table rows. Pure: each rank's rows, the run's row, then
+    what the run's NCCL logs (its transports) and telemetry add to it."""
+    spec, run_id, v = facts.spec, facts.run_id, facts.planned.variant
     records: list[RankRecord] = result.rank_records
     trained = [(r.rank, r.training) for r in records if r.training is not None]
+    steps, ranks, comms = _rank_rows(run_id, result, spec.world_size)
+    run = _run_row(facts, result, trained)
+    link_class = link_class_for(
+        v.placement, result.placements, facts.topo_links or {}, spec.ranks_per_gpu, facts.gpu_uuids
+    )
+    transports, t_facts = _transport_facts(
+        run_id, records, _ran_with(run, spec.links[v.link]), link_class, result.nccl_logs
+    )
+    telemetry, tel_facts = _telemetry_facts(run_id, trained)
+    run.update({"link_class": link_class, **t_facts, **tel_facts})
+    logs = [(f"rank {r.rank}", r.nccl_log) for r in records if r.nccl_log]
+    logs += sorted(result.nccl_logs.items())  # a failed or hung run's, read from its nodes
+    return RunRows(
+        run, steps, ranks, comms, transports, telemetry, phase_rows(run_id, result),
+        [{"run_id": run_id, "source": s, "text": t} for s, t in logs],
+    )  # fmt: skip
+
+
+def _rank_rows(run_id: str, result: RunResult, world_size: int) -> tuple[list, list, list]:
+    """``steps``, ``ranks`` and ``comms`` rows: each rank's steps, node and collectives."""
     placement_of = {p.rank: p for p in result.placements}
     steps, ranks, comms = [], [], []
-    for rec in records:
+    for rec in result.rank_records:
         t = rec.training
         for s in t.steps if t else ():
             steps.append({"run_id": run_id, "rank": rec.rank, **dataclasses.asdict(s)})
@@ -336,17 +353,25 @@ def build_rows(facts: RunFacts, result: RunResult) -> RunRows:
             }
         )
         if t:
-            comms.extend(_comm_rows(run_id, rec.rank, t, spec.world_size))
+            comms.extend(_comm_rows(run_id, rec.rank, t, world_size))
+    return steps, ranks, comms
 
+
+def _run_row(facts: RunFacts, result: RunResult, trained: list) -> dict:
+    """The ``runs`` row but its link class, transports and telemetry (:func:`build_rows`): the
+    run and its variant, the spec's settings, status and times, where its ranks ran, its
+    figures (``stats.run_figures``), communication and efficiency."""
+    spec, planned, v = facts.spec, facts.planned, facts.planned.variant
+    records = result.rank_records
     first = trained[0][1] if trained else None
     startup = None
     if result.actors_created_wall_s and trained:
         startup = max(t.first_step_wall_s for _, t in trained) - result.actors_created_wall_s
     timed = {rank: [s for s in t.steps if not s.warmup] for rank, t in trained}
     figures = stats.run_figures(timed)
-    run = {
-        "run_id": run_id,
-        "sweep_id": sweep_id,
+    return {
+        "run_id": facts.run_id,
+        "sweep_id": facts.sweep_id,
         "seq": planned.seq,
         **v.to_dict(),
         "link_env": spec.links[v.link],
@@ -362,8 +387,8 @@ def build_rows(facts: RunFacts, result: RunResult) -> RunRows:
         "backend": records[0].backend if records else None,
         "status": "ok" if result.error is None else "failed",
         "error": result.error,
-        "started_at": started_at,
-        "finished_at": finished_at,
+        "started_at": facts.started_at,
+        "finished_at": facts.finished_at,
         "startup_s": startup,
         "nodes": _nodes(result.placements, records, result.error),
         "gpu_visibility": GPU_VISIBILITY
@@ -376,26 +401,12 @@ def build_rows(facts: RunFacts, result: RunResult) -> RunRows:
         "variant": v.to_dict(),
         "ds_config": _rank0(trained).ds_config if trained else None,
         "launcher": result.launcher,
-        "rank_env": dict(rank_env) if rank_env is not None else None,
+        "rank_env": dict(facts.rank_env) if facts.rank_env is not None else None,
         "ranks_per_gpu": spec.ranks_per_gpu,
-        **_comm_facts(spec, planned, trained, link_algbw),
+        **_comm_facts(spec, planned, trained, facts.link_algbw),
         **figures,
         **_efficiency_facts(spec, planned, trained, figures, result.placements),
     }
-    link_class = link_class_for(
-        v.placement, result.placements, topo_links or {}, spec.ranks_per_gpu, gpu_uuids
-    )
-    transports, t_facts = _transport_facts(
-        run_id, records, _ran_with(run, spec.links[v.link]), link_class, result.nccl_logs
-    )
-    telemetry, tel_facts = _telemetry_facts(run_id, trained)
-    run.update({"link_class": link_class, **t_facts, **tel_facts})
-    logs = [(f"rank {r.rank}", r.nccl_log) for r in records if r.nccl_log]
-    logs += sorted(result.nccl_logs.items())  # a failed or hung run's, read from its nodes
-    return RunRows(
-        run, steps, ranks, comms, transports, telemetry, phase_rows(run_id, result),
-        [{"run_id": run_id, "source": s, "text": t} for s, t in logs],
-    )  # fmt: skip
 
 
 def _nodes(placements: list, records: list[RankRecord], error: str | None = None) -> list[dict]:

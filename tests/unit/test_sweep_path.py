@@ -1,7 +1,8 @@
 """The sweep's path, without Ray: ``execute_sweep`` with Ray's side stood in (``raycluster.runs``,
 ``raycluster.launchers``, node discovery) and a real database file. What is checked: the planner
-is asked once per sweep, fresh or resumed, and each run starts from what its plan holds; no
-function of the sweep's path takes more than six arguments."""
+is asked once per sweep, fresh or resumed, and each run starts from what its plan holds; what
+a sweep writes, where, is ``store.writes.SWEEP_WRITES``; no function of the sweep's path takes
+more than six arguments, or is longer than 80 lines."""
 
 from __future__ import annotations
 
@@ -394,3 +395,27 @@ def test_the_argument_count_sees_every_kind_of_argument():
     assert arguments(ast.parse(source).body[0]) == ["a", "b", "d", "e", "*c", "*f"]
     assert too_wide(source, "x") == {}
     assert too_wide("def g(a, b, c, d, e, f, *, g): pass", "x") == {"x:g": 7}
+
+
+MAX_FUNCTION_LINES = 80
+"""A function longer does several things (placing, starting, collecting a run; the run's row,
+its ranks' rows): each gets a function named for it."""
+
+
+def test_no_function_of_the_sweep_path_is_longer_than_80_lines():
+    files = [
+        *SWEEP_PATH,
+        *sorted((REPO / "orchestrator" / "store").glob("*.py")),
+        REPO / "orchestrator" / "raycluster" / "result.py",
+        REPO / "orchestrator" / "commands" / "run.py",
+        REPO / "orchestrator" / "commands" / "sweeping.py",
+        REPO / "orchestrator" / "analysis" / "comm_model.py",
+    ]
+    long = {}
+    for path in files:
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([fn.lineno, *(d.lineno for d in fn.decorator_list)])
+                if fn.end_lineno - first + 1 > MAX_FUNCTION_LINES:
+                    long[f"{path.relative_to(REPO)}:{fn.name}"] = fn.end_lineno - first + 1
+    assert long == {}
