@@ -203,19 +203,11 @@ def run_linkbench(
     token = torch.zeros(1, dtype=torch.float32, device=device)
     backend = str(dist.get_backend())
     records: list[LinkbenchRecord] = []
-
     for op in ops:
-        if op == "all_reduce":
-            impl_name: str | None = "all_reduce"
-
-            def fn(buf: torch.Tensor, _unused: Any) -> None:
-                dist.all_reduce(buf)
-
-        else:
-            impl_name, fn, reason = _pick_impl(op, device, n)  # type: ignore[assignment]
-            if fn is None:
-                records.append(LinkbenchRecord(op, backend, None, skipped_reason=reason))
-                continue
+        impl_name, fn, reason = _op_impl(op, device, n)
+        if fn is None:
+            records.append(LinkbenchRecord(op, backend, None, skipped_reason=reason))
+            continue
         for size in sizes:
             msg_bytes, a, b = _buffers(op, size, n, device)
             if msg_bytes == 0:
@@ -230,21 +222,47 @@ def run_linkbench(
                 )
                 continue
             n_iters = timed_iters(msg_bytes, iters, iter_bytes_budget)
-            for _ in range(warmup_iters):
-                fn(a, b)
-            sync(device)
-            local = []
-            for _ in range(n_iters):
-                _barrier(device, token)
-                t0 = time.perf_counter()
-                fn(a, b)
-                sync(device)
-                local.append(time.perf_counter() - t0)
-            # A collective ends when its slowest rank ends: MAX over ranks, per iteration.
-            times = torch.tensor(local, dtype=torch.float64, device=device)
-            dist.all_reduce(times, op=dist.ReduceOp.MAX)
-            records.append(
-                LinkbenchRecord(op, backend, msg_bytes, tuple(times.cpu().tolist()), impl=impl_name)
-            )
+            times = _time_size(fn, a, b, device, token, warmup_iters, n_iters)
+            records.append(LinkbenchRecord(op, backend, msg_bytes, times, impl=impl_name))
             del a, b
     return records
+
+
+def _all_reduce(buf: torch.Tensor, _unused: Any) -> None:
+    dist.all_reduce(buf)
+
+
+def _op_impl(
+    op: str, device: torch.device, n: int
+) -> tuple[str | None, Callable[..., Any] | None, str | None]:
+    """(API name, fn(first, second), None), or (None, None, why) for an op this backend lacks."""
+    if op == "all_reduce":
+        return "all_reduce", _all_reduce, None
+    return _pick_impl(op, device, n)
+
+
+def _time_size(
+    fn: Callable[..., Any],
+    a: torch.Tensor,
+    b: torch.Tensor | None,
+    device: torch.device,
+    token: torch.Tensor,
+    warmup_iters: int,
+    n_iters: int,
+) -> tuple[float, ...]:
+    """Per-iteration times of one size, each the slowest rank's: warmup untimed, then every
+    timed iteration after a barrier, the device synchronised before the clock is read."""
+    for _ in range(warmup_iters):
+        fn(a, b)
+    sync(device)
+    local = []
+    for _ in range(n_iters):
+        _barrier(device, token)
+        t0 = time.perf_counter()
+        fn(a, b)
+        sync(device)
+        local.append(time.perf_counter() - t0)
+    # A collective ends when its slowest rank ends: MAX over ranks, per iteration.
+    times = torch.tensor(local, dtype=torch.float64, device=device)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    return tuple(times.cpu().tolist())
