@@ -12,15 +12,21 @@ transformers.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import inspect
 import os
 import socket
 import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from workloads.contract import LinkbenchConfig, NodeInfo, RankRecord, RunConfig
+from workloads.contract import DeviceDecision, LinkbenchConfig, NodeInfo, RankRecord, RunConfig
 from workloads.nccl_files import read_nccl_log
 from workloads.phases import PhaseClock
+
+if TYPE_CHECKING:
+    from workloads.diag import Armed
 
 PROGRESS_EVERY_S = 2.0
 """Rank 0 reports its step for the live display at most this often (and always the last step):
@@ -83,7 +89,7 @@ class Rank:
         find peer GPUs for P2P/NVLink (one visible GPU per process breaks P2P paths). None or
         empty (a CPU bundle, a forked rank): every GPU is hidden (``workloads.device``).
         """
-        from workloads.device import pg_init_kwargs, rank_env, visible_devices
+        from workloads.device import rank_env, visible_devices
 
         node_gpu_ids = list(node_gpu_ids or ())
         # before anything touches CUDA: device_count and the CUDA context follow this value
@@ -91,7 +97,7 @@ class Rank:
         clock = PhaseClock()
         with clock.phase("imports"):
             import torch
-            import torch.distributed as dist
+            import torch.distributed  # noqa: F401 (timed here; _process_group uses it)
 
             from workloads.train import decide_device
 
@@ -110,28 +116,12 @@ class Rank:
             rank_env(decision, rank, world_size, local_rank, master_addr, master_port)
         )
         backend, device = decision.backend, torch.device(decision.device)
-        accepts_device_id = "device_id" in inspect.signature(dist.init_process_group).parameters
         armed = Armed(cfg.run_id, rank)  # a hang is diagnosed from this rank's stack
-        timeout = datetime.timedelta(seconds=cfg.pg_timeout_s)
-        try:
-            with clock.phase("pg_init"):
-                dist.init_process_group(
-                    backend,
-                    init_method=f"tcp://{master_addr}:{master_port}",
-                    rank=rank,
-                    world_size=world_size,
-                    timeout=timeout,
-                    **pg_init_kwargs(decision, world_size, accepts_device_id),
-                )
+        init_method = f"tcp://{master_addr}:{master_port}"
+        with _process_group(
+            decision, init_method, rank, world_size, cfg.pg_timeout_s, armed, clock
+        ):
             training, linkbench = self._work(cfg, rank, world_size, device, decision, progress)
-        except Exception as exc:
-            exc.add_note(decision.note(rank))  # in the stored error: rows.py reads it back
-            raise
-        finally:
-            with clock.phase("rank_teardown"):
-                if dist.is_initialized():
-                    dist.destroy_process_group()
-            armed.disarm()
         return RankRecord(
             rank=rank,
             local_rank=local_rank,
@@ -176,3 +166,42 @@ class Rank:
 
         nvml = nvml_target(decision.nvml_id)
         return run_training(cfg, rank, world_size, device, on_step, nvml), ()
+
+
+@contextlib.contextmanager
+def _process_group(
+    decision: DeviceDecision,
+    init_method: str,
+    rank: int,
+    world_size: int,
+    timeout_s: float,
+    armed: Armed,
+    clock: PhaseClock,
+) -> Iterator[None]:
+    """The run's process group, up for the body of the ``with`` and down after it, failed or
+    not, with ``armed`` (the hang diagnosis) disarmed last. A failure carries the device
+    decision in its notes: it is in the stored error, and rows.py reads it back."""
+    import torch.distributed as dist
+
+    from workloads.device import pg_init_kwargs
+
+    accepts_device_id = "device_id" in inspect.signature(dist.init_process_group).parameters
+    try:
+        with clock.phase("pg_init"):
+            dist.init_process_group(
+                decision.backend,
+                init_method=init_method,
+                rank=rank,
+                world_size=world_size,
+                timeout=datetime.timedelta(seconds=timeout_s),
+                **pg_init_kwargs(decision, world_size, accepts_device_id),
+            )
+        yield
+    except Exception as exc:
+        exc.add_note(decision.note(rank))
+        raise
+    finally:
+        with clock.phase("rank_teardown"):
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        armed.disarm()

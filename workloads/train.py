@@ -173,18 +173,11 @@ def run_training(
     fault = parse_fault(os.environ.get(FAULT_ENV))
     clock = PhaseClock()
     with clock.phase("model_data_build"):
-        text = load_text(cfg.dataset)
-        tokenizer, tokenizer_name = load_tokenizer()
-        blocks = make_blocks(text.lines, tokenizer, cfg.seq_len)
-        data = batches(blocks, cfg.micro_batch_size, rank, world_size, cfg.seed)
-        model = build_model(cfg.model, cfg.seed)
-        params = n_params(model)
+        text, tokenizer_name, data, model, params = _model_and_data(cfg, rank, world_size)
     autocast_dtype = torch.bfloat16 if cfg.precision == "bf16" else None
     with clock.phase("strategy_init"):
         strategy = make_strategy(model, device, cfg, autocast_dtype)
 
-    ga = cfg.grad_accum
-    samples = cfg.micro_batch_size * ga
     total = cfg.warmup_steps + cfg.steps
     profile_steps = cfg.profile_steps if world_size > 1 else 0
     profile_from = profiled_warmup_start(cfg.warmup_steps, profile_steps)
@@ -210,29 +203,10 @@ def run_training(
             timed_start = time.perf_counter()
             clock.add("warmup", timed_start - loop_start - profiled_s)
             telemetry.start()  # sample the timed window only
-        batch_list = [next(data).to(device) for _ in range(ga)]  # data prep outside the clock
+        batch_list = [next(data).to(device) for _ in range(cfg.grad_accum)]  # outside the clock
         sync(device)
-        if first_step_wall is None:
-            first_step_wall = time.time()
-        t0 = time.perf_counter()
-        losses = []
-        for micro in range(ga):
-            _maybe_fault(fault, rank, step)
-            losses.append(strategy.micro_step(batch_list[micro], boundary=micro == ga - 1))
-        strategy.optimizer_step()
-        sync(device)
-        step_time_s = time.perf_counter() - t0
-        loss = torch.stack(losses).float().mean().item()
-        steps.append(
-            StepRecord(
-                step=step,
-                warmup=warmup,
-                step_time_s=step_time_s,
-                samples=samples,
-                tokens=samples * cfg.seq_len,
-                loss=loss,
-            )
-        )
+        first_step_wall = first_step_wall or time.time()  # when the first step began
+        steps.append(_timed_step(strategy, batch_list, device, cfg, fault, rank, step, warmup))
         if on_step is not None:
             on_step(step + 1, total, warmup)
 
@@ -241,13 +215,7 @@ def run_training(
     telemetry_out = telemetry.stop()
     if profile_steps and profile_from is None:
         with clock.phase("profiled_pass"):
-            strategy.profile_start()
-            for _ in range(profile_steps):
-                for micro in range(ga):
-                    strategy.micro_step(next(data).to(device), boundary=micro == ga - 1)
-                strategy.optimizer_step()
-            sync(device)
-            comms = strategy.profile_stop()  # totals over profile_steps; the driver divides
+            comms = _profiled_pass(strategy, data, device, cfg.grad_accum, profile_steps)
     mem = peak_mem_bytes(device)
     ds_config = strategy.effective_config() if rank == 0 else None
     swap_files = strategy.swap_files()  # counted while the run still holds its swap folder
@@ -269,3 +237,58 @@ def run_training(
         tf32=device.type == "cuda" and bool(torch.backends.cuda.matmul.allow_tf32),
         phases=clock.records(),
     )
+
+
+def _model_and_data(cfg: RunConfig, rank: int, world_size: int) -> tuple:
+    """(text, tokenizer name, this rank's batch iterator, model, its parameter count)."""
+    text = load_text(cfg.dataset)
+    tokenizer, tokenizer_name = load_tokenizer()
+    blocks = make_blocks(text.lines, tokenizer, cfg.seq_len)
+    data = batches(blocks, cfg.micro_batch_size, rank, world_size, cfg.seed)
+    model = build_model(cfg.model, cfg.seed)
+    return text, tokenizer_name, data, model, n_params(model)
+
+
+def _timed_step(
+    strategy,
+    batch_list: list[torch.Tensor],
+    device: torch.device,
+    cfg: RunConfig,
+    fault: tuple[int, int, str] | None,
+    rank: int,
+    step: int,
+    warmup: bool,
+) -> StepRecord:
+    """One optimizer step (``grad_accum`` micro-steps and the update) on batches already on the
+    device, timed from a synchronised device to a synchronised device."""
+    ga = cfg.grad_accum
+    t0 = time.perf_counter()
+    losses = []
+    for micro in range(ga):
+        _maybe_fault(fault, rank, step)
+        losses.append(strategy.micro_step(batch_list[micro], boundary=micro == ga - 1))
+    strategy.optimizer_step()
+    sync(device)
+    step_time_s = time.perf_counter() - t0
+    loss = torch.stack(losses).float().mean().item()
+    samples = cfg.micro_batch_size * ga
+    return StepRecord(
+        step=step,
+        warmup=warmup,
+        step_time_s=step_time_s,
+        samples=samples,
+        tokens=samples * cfg.seq_len,
+        loss=loss,
+    )
+
+
+def _profiled_pass(strategy, data, device: torch.device, ga: int, profile_steps: int) -> tuple:
+    """``profile_steps`` untimed optimizer steps with the strategy's collectives counted: totals
+    over them (the driver divides)."""
+    strategy.profile_start()
+    for _ in range(profile_steps):
+        for micro in range(ga):
+            strategy.micro_step(next(data).to(device), boundary=micro == ga - 1)
+        strategy.optimizer_step()
+    sync(device)
+    return strategy.profile_stop()
