@@ -301,10 +301,10 @@ def build_headline(
     )
     out, kinds = [], set()
     for link in links:
-        mine = sorted((r for r in rows if r["link"] == link), key=_series_order)
-        base = mine[0]["baseline_link"]
+        link_rows = sorted((r for r in rows if r["link"] == link), key=_series_order)
+        base = link_rows[0]["baseline_link"]
         cells: dict[str, dict[int, Cell]] = {}
-        for r in mine:
+        for r in link_rows:
             lo, hi = r.get("ci_low"), r.get("ci_high")
             if lo is not None and lo == hi:  # one run a side: a point says nothing of spread
                 lo = hi = None

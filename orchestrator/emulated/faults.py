@@ -187,8 +187,8 @@ def egress_shapes(
     """Node i's egress on `link`: the shape of all its traffic there (the link's, combined
     with a slow node's), and per slow partner j (ascending) the shape of its traffic to j
     (that, combined with the pair's)."""
-    mine = node_fault(faults, i)
-    base = combine_shapes(link.name, link, *([mine.shape(link.name)] if mine else []))
+    slow_node = node_fault(faults, i)
+    base = combine_shapes(link.name, link, *([slow_node.shape(link.name)] if slow_node else []))
     pairs = sorted(
         (f.nodes[1] if f.nodes[0] == i else f.nodes[0], f)
         for f in faults
@@ -200,8 +200,8 @@ def egress_shapes(
 def ingress_shape(faults: Sequence[Fault], link: str, i: int) -> LinkShape | None:
     """What shapes node i's ingress on `link` (the switch-side peer's egress): a slow
     node's own shape, or None."""
-    mine = node_fault(faults, i)
-    return mine.shape(link) if mine else None
+    slow_node = node_fault(faults, i)
+    return slow_node.shape(link) if slow_node else None
 
 
 def egress_commands(

@@ -92,11 +92,11 @@ def plot_link_model(
         for ax in axes[len(fits) :]:
             ax.remove()
         for ax, m in zip(axes, fits, strict=False):
-            mine = [r for r in pts if _gkey(r) == _gkey(m)]
-            for r in mine:
+            group_points = [r for r in pts if _gkey(r) == _gkey(m)]
+            for r in group_points:
                 ax.plot(r["predicted_comm_s_per_step"], r["median_step_time_s"], "o",
                         color=colors[r["link"]], markersize=5.5, alpha=0.85, zorder=3)  # fmt: skip
-            x_hi = max([r["predicted_comm_s_per_step"] for r in mine] or [1.0]) * 1.08
+            x_hi = max([r["predicted_comm_s_per_step"] for r in group_points] or [1.0]) * 1.08
             ax.plot([0, x_hi], [m["compute_s"], m["compute_s"] + m["exposure"] * x_hi],
                     color="0.2", linewidth=1.6, zorder=2)  # fmt: skip
             ax.set_xlim(0, x_hi)

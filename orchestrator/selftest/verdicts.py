@@ -240,10 +240,10 @@ def _one_rank_gpu_figures(i: Inputs) -> Decision:
 
 def _two_rank_of(strategy: str) -> Callable[[Inputs], Decision]:
     def decide(i: Inputs) -> Decision:
-        mine = [r for r in i.runs if r["strategy"] == strategy]
+        strategy_runs = [r for r in i.runs if r["strategy"] == strategy]
         wanted = [(s, g) for s, g in i.expected if s == strategy]
-        problems = _trained(mine) + _missing(mine, wanted)
-        figures = [f"ga {r['grad_accum']}: {_n(r['tokens_per_s'])} tokens/s" for r in mine]
+        problems = _trained(strategy_runs) + _missing(strategy_runs, wanted)
+        figures = [f"ga {r['grad_accum']}: {_n(r['tokens_per_s'])} tokens/s" for r in strategy_runs]
         return _result(problems, ", ".join(figures))
 
     return decide
