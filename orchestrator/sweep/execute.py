@@ -4,10 +4,11 @@
 ``planner`` (asked once: every run with its config, env, placement and timeout, the link
 microbenchmarks, how ranks start), ``raycluster.runs`` and ``raycluster.launchers`` (Ray: place
 and run the ranks; imported when a sweep runs, so this module loads without Ray), ``rows``
-(result -> table rows), ``ledger`` (the run spooled, then committed in one transaction while the database is briefly
-open, so a crash, a stop signal or a busy database keeps every finished run; start, resume and
-end of the sweep), ``stats`` (the figures of the run's variant group only), ``ui`` (progress). A
-failed run is a row (status ``failed`` and the error text) and the sweep goes on.
+(result -> table rows), ``ledger`` (the run spooled, then committed in one transaction while
+the database is briefly open, so a crash, a stop signal or a busy database keeps every finished
+run; start, resume and end of the sweep), ``stats`` (the figures of the run's variant group
+only), ``ui`` (progress). A failed run is a row (status ``failed`` and the error text) and the
+sweep goes on. What the sweep writes, when and by which route: ``store.writes.SWEEP_WRITES``.
 
 May import: ledger, planner, rows, spec, orchestrator.analysis.comm_model,
 orchestrator.analysis.linkmodel, orchestrator.analysis.links, orchestrator.analysis.stats,
