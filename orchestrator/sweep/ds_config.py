@@ -42,6 +42,7 @@ May import: nothing (the standard library only).
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -227,22 +228,31 @@ def block_conflicts(block: dict | None, overlap_axis: bool, bucket_axis: bool) -
     return errors
 
 
+@dataclass(frozen=True)
+class ZeroVariant:
+    """What of one ZeRO run decides its DeepSpeed config; each field as :func:`deepspeed_config`
+    describes it."""
+
+    strategy: str
+    grad_accum: int
+    micro_batch_size: int
+    world_size: int
+    precision: str
+    offload: str = "none"
+    bucket_mb: int | None = None
+    nvme_path: str | None = None
+    overlap_comm: str = "default"
+
+
 def deepspeed_config(
-    strategy: str,
-    grad_accum: int,
-    micro_batch_size: int,
-    world_size: int,
-    precision: str,
-    offload: str,
-    bucket_mb: int | None,
-    nvme_path: str | None,
-    overlap_comm: str = "default",
+    zero: ZeroVariant,
     user: dict | None = None,
     preset: str | None = None,
     comms_logger: bool = False,
 ) -> dict[str, Any]:
     """DeepSpeed config dict for a ZeRO variant (see the module docstring for the layers).
 
+    ``zero`` (:class:`ZeroVariant`):
     strategy: ``zero1`` | ``zero2`` | ``zero3`` (DDP does not go through DeepSpeed).
     grad_accum: micro-steps per optimizer step (``gradient_accumulation_steps``).
     micro_batch_size: sequences per rank per micro-step (``train_micro_batch_size_per_gpu``).
@@ -260,6 +270,9 @@ def deepspeed_config(
     comms_logger: add DeepSpeed's comms logger (profiled pass only: it synchronises around every
         collective, so it must never be on in timed steps).
     """
+    strategy, grad_accum, micro_batch_size = zero.strategy, zero.grad_accum, zero.micro_batch_size
+    world_size, precision, offload = zero.world_size, zero.precision, zero.offload
+    bucket_mb, nvme_path, overlap_comm = zero.bucket_mb, zero.nvme_path, zero.overlap_comm
     _check_choices(strategy, precision, offload, overlap_comm, preset)
     for name, value in (
         ("grad_accum", grad_accum),

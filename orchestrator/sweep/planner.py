@@ -26,7 +26,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from orchestrator.sweep.ds_config import deepspeed_config, default_bucket_mb
+from orchestrator.sweep.ds_config import ZeroVariant, deepspeed_config, default_bucket_mb
 from orchestrator.sweep.exclusions import describe_exclusions, excluded_node_ids, usable_nodes
 from orchestrator.sweep.spec import GRAD_DTYPE_NA, RANK_FORM, SpecError, SweepSpec, offload_applies
 from workloads.contract import (
@@ -374,7 +374,7 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
     given_bucket = v.bucket_mb if v.bucket_mb in spec.grid.bucket_mb else None  # else "default"
     ds_config = None
     if v.strategy != "ddp":
-        ds_config = deepspeed_config(
+        zero = ZeroVariant(
             strategy=v.strategy,
             grad_accum=v.grad_accum,
             micro_batch_size=spec.micro_batch_size,
@@ -385,6 +385,9 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
             bucket_mb=given_bucket,
             nvme_path=nvme_dir,
             overlap_comm=v.overlap_comm,
+        )
+        ds_config = deepspeed_config(
+            zero,
             user=spec.deepspeed,
             preset=spec.deepspeed_preset,
             comms_logger=False,  # enabled only for the profiled pass (workloads/ds_comms.py)

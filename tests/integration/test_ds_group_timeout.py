@@ -25,7 +25,7 @@ def _rank(rank: int, port: int, out_dir: str) -> None:
     from deepspeed.utils import groups
     from torch.distributed import distributed_c10d as c10d
 
-    from orchestrator.sweep.ds_config import deepspeed_config
+    from orchestrator.sweep.ds_config import ZeroVariant, deepspeed_config
     from workloads.model import build_model
     from workloads.strategies import ZeroStrategy, group_timeout_s
 
@@ -43,14 +43,9 @@ def _rank(rank: int, port: int, out_dir: str) -> None:
         lr=1e-3,
         pg_timeout_s=PG_TIMEOUT_S,
         ds_config=deepspeed_config(
-            strategy="zero1",
-            grad_accum=1,
-            micro_batch_size=1,
-            world_size=2,
-            precision="fp32",
-            offload="none",
-            bucket_mb=None,
-            nvme_path=None,
+            ZeroVariant(
+                strategy="zero1", grad_accum=1, micro_batch_size=1, world_size=2, precision="fp32"
+            )
         ),
     )
     strategy = ZeroStrategy(build_model("gpt2-tiny", 0), torch.device("cpu"), cfg, None)

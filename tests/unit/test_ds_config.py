@@ -11,6 +11,7 @@ import pytest
 from orchestrator.sweep.ds_config import (
     DDP_DEFAULT_BUCKET_MB,
     PRESETS,
+    ZeroVariant,
     block_conflicts,
     bucket_elements,
     deep_merge,
@@ -22,7 +23,7 @@ HARNESS = {"zero_allow_untested_optimizer": True, "steps_per_print": 10**9}
 
 
 def test_zero1_fp32_no_offload_writes_only_the_variant():
-    cfg = deepspeed_config("zero1", 4, 2, 8, "fp32", "none", None, None)
+    cfg = deepspeed_config(ZeroVariant("zero1", 4, 2, 8, "fp32", "none", None, None))
     assert cfg == {
         "train_micro_batch_size_per_gpu": 2,
         "gradient_accumulation_steps": 4,
@@ -33,7 +34,7 @@ def test_zero1_fp32_no_offload_writes_only_the_variant():
 
 
 def test_zero2_bf16_cpu_offload_and_given_buckets():
-    cfg = deepspeed_config("zero2", 1, 2, 2, "bf16", "cpu", 25, None)
+    cfg = deepspeed_config(ZeroVariant("zero2", 1, 2, 2, "bf16", "cpu", 25, None))
     assert cfg == {
         "train_micro_batch_size_per_gpu": 2,
         "gradient_accumulation_steps": 1,
@@ -52,7 +53,9 @@ def test_zero2_bf16_cpu_offload_and_given_buckets():
 
 
 def test_zero3_nvme_offloads_optimizer_and_parameters():
-    zero = deepspeed_config("zero3", 1, 1, 2, "fp32", "nvme", None, "/nvme/r1")["zero_optimization"]
+    zero = deepspeed_config(ZeroVariant("zero3", 1, 1, 2, "fp32", "nvme", None, "/nvme/r1"))[
+        "zero_optimization"
+    ]
     assert zero == {
         "stage": 3,
         "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme/r1"},
@@ -62,14 +65,16 @@ def test_zero3_nvme_offloads_optimizer_and_parameters():
 
 @pytest.mark.parametrize("axis,expected", [("default", None), ("true", True), ("false", False)])
 def test_overlap_axis(axis, expected):
-    zero = deepspeed_config("zero2", 1, 1, 2, "fp32", "none", None, None, overlap_comm=axis)
+    zero = deepspeed_config(
+        ZeroVariant("zero2", 1, 1, 2, "fp32", "none", None, None, overlap_comm=axis)
+    )
     assert zero["zero_optimization"].get("overlap_comm") == expected
     assert ("overlap_comm" in zero["zero_optimization"]) == (axis != "default")
 
 
 def test_user_block_is_deep_merged_and_the_variant_wins():
     user = {"zero_optimization": {"reduce_bucket_size": 1000, "stage": 1}, "gradient_clipping": 1}
-    cfg = deepspeed_config("zero3", 2, 1, 2, "fp32", "none", None, None, user=user)
+    cfg = deepspeed_config(ZeroVariant("zero3", 2, 1, 2, "fp32", "none", None, None), user=user)
     assert cfg["zero_optimization"] == {"stage": 3, "reduce_bucket_size": 1000}
     assert cfg["gradient_clipping"] == 1
     assert user == {
@@ -79,7 +84,9 @@ def test_user_block_is_deep_merged_and_the_variant_wins():
 
 
 def test_serialized_preset_pins_the_former_study_config():
-    cfg = deepspeed_config("zero3", 1, 1, 2, "fp32", "none", None, None, preset="serialized")
+    cfg = deepspeed_config(
+        ZeroVariant("zero3", 1, 1, 2, "fp32", "none", None, None), preset="serialized"
+    )
     z = cfg["zero_optimization"]
     elements = bucket_elements(DDP_DEFAULT_BUCKET_MB, "fp32")
     assert z["overlap_comm"] is False
@@ -88,7 +95,8 @@ def test_serialized_preset_pins_the_former_study_config():
     assert z["stage3_prefetch_bucket_size"] == elements
     # the overlap axis is the variant: it wins over the preset
     on = deepspeed_config(
-        "zero1", 1, 1, 2, "fp32", "none", 50, None, overlap_comm="true", preset="serialized"
+        ZeroVariant("zero1", 1, 1, 2, "fp32", "none", 50, None, overlap_comm="true"),
+        preset="serialized",
     )["zero_optimization"]
     assert on["overlap_comm"] is True and on["reduce_bucket_size"] == bucket_elements(50, "fp32")
     assert "stage3_prefetch_bucket_size" not in on
@@ -136,16 +144,16 @@ def test_deep_merge():
 
 
 def test_returns_fresh_dicts():
-    a = deepspeed_config("zero3", 1, 1, 2, "fp32", "nvme", 25, "/x")
+    a = deepspeed_config(ZeroVariant("zero3", 1, 1, 2, "fp32", "nvme", 25, "/x"))
     a["zero_optimization"]["offload_param"]["nvme_path"] = "/y"
-    b = deepspeed_config("zero3", 1, 1, 2, "fp32", "nvme", 25, "/x")
+    b = deepspeed_config(ZeroVariant("zero3", 1, 1, 2, "fp32", "nvme", 25, "/x"))
     assert b["zero_optimization"]["offload_param"]["nvme_path"] == "/x"
 
 
 @pytest.mark.parametrize("strategy", ["zero1", "zero2"])
 def test_nvme_needs_zero3(strategy):
     with pytest.raises(ValueError, match=f"strategy='{strategy}'.*offload='nvme'"):
-        deepspeed_config(strategy, 1, 1, 2, "fp32", "nvme", 25, "/nvme")
+        deepspeed_config(ZeroVariant(strategy, 1, 1, 2, "fp32", "nvme", 25, "/nvme"))
 
 
 @pytest.mark.parametrize(
@@ -175,8 +183,9 @@ def test_invalid_combinations(kwargs, match):
         "nvme_path": None,
     }
     args.update(kwargs)
+    preset = args.pop("preset", None)
     with pytest.raises(ValueError, match=match):
-        deepspeed_config(**args)
+        deepspeed_config(ZeroVariant(**args), preset=preset)
 
 
 def test_bucket_elements():

@@ -20,6 +20,7 @@ from orchestrator.sweep.ds_check import check_deepspeed, parse_errors  # noqa: E
 from orchestrator.sweep.ds_config import (  # noqa: E402
     DDP_DEFAULT_BUCKET_MB,
     DS_DEFAULT_BUCKET_ELEMENTS,
+    ZeroVariant,
     deepspeed_config,
 )
 from orchestrator.sweep.spec import parse_spec  # noqa: E402
@@ -68,7 +69,7 @@ VARIANTS = [
 def test_generated_config_is_deepspeeds_defaults_except_the_variant(strategy, precision, offload):
     ga, mb = 4, 2
     ours = _parsed(
-        deepspeed_config(strategy, ga, mb, 1, precision, offload, None, "/nvme/r1")
+        deepspeed_config(ZeroVariant(strategy, ga, mb, 1, precision, offload, None, "/nvme/r1"))
     )  # world size 1 so DeepSpeed's batch identity holds on a driver without a process group
     reference = _parsed({"train_micro_batch_size_per_gpu": mb, "gradient_accumulation_steps": ga})
 
@@ -90,7 +91,9 @@ def test_generated_config_is_deepspeeds_defaults_except_the_variant(strategy, pr
 @pytest.mark.parametrize("strategy", ["zero1", "zero2", "zero3"])
 @pytest.mark.parametrize("axis", ["default", "true", "false"])
 def test_overlap_axis_maps_onto_deepspeed(strategy, axis):
-    cfg = deepspeed_config(strategy, 1, 1, 1, "fp32", "none", None, None, overlap_comm=axis)
+    cfg = deepspeed_config(
+        ZeroVariant(strategy, 1, 1, 1, "fp32", "none", None, None, overlap_comm=axis)
+    )
     parsed = _parsed(cfg).zero_config.overlap_comm
     expected = {"true": True, "false": False, "default": strategy == "zero3"}[axis]
     assert parsed is expected
@@ -108,7 +111,9 @@ def test_default_constants_are_the_frameworks_own():
 
 def test_effective_config_shows_defaults_and_the_users_bucket():
     user = {"zero_optimization": {"reduce_bucket_size": 123456}}
-    parsed = _parsed(deepspeed_config("zero3", 1, 1, 1, "bf16", "none", None, None, user=user))
+    parsed = _parsed(
+        deepspeed_config(ZeroVariant("zero3", 1, 1, 1, "bf16", "none", None, None), user=user)
+    )
     eff = effective_config(parsed)
     z = eff["zero_optimization"]
     assert z["reduce_bucket_size"] == 123456
@@ -192,7 +197,7 @@ def test_one_bucket_mb_is_one_byte_count_in_ddp_and_zero(bucket_mb, precision):
     from orchestrator.sweep.ds_config import BYTES_PER_ELEMENT
 
     ddp_bytes = _BucketCapacityConfig.create(bucket_mb, None, False).bucket_bytes_cap
-    zero = deepspeed_config("zero2", 1, 1, 2, precision, "none", bucket_mb, None)
+    zero = deepspeed_config(ZeroVariant("zero2", 1, 1, 2, precision, "none", bucket_mb, None))
     zero_bytes = zero["zero_optimization"]["reduce_bucket_size"] * BYTES_PER_ELEMENT[precision]
     assert zero_bytes == ddp_bytes
     assert zero["zero_optimization"]["allgather_bucket_size"] * BYTES_PER_ELEMENT[precision] == (
