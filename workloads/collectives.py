@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workloads.contract import CommRecord
-from workloads.ds_comms import comm_record, dtype_name
+from workloads.ds_comms import dtype_name
 
 
 @dataclass(frozen=True)
@@ -311,13 +311,13 @@ def mean_by_op(by_step: dict[int, ByOp]) -> ByOp:
 
 def comm_records(records: Iterable[Collective]) -> tuple[CommRecord, ...]:
     """The records as the ``comms`` table holds them: one ``CommRecord`` per (op, msg_bytes,
-    dtype) with its count and summed time, sorted."""
-    grouped: dict[tuple[str, int, str], list[float]] = defaultdict(lambda: [0, 0.0])
+    dtype, group size) with its count and summed time, sorted."""
+    grouped: dict[tuple[str, int, str, int], list[float]] = defaultdict(lambda: [0, 0.0])
     for r in records:
-        entry = grouped[(r.op, r.msg_bytes, r.dtype)]
+        entry = grouped[(r.op, r.msg_bytes, r.dtype, r.group_size)]
         entry[0] += 1
         entry[1] += r.time_s
     return tuple(
-        comm_record(op, b, int(count), t, dtype)
-        for (op, b, dtype), (count, t) in sorted(grouped.items())
+        CommRecord(op, b, int(count), t, dtype, group_size)
+        for (op, b, dtype, group_size), (count, t) in sorted(grouped.items())
     )

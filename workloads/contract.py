@@ -91,7 +91,7 @@ class RunConfig:
 
     run_id: str
     strategy: str
-    """ddp | zero1 | zero2 | zero3"""
+    """ddp | zero1 | zero2 | zero3 | fsdp | hsdp"""
     grad_accum: int
     """Micro-steps per optimizer step."""
     bucket_mb: int | None
@@ -127,6 +127,13 @@ class RunConfig:
     ddp_grad_dtype: str = "fp32"
     """DDP: fp32 | bf16, the dtype its gradients are all-reduced in (bf16: torch's
     ``bf16_compress_hook``); ZeRO's dtypes are in ``ds_config``."""
+    reshard_after_forward: bool = True
+    """fsdp / hsdp: the transformer blocks' ``reshard_after_forward`` (``workloads/fsdp.py``)."""
+    grad_sync: str | None = None
+    """each | last | replicate_last, what the non-final micro-batches of an accumulation window
+    reduce; None: the strategy's default (ddp last, fsdp and hsdp each). ZeRO: None."""
+    hsdp_shard_size: int | None = None
+    """hsdp: ranks per shard group, resolved by the planner; None for the other strategies."""
 
 
 @dataclass(frozen=True)
@@ -170,6 +177,9 @@ class CommRecord:
     total_time_s: float
     dtype: str | None = None
     """The elements' dtype on the link (``fp32``, ``bf16``, ...); None where not recorded."""
+    group_size: int | None = None
+    """Ranks in the process group it ran on (HSDP's run on its shard and replicate groups);
+    None where not recorded: the world."""
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,7 @@ class Rank:
             if isinstance(cfg, RunConfig):  # what training will import, timed as one phase
                 import transformers  # noqa: F401
 
-                if cfg.strategy != "ddp":
+                if cfg.strategy.startswith("zero"):
                     import deepspeed  # noqa: F401
             from workloads.diag import Armed
 

@@ -6,7 +6,7 @@ Communication is accounted per collective (op, message bytes, count, time) durin
 outside the timed ones, because timing a collective means synchronising around it. Runs in rank
 processes; imports only workloads modules.
 
-May import: aio_check, contract, device, ds_comms, ds_effective, deepspeed, torch.
+May import: aio_check, contract, device, ds_comms, ds_effective, fsdp, deepspeed, torch.
 """
 
 from __future__ import annotations
@@ -121,7 +121,9 @@ class CommCounter:
 
 
 class DDPStrategy:
-    """torch DDP; gradient accumulation skips the all-reduce with no_sync() until the boundary.
+    """torch DDP; gradient accumulation skips the all-reduce with no_sync() until the boundary
+    (``grad_sync`` ``last``, the default), or all-reduces every micro-batch (``each``: no
+    ``no_sync``, as accelerate's ``sync_each_batch``).
 
     ``overlap_comm`` ``default``/``true``: DDP as users run it, each bucket all-reduced as soon
     as its gradients are ready, overlapping the rest of backward. ``false``: every backward runs
@@ -143,6 +145,7 @@ class DDPStrategy:
         # RunConfig carries the variant's ddp_grad_dtype; a contract without it sends fp32
         self.grad_dtype = cfg.ddp_grad_dtype
         self.grad_accum = cfg.grad_accum
+        self.sync_each = getattr(cfg, "grad_sync", None) == "each"
         self.overlap = cfg.overlap_comm != "false"
         # DDP's bucket_cap_mb is MiB; None is DDP's own default, 25 MiB
         self.bucket_bytes = int((cfg.bucket_mb or DDP_DEFAULT_BUCKET_MIB) * 1024 * 1024)
@@ -173,7 +176,8 @@ class DDPStrategy:
         return fut
 
     def micro_step(self, batch: torch.Tensor, boundary: bool) -> torch.Tensor:
-        sync = boundary and self.overlap
+        reduce_now = boundary or self.sync_each
+        sync = reduce_now and self.overlap
         ctx = contextlib.nullcontext() if sync else self.model.no_sync()
         with ctx:
             with torch.autocast(
@@ -183,7 +187,7 @@ class DDPStrategy:
             ):
                 loss = self.model(input_ids=batch, labels=batch).loss
             (loss / self.grad_accum).backward()
-        if boundary and not self.overlap:
+        if reduce_now and not self.overlap:
             self._allreduce_after_backward()
         return loss.detach()
 
@@ -332,4 +336,8 @@ class ZeroStrategy:
 def make_strategy(model, device, cfg: RunConfig, autocast_dtype):
     if cfg.strategy == "ddp":
         return DDPStrategy(model, device, cfg, autocast_dtype)
+    if cfg.strategy in ("fsdp", "hsdp"):  # workloads.fsdp.FSDP_STRATEGIES
+        from workloads.fsdp import FsdpStrategy
+
+        return FsdpStrategy(model, device, cfg, autocast_dtype)
     return ZeroStrategy(model, device, cfg, autocast_dtype)

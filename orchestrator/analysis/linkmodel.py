@@ -294,7 +294,7 @@ def link_model_rows(
     rows for the runs of ONE variant group (``GROUP_KEY`` columns, every link). No runs: none."""
     if not runs:
         return [], []
-    key = {"sweep_id": sweep_id} | {k: runs[0][k] for k in GROUP_KEY}
+    key = {"sweep_id": sweep_id} | {k: runs[0].get(k) for k in GROUP_KEY}
     fit = fit_group(runs, seed, n_resamples)
     ci_c = fit.compute_ci or (None, None)
     ci_e = fit.exposure_ci or (None, None)
@@ -397,7 +397,7 @@ def project_sweep(
     A group without a line gets one row per bandwidth with the fit's quality and no figures."""
     groups: dict[tuple, list[Mapping]] = {}
     for r in runs:
-        groups.setdefault(tuple(r[k] for k in GROUP_KEY), []).append(r)
+        groups.setdefault(tuple(r.get(k) for k in GROUP_KEY), []).append(r)
     out = []
     for key in sorted(groups):
         fit = fit_group(groups[key], seed)

@@ -272,6 +272,8 @@ VARIANT_KEY = (
     "bucket_mb",
     "overlap_comm",
     "ddp_grad_dtype",
+    "grad_sync",
+    "reshard_after_forward",
     "link",
     "placement",
 )
@@ -335,7 +337,7 @@ def variant_and_sensitivity_rows(
     """
     by_variant: dict[tuple, list[Mapping]] = {}
     for r in runs:
-        by_variant.setdefault(tuple(r[k] for k in VARIANT_KEY), []).append(r)
+        by_variant.setdefault(tuple(r.get(k) for k in VARIANT_KEY), []).append(r)
     variant_rows, figures = [], {}
     for key, members in by_variant.items():
         ok = [r for r in members if included(r) and r["median_step_time_s"] is not None]

@@ -18,7 +18,9 @@ from orchestrator.analysis.stats import (  # noqa: F401 - the figures' and table
 
 OVERLAP_ORDER = ("default", "true", "false")
 GRAD_DTYPE_ORDER = ("fp32", "bf16")
-STRATEGY_ORDER = ("ddp", "zero1", "zero2", "zero3")
+STRATEGY_ORDER = ("ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp")
+SYNC_ORDER = ("each", "last", "replicate_last")
+RESHARD_ORDER = ("true", "false")
 OFFLOAD_ORDER = ("none", "cpu", "nvme")
 OP_ORDER = ("all_reduce", "all_gather", "reduce_scatter")
 
@@ -40,6 +42,8 @@ def variant_sort_key(row: dict, link_order: Sequence[str]) -> tuple:
         row.get("bucket_mb") or 0,
         order_index(row.get("overlap_comm"), OVERLAP_ORDER),
         order_index(row.get("ddp_grad_dtype"), GRAD_DTYPE_ORDER),
+        order_index(row.get("grad_sync"), SYNC_ORDER),
+        order_index(row.get("reshard_after_forward"), RESHARD_ORDER),
         order_index(row.get("placement"), ("pack", "spread")),
         row.get("grad_accum") or 0,
         order_index(row.get("link"), link_order),
@@ -52,9 +56,19 @@ def _compressed(row: dict) -> bool:
     return row.get("strategy") == "ddp" and row.get("ddp_grad_dtype") not in (None, "fp32")
 
 
+def _sync_parts(row: dict, vary: set[str]) -> list[str]:
+    """``sync=each`` and ``reshard=false`` where those keys vary and apply (not ``n/a``)."""
+    parts = []
+    for key, short in (("grad_sync", "sync"), ("reshard_after_forward", "reshard")):
+        if key in vary and row.get(key) not in (None, "n/a"):
+            parts.append(f"{short}={row[key]}")
+    return parts
+
+
 def group_label(row: dict, vary: set[str]) -> str:
     """A variant group's short name (every key but the link): strategy and grad_accum always;
-    bucket, overlap, DDP's gradient dtype (when not fp32) and placement when they vary."""
+    bucket, overlap, DDP's gradient dtype (when not fp32), the sync flavour, FSDP2's reshard
+    setting and placement when they vary."""
     parts = [strategy_label(row), f"ga={row['grad_accum']}"]
     if "bucket_mb" in vary:
         parts.append(f"bucket={row['bucket_mb']}MB")
@@ -62,6 +76,7 @@ def group_label(row: dict, vary: set[str]) -> str:
         parts.append(f"overlap={row['overlap_comm']}")
     if "ddp_grad_dtype" in vary and _compressed(row):
         parts.append(f"grads={row['ddp_grad_dtype']}")
+    parts += _sync_parts(row, vary)
     if "placement" in vary:
         parts.append(str(row["placement"]))
     return " ".join(parts)
@@ -82,6 +97,7 @@ def series_key(row: dict, vary: set[str]) -> tuple:
         key.append(f"overlap={row['overlap_comm']}")
     if "ddp_grad_dtype" in vary and _compressed(row):
         key.append(f"grads={row['ddp_grad_dtype']}")
+    key += _sync_parts(row, vary)
     return tuple(key)
 
 

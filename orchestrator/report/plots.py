@@ -190,7 +190,7 @@ def _step_variants(rows: list[dict], link_order: Sequence[str]) -> _StepVariants
     groups: dict[tuple, list[float]] = defaultdict(list)
     first: dict[tuple, dict] = {}
     for r in rows:
-        key = tuple(r[k] for k in VARIANT_KEY)
+        key = tuple(r.get(k) for k in VARIANT_KEY)
         groups[key].append(r["step_time_s"])
         first.setdefault(key, r)
     keys = sorted(groups, key=lambda k: variant_sort_key(first[k], link_order))

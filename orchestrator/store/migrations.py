@@ -195,4 +195,24 @@ MIGRATIONS: dict[int, list[str]] = {
         "UPDATE comms SET dtype = 'fp32' WHERE run_id IN "
         "(SELECT run_id FROM runs WHERE strategy = 'ddp')",
     ],
+    # v8: FSDP2 (fsdp, hsdp) beside DDP and ZeRO. Two variant keys: grad_sync, the sync
+    # frequency in an accumulation window (before v8 DDP always ran no_sync until the last
+    # micro-batch: 'last'; ZeRO has no such axis: 'n/a') and reshard_after_forward (FSDP2's
+    # blocks; 'n/a' for every strategy before v8). hsdp_shard_size: NULL (no hsdp before v8).
+    # comms.group_size: every collective before v8 ran on the world group.
+    8: [
+        *(
+            f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {col} VARCHAR"
+            for table in ("runs", *_V7_KEYED)
+            for col in ("grad_sync", "reshard_after_forward")
+        ),
+        *(
+            f"UPDATE {table} SET reshard_after_forward = 'n/a', grad_sync = "
+            "CASE WHEN strategy = 'ddp' THEN 'last' ELSE 'n/a' END"
+            for table in ("runs", *_V7_KEYED)
+        ),
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS hsdp_shard_size INTEGER",
+        "ALTER TABLE comms ADD COLUMN IF NOT EXISTS group_size INTEGER",
+        "UPDATE comms SET group_size = r.world_size FROM runs r WHERE comms.run_id = r.run_id",
+    ],
 }

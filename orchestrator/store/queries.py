@@ -67,7 +67,8 @@ LATEST_SWEEP_NAMED = _q(
 SWEEP_RUN_SLOTS = _q(
     "sweep_run_slots",
     """SELECT run_id, seq, "repeat", strategy, offload, grad_accum, bucket_mb, overlap_comm, link,
-              placement, ddp_grad_dtype, status, coalesce(attempt, 1) AS attempt, superseded_by
+              placement, ddp_grad_dtype, grad_sync, reshard_after_forward, status,
+              coalesce(attempt, 1) AS attempt, superseded_by
        FROM runs WHERE sweep_id = $sweep_id ORDER BY seq, attempt""",
 )
 
@@ -76,8 +77,9 @@ SWEEP_RUN_SLOTS = _q(
 # reads (link_class, ranks_per_gpu): a one-GPU rehearsal never makes a slowdown or a link model.
 VARIANT_GROUP_RUNS = _q(
     "variant_group_runs",
-    """SELECT strategy, offload, grad_accum, bucket_mb, overlap_comm, ddp_grad_dtype, link,
-              placement, status, coalesce(throttled, false) AS throttled, median_step_time_s,
+    """SELECT strategy, offload, grad_accum, bucket_mb, overlap_comm, ddp_grad_dtype, grad_sync,
+              reshard_after_forward, link, placement, status,
+              coalesce(throttled, false) AS throttled, median_step_time_s,
               samples_per_s, tokens_per_s, comm_bytes_per_step, expected_comm_bytes_per_step,
               predicted_comm_s_per_step, peak_mem_bytes, achieved_tflops_per_gpu, mfu,
               link_class, coalesce(ranks_per_gpu, 1) AS ranks_per_gpu
@@ -85,6 +87,7 @@ VARIANT_GROUP_RUNS = _q(
        WHERE sweep_id = $sweep_id AND strategy = $strategy AND offload = $offload
          AND grad_accum = $grad_accum AND bucket_mb = $bucket_mb AND placement = $placement
          AND overlap_comm = $overlap_comm AND ddp_grad_dtype = $ddp_grad_dtype
+         AND grad_sync = $grad_sync AND reshard_after_forward = $reshard_after_forward
          AND superseded_by IS NULL
        ORDER BY seq""",
 )
@@ -98,8 +101,9 @@ LINK_ALGBW = _q(
 # --- the link model (orchestrator/analysis/linkmodel.py) --------------------------------------------
 SWEEP_MODEL_RUNS = _q(
     "sweep_model_runs",
-    """SELECT strategy, offload, grad_accum, bucket_mb, overlap_comm, ddp_grad_dtype, link,
-              placement, status, coalesce(throttled, false) AS throttled, median_step_time_s,
+    """SELECT strategy, offload, grad_accum, bucket_mb, overlap_comm, ddp_grad_dtype, grad_sync,
+              reshard_after_forward, link, placement, status,
+              coalesce(throttled, false) AS throttled, median_step_time_s,
               predicted_comm_s_per_step, link_class, coalesce(ranks_per_gpu, 1) AS ranks_per_gpu
        FROM runs WHERE sweep_id = $sweep_id ORDER BY seq""",
 )
@@ -192,6 +196,9 @@ REPORT_VARIANTS = _q(
                         AND r.placement = v.placement
                         AND r.overlap_comm IS NOT DISTINCT FROM v.overlap_comm
                         AND (v.ddp_grad_dtype IS NULL OR r.ddp_grad_dtype = v.ddp_grad_dtype)
+                        AND (v.grad_sync IS NULL OR r.grad_sync = v.grad_sync)
+                        AND (v.reshard_after_forward IS NULL
+                             OR r.reshard_after_forward = v.reshard_after_forward)
                         AND {included_run_sql("r")} AND r.superseded_by IS NULL
                         AND c.dtype IS NOT NULL
                       GROUP BY c.op, c.dtype
@@ -204,7 +211,8 @@ REPORT_SENSITIVITY = _q(
 REPORT_STEP_TIMES = _q(
     "report_step_times",
     f"""SELECT r.strategy, r.offload, r.grad_accum, r.bucket_mb, r.overlap_comm,
-               r.ddp_grad_dtype, r.link, r.placement, r.run_id, st.step, st.step_time_s
+               r.ddp_grad_dtype, r.grad_sync, r.reshard_after_forward, r.link, r.placement,
+               r.run_id, st.step, st.step_time_s
         FROM step_times st JOIN runs r ON r.run_id = st.run_id
         WHERE r.sweep_id = $sweep_id AND {included_run_sql("r")}""",
 )

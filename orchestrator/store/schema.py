@@ -4,12 +4,14 @@ computed by ``orchestrator/analysis/stats.py`` and stored in ``runs``, ``variant
 ``sensitivity_stats``; the views select them and add nothing but joins and renames, except
 ``step_times`` (per-step max over ranks) and ``link_bandwidth`` (the microbenchmark's medians).
 
+One job: what the database holds, column by column, at one version: every table and view.
+
 May import: nothing (the standard library only).
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 TABLES: dict[str, str] = {
     "meta": """
@@ -106,7 +108,10 @@ TABLES: dict[str, str] = {
         throttle_why VARCHAR,        -- why the run counts as throttled (excluded); NULL if not
         rank_env JSON,               -- env every rank started with on top of its node's (v4)
         ranks_per_gpu INTEGER,       -- 1, or 2: the one-GPU rehearsal (link_class shared-gpu)
-        ddp_grad_dtype VARCHAR       -- DDP's all_reduce dtype, fp32 | bf16 (grid axis); ZeRO: n/a
+        ddp_grad_dtype VARCHAR,      -- DDP's all_reduce dtype, fp32 | bf16 (grid axis); ZeRO: n/a
+        grad_sync VARCHAR,           -- each | last | replicate_last (grid axis, v8); ZeRO: n/a
+        reshard_after_forward VARCHAR,  -- FSDP2 blocks: true | false (grid axis); others: n/a
+        hsdp_shard_size INTEGER      -- hsdp: ranks per shard group; NULL for the others
     """,
     "steps": """
         run_id VARCHAR,
@@ -136,7 +141,8 @@ TABLES: dict[str, str] = {
         total_time_s DOUBLE,
         algbw_gbps DOUBLE,
         busbw_gbps DOUBLE,
-        dtype VARCHAR                -- the elements' dtype on the link: fp32 | bf16 | ...
+        dtype VARCHAR,               -- the elements' dtype on the link: fp32 | bf16 | ...
+        group_size INTEGER           -- ranks of the group it ran on (hsdp: shard or replicate)
     """,
     "nodes": """
         sweep_id VARCHAR,
@@ -243,7 +249,8 @@ TABLES: dict[str, str] = {
         expected_comm_bytes_per_step DOUBLE,
         predicted_comm_s_per_step DOUBLE,
         peak_mem_bytes BIGINT,
-        overlap_comm VARCHAR, ddp_grad_dtype VARCHAR,
+        overlap_comm VARCHAR, ddp_grad_dtype VARCHAR, grad_sync VARCHAR,
+        reshard_after_forward VARCHAR,
         achieved_tflops_per_gpu DOUBLE,
         mfu DOUBLE
     """,
@@ -260,7 +267,8 @@ TABLES: dict[str, str] = {
         ci_low DOUBLE,               -- interval of the slowdown; its kind: interval_kind
         ci_high DOUBLE,
         interval_kind VARCHAR,       -- range (of run-pair ratios, < 5 runs a side) | bootstrap95
-        overlap_comm VARCHAR, ddp_grad_dtype VARCHAR
+        overlap_comm VARCHAR, ddp_grad_dtype VARCHAR, grad_sync VARCHAR,
+        reshard_after_forward VARCHAR
     """,
     # What each link of a sweep physically is, recorded when the sweep starts: for the emulated
     # cluster the tc shape `cluster up` recorded; elsewhere what the link's env asks NCCL for.
@@ -290,7 +298,8 @@ TABLES: dict[str, str] = {
         offload VARCHAR,
         grad_accum INTEGER,
         bucket_mb INTEGER,
-        overlap_comm VARCHAR, ddp_grad_dtype VARCHAR,
+        overlap_comm VARCHAR, ddp_grad_dtype VARCHAR, grad_sync VARCHAR,
+        reshard_after_forward VARCHAR,
         placement VARCHAR,
         n_links INTEGER,             -- links with included runs (the fit's points)
         n_runs INTEGER,
@@ -314,7 +323,8 @@ TABLES: dict[str, str] = {
         offload VARCHAR,
         grad_accum INTEGER,
         bucket_mb INTEGER,
-        overlap_comm VARCHAR, ddp_grad_dtype VARCHAR,
+        overlap_comm VARCHAR, ddp_grad_dtype VARCHAR, grad_sync VARCHAR,
+        reshard_after_forward VARCHAR,
         placement VARCHAR,
         link VARCHAR,
         n_runs INTEGER,              -- the link's included runs
@@ -424,7 +434,8 @@ VIEWS: dict[str, str] = {
     """,
     "run_summary": """
         SELECT run_id, sweep_id, seq, strategy, offload, grad_accum, bucket_mb, overlap_comm,
-               ddp_grad_dtype, link, placement, world_size, model, precision, "repeat", backend,
+               ddp_grad_dtype, grad_sync, reshard_after_forward, link, placement, world_size,
+               model, precision, "repeat", backend,
                status, throttled, link_class, effective_transport, link_check,
                coalesce(n_steps, 0) AS n_steps, median_step_time_s, p10_step_time_s,
                p90_step_time_s, samples_per_s, tokens_per_s, comm_bytes_per_step,
@@ -435,6 +446,7 @@ VIEWS: dict[str, str] = {
     """,
     "variant_summary": """
         SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, overlap_comm, ddp_grad_dtype,
+               grad_sync, reshard_after_forward,
                link, placement, n_runs, n_excluded, median_step_time_s, ci_low_s, ci_high_s,
                interval_kind, samples_per_s, tokens_per_s, comm_bytes_per_step,
                expected_comm_bytes_per_step, predicted_comm_s_per_step, peak_mem_bytes,
@@ -443,6 +455,7 @@ VIEWS: dict[str, str] = {
     """,
     "link_sensitivity": """
         SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, overlap_comm, ddp_grad_dtype,
+               grad_sync, reshard_after_forward,
                placement, link, baseline_link, slowdown, ci_low, ci_high, interval_kind
         FROM sensitivity_stats
     """,

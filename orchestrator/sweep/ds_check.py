@@ -121,7 +121,7 @@ def _ds_version() -> str:
 
 def check_deepspeed(spec: SweepSpec) -> list[str]:
     """Every problem with the sweep's DeepSpeed configs (empty: fine, or no ZeRO runs)."""
-    zero = [v for v in expand_grid(spec) if v.strategy != "ddp"]
+    zero = [v for v in expand_grid(spec) if v.strategy.startswith("zero")]
     if not zero:
         return []
     block = spec.deepspeed or {}

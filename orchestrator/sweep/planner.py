@@ -13,11 +13,12 @@ run as a :class:`RunPlan` (its slot: plan entry and run id; its :class:`Launch`:
 world size, placement, bundle, timeout and the nodes kept off), each link microbenchmark the
 same way, and how ranks start. Nothing after it reads the spec to start a run.
 
-May import: ds_config, exclusions, spec, workloads.contract.
+May import: ds_config, exclusions, spec, workloads.contract, workloads.fsdp.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 import math
@@ -28,13 +29,22 @@ from dataclasses import asdict, dataclass
 
 from orchestrator.sweep.ds_config import ZeroVariant, deepspeed_config, default_bucket_mb
 from orchestrator.sweep.exclusions import describe_exclusions, excluded_node_ids, usable_nodes
-from orchestrator.sweep.spec import GRAD_DTYPE_NA, RANK_FORM, SpecError, SweepSpec, offload_applies
+from orchestrator.sweep.spec import (
+    GRAD_DTYPE_NA,
+    RANK_FORM,
+    SYNC_FLAVOURS,
+    SpecError,
+    SweepSpec,
+    default_grad_sync,
+    offload_applies,
+)
 from workloads.contract import (
     NCCL_TRACE_PREFIX,
     LinkbenchConfig,
     NodeInfo,
     RunConfig,
 )
+from workloads.fsdp import FSDP_STRATEGIES
 
 NCCL_DEBUG_DEFAULTS = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,ENV"}
 LEARNING_RATE = 1e-3  # any sane value: we time steps, we do not train to convergence
@@ -60,18 +70,44 @@ class Variant:
     ``spec.GRAD_DTYPE_NA`` for ZeRO, where it does not apply (comms rows hold each collective's
     dtype)."""
 
+    grad_sync: str | None = None
+    """each | last | replicate_last (``spec.Grid.grad_sync``); None: the strategy's default
+    (``spec.default_grad_sync``); ``spec.GRAD_DTYPE_NA`` for ZeRO, which has no such axis."""
+    reshard_after_forward: str = "true"
+    """FSDP2 strategies: true | false (``spec.Grid.reshard_after_forward``, as text so that it
+    matches with SQL ``=`` as ``overlap_comm`` does); ``spec.GRAD_DTYPE_NA`` for the others."""
+    hsdp_shard_size: int | None = None
+    """hsdp: ranks per shard group, resolved by :func:`expand_grid` (:func:`hsdp_shard_size`);
+    None for the other strategies. Not a key: the spec and the placement decide it."""
+
     def __post_init__(self) -> None:
-        if self.strategy != "ddp":  # however it was built, a ZeRO variant has no DDP dtype
+        # however it was built, a variant carries n/a where an axis does not apply
+        if self.strategy != "ddp":
             object.__setattr__(self, "ddp_grad_dtype", GRAD_DTYPE_NA)
+        if self.strategy not in SYNC_FLAVOURS:
+            object.__setattr__(self, "grad_sync", GRAD_DTYPE_NA)
+        elif self.grad_sync is None:
+            object.__setattr__(self, "grad_sync", default_grad_sync(self.strategy))
+        if self.strategy not in FSDP_STRATEGIES:
+            object.__setattr__(self, "reshard_after_forward", GRAD_DTYPE_NA)
+        elif isinstance(self.reshard_after_forward, bool):
+            object.__setattr__(
+                self, "reshard_after_forward", str(self.reshard_after_forward).lower()
+            )
 
     @property
     def label(self) -> str:
         off = "" if self.offload == "none" else f" offload={self.offload}"
         ovl = "" if self.overlap_comm == "default" else f" overlap={self.overlap_comm}"
         grad = f" grads={self.ddp_grad_dtype}" if self.ddp_grad_dtype == "bf16" else ""
+        sync = ""
+        if self.grad_sync not in (GRAD_DTYPE_NA, default_grad_sync(self.strategy)):
+            sync = f" sync={self.grad_sync}"
+        reshard = " reshard=false" if self.reshard_after_forward == "false" else ""
+        bucket = "" if self.strategy in FSDP_STRATEGIES else f" bucket={self.bucket_mb}MB"
         return (
-            f"{self.strategy}{off}{ovl}{grad} ga={self.grad_accum} link={self.link} "
-            f"{self.placement} bucket={self.bucket_mb}MB"
+            f"{self.strategy}{off}{ovl}{grad}{sync}{reshard} ga={self.grad_accum} "
+            f"link={self.link} {self.placement}{bucket}"
         )
 
     def to_dict(self) -> dict:
@@ -104,36 +140,55 @@ def expand_grid(spec: SweepSpec) -> list[Variant]:
     ``offload`` applies only to ZeRO strategies, and ``nvme`` only to zero3 (DeepSpeed swaps to
     NVMe with stage 3 only), so DDP variants take offload ``none`` and zero1/zero2 skip ``nvme``;
     combinations no strategy can use are rejected by the spec already. ``ddp_grad_dtype``
-    expands DDP variants only; ZeRO variants take ``GRAD_DTYPE_NA``.
+    expands DDP variants only; ZeRO variants take ``GRAD_DTYPE_NA``. ``grad_sync`` expands
+    the strategies offering each flavour (``spec.SYNC_FLAVOURS``), ``reshard_after_forward``
+    the FSDP2 ones; the others take ``GRAD_DTYPE_NA``. FSDP2 variants record bucket 0: FSDP2
+    has no bucket (the spec refuses any other value).
     """
     g = spec.grid
     seen: set[Variant] = set()
     out: list[Variant] = []
-    for strategy, offload, ga, bucket, overlap, grad_dtype, link, placement in itertools.product(
+    syncs = g.grad_sync or [None]
+    for point in itertools.product(
         g.strategy,
         g.offload,
         g.grad_accum,
         g.bucket_mb,
         g.overlap_comm,
         g.ddp_grad_dtype,
+        syncs,
+        g.reshard_after_forward,
         spec.grid_links,
         g.placement,
     ):
-        if strategy == "ddp":
-            offload = "none"  # one DDP variant per grid point, whatever the offload list says
-        elif not offload_applies(strategy, offload):
-            continue
-        else:
-            grad_dtype = GRAD_DTYPE_NA  # ZeRO's dtypes follow precision and its config
-        if bucket == "default":
-            bucket = default_bucket_mb(
-                strategy, spec.precision, spec.deepspeed, spec.deepspeed_preset
-            )
-        v = Variant(strategy, ga, link, placement, offload, bucket, overlap, grad_dtype)
-        if v not in seen:
+        v = _variant(spec, point)
+        if v is not None and v not in seen:
             seen.add(v)
             out.append(v)
     return out
+
+
+def _variant(spec: SweepSpec, point: tuple) -> Variant | None:
+    """One grid point (:func:`expand_grid`'s product, in its order) as the variant it runs, or
+    None where an axis value does not apply."""
+    strategy, offload, ga, bucket, overlap, grad_dtype, sync, reshard, link, placement = point
+    if strategy == "ddp":
+        offload = "none"  # one DDP variant per grid point, whatever the offload list says
+    elif not offload_applies(strategy, offload):
+        return None
+    else:
+        grad_dtype = GRAD_DTYPE_NA  # ZeRO's and FSDP2's dtypes follow precision
+    if sync is not None and strategy in SYNC_FLAVOURS and sync not in SYNC_FLAVOURS[strategy]:
+        return None  # e.g. replicate_last is hsdp's alone
+    if strategy in FSDP_STRATEGIES:
+        bucket = 0
+    elif bucket == "default":
+        bucket = default_bucket_mb(strategy, spec.precision, spec.deepspeed, spec.deepspeed_preset)
+    v = Variant(strategy, ga, link, placement, offload, bucket, overlap, grad_dtype, sync,
+                str(reshard).lower())  # fmt: skip
+    if strategy != "hsdp":
+        return v
+    return dataclasses.replace(v, hsdp_shard_size=hsdp_shard_size(spec, v))
 
 
 def plan_runs(spec: SweepSpec) -> list[PlannedRun]:
@@ -373,7 +428,7 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
     nvme_dir = nvme_dir_for(spec, v, run_id)
     given_bucket = v.bucket_mb if v.bucket_mb in spec.grid.bucket_mb else None  # else "default"
     ds_config = None
-    if v.strategy != "ddp":
+    if v.strategy.startswith("zero"):
         zero = ZeroVariant(
             strategy=v.strategy,
             grad_accum=v.grad_accum,
@@ -413,7 +468,22 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
         pg_timeout_s=pg_timeout_s(spec),
         nvme_dir=nvme_dir,
         ds_config=ds_config,
+        reshard_after_forward=v.reshard_after_forward != "false",
+        grad_sync=None if v.grad_sync == GRAD_DTYPE_NA else v.grad_sync,
+        hsdp_shard_size=hsdp_shard_size(spec, v),
     )
+
+
+def hsdp_shard_size(spec: SweepSpec, v: Variant) -> int | None:
+    """An hsdp run's shard group size: the variant's, else the spec's, else the ranks of one
+    node (pack: every rank, spread: one); None for every other strategy."""
+    if v.strategy != "hsdp":
+        return None
+    if v.hsdp_shard_size is not None:
+        return v.hsdp_shard_size
+    if spec.hsdp_shard_size is not None:
+        return spec.hsdp_shard_size
+    return spec.world_size if v.placement == "pack" else 1
 
 
 PG_TIMEOUT_MARGIN_S = 60.0

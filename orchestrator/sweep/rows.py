@@ -3,8 +3,12 @@
 Input: the spec, the planned run and a ``raycluster.result.RunResult`` (per-rank
 ``workloads.contract.RankRecord``s and where each rank ran, or the failure). Output: dicts keyed
 by the columns of ``orchestrator/store/schema.py``. Figures come from ``stats``, bandwidths and
-expected volumes from ``comm_model``, transports from ``nccl_log``, link classes from ``topo``.
-May import: orchestrator.analysis.comm_model, orchestrator.analysis.flops, orchestrator.topology.nccl_log, planner, spec, orchestrator.analysis.stats, orchestrator.topology.matrix,
+expected volumes from ``comm_model`` (FSDP2's from ``fsdp_theory``), transports from
+``nccl_log``, link classes from ``topo``.
+
+One job: a run's (or a link microbenchmark's) result as the rows of every table it fills.
+
+May import: orchestrator.analysis.comm_model, orchestrator.analysis.flops, orchestrator.analysis.fsdp_theory, orchestrator.topology.nccl_log, planner, spec, orchestrator.analysis.stats, orchestrator.topology.matrix,
 orchestrator.raycluster.result, workloads.contract, workloads.model, workloads.telemetry.
 """
 
@@ -16,7 +20,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from orchestrator.analysis import comm_model, flops, stats
+from orchestrator.analysis import comm_model, flops, fsdp_theory, stats
 from orchestrator.raycluster.result import RunResult
 from orchestrator.sweep.planner import PlannedRun
 from orchestrator.sweep.spec import SweepSpec
@@ -206,9 +210,11 @@ def _comm_rows(run_id: str, rank: int, t: TrainingRecord, world_size: int) -> li
     rows = []
     for c in t.comms:
         per_op_s = c.total_time_s / c.count if c.count else 0.0
-        algbw, busbw = comm_model.bandwidths_gbps(c.op, world_size, c.msg_bytes, per_op_s)
-        # every CommRecord field is a comms column (op, msg_bytes, count, total_time_s, dtype)
-        row = {"run_id": run_id, "rank": rank, **dataclasses.asdict(c)}
+        group = c.group_size or world_size  # hsdp's collectives run on sub-groups
+        algbw, busbw = comm_model.bandwidths_gbps(c.op, group, c.msg_bytes, per_op_s)
+        # every CommRecord field is a comms column (op, msg_bytes, count, total_time_s, dtype,
+        # group_size)
+        row = {"run_id": run_id, "rank": rank, **dataclasses.asdict(c), "group_size": group}
         rows.append(row | {"algbw_gbps": algbw, "busbw_gbps": busbw})
     return rows
 
@@ -232,6 +238,8 @@ def _comm_facts(spec: SweepSpec, planned: PlannedRun, trained, link_algbw) -> di
         if link_algbw:
             per_step = [(c.op, c.msg_bytes, c.count / first.profile_steps) for c in first.comms]
             out["predicted_comm_s_per_step"] = comm_model.predict_comm_s(per_step, link_algbw)
+    if v.strategy in fsdp_theory.FSDP_STRATEGIES:
+        return out | _fsdp_expectation(spec, v)
     expectation, out["comm_note"] = comm_model.run_expectation(
         v.strategy,
         v.grad_accum,
@@ -244,6 +252,25 @@ def _comm_facts(spec: SweepSpec, planned: PlannedRun, trained, link_algbw) -> di
     if expectation is not None:
         out["expected_comm_bytes_per_step"] = expectation.msg_bytes_per_step
     return out
+
+
+def _fsdp_expectation(spec: SweepSpec, v) -> dict:
+    """FSDP2's expected bytes per step (``fsdp_theory``) and its note; None where the theory
+    has none (one rank, an hsdp shard group of one)."""
+    try:
+        exp = fsdp_theory.expected_fsdp(
+            v.strategy,
+            v.grad_sync,
+            v.reshard_after_forward == "true",
+            v.grad_accum,
+            spec.world_size,
+            fsdp_theory.gpt2_sharded_by_name(spec.model),
+            shard_size=v.hsdp_shard_size,
+            precision=spec.precision,
+        )
+    except ValueError as exc:
+        return {"expected_comm_bytes_per_step": None, "comm_note": f"no FSDP2 theory: {exc}"}
+    return {"expected_comm_bytes_per_step": sum(exp.per_step.values()), "comm_note": exp.note}
 
 
 def _rank0(trained: list[tuple[int, TrainingRecord]]) -> TrainingRecord:

@@ -5,9 +5,12 @@ pydantic models with ``extra="forbid"``; closed choices are ``Literal``s. Every 
 field, the bad value and what is allowed, and :func:`load_spec` raises :class:`SpecError` carrying
 all of them at once, so a user fixes a file in one go.
 
+One job: the sweep file's schema and every check a file gets before anything runs (field by
+field, then across fields: which axes apply to which strategies, what FSDP2 refuses).
+
 Pure: reads one file, touches no Ray, no database.
 
-May import: pydantic, yaml.
+May import: pydantic, yaml, workloads.fsdp.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-Strategy = Literal["ddp", "zero1", "zero2", "zero3"]
+from workloads.fsdp import DEFAULT_GRAD_SYNC, FSDP_STRATEGIES, GRAD_SYNC, mesh_shape
+
+Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp"]
 Placement = Literal["pack", "spread"]
 Offload = Literal["none", "cpu", "nvme"]
 ModelName = Literal["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt2-tiny"]
@@ -29,7 +34,23 @@ Overlap = Literal["default", "true", "false"]
 GradDtype = Literal["fp32", "bf16"]
 GRAD_DTYPE_NA = "n/a"
 """``ddp_grad_dtype`` of a ZeRO variant, where it does not apply: a value rather than NULL, so
-that the variant key matches with SQL ``=`` (resume, statistics, deletes) as every other key."""
+that the variant key matches with SQL ``=`` (resume, statistics, deletes) as every other key.
+``grad_sync`` of a ZeRO variant and ``reshard_after_forward`` of a non-FSDP2 one take it too."""
+GradSync = Literal["each", "last", "replicate_last"]
+
+# The sync-frequency rule, the one place it is written: which flavours each strategy offers and
+# which it runs when the grid does not say (DDP: no_sync until the last micro-batch, today's
+# behaviour; FSDP2: its own default, reduce every micro-batch). ZeRO has no such axis: DeepSpeed
+# decides what a non-final micro-batch sends.
+SYNC_FLAVOURS: dict[str, tuple[str, ...]] = {"ddp": ("each", "last"), **GRAD_SYNC}
+DEFAULT_SYNC: dict[str, str] = {"ddp": "last", **{s: DEFAULT_GRAD_SYNC for s in FSDP_STRATEGIES}}
+
+
+def default_grad_sync(strategy: str) -> str:
+    """The flavour a strategy runs when the grid lists none; ``n/a`` for ZeRO."""
+    return DEFAULT_SYNC.get(strategy, GRAD_DTYPE_NA)
+
+
 Preset = Literal["serialized"]
 
 DATASETS_BY_NAME = ("wikitext-2-raw-v1", "builtin")
@@ -42,13 +63,13 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # The variant rule, the one place it is written: which strategies each offload applies to.
 OFFLOAD_STRATEGIES: dict[str, tuple[str, ...]] = {
-    "none": ("ddp", "zero1", "zero2", "zero3"),
-    "cpu": ("zero1", "zero2", "zero3"),
-    "nvme": ("zero3",),  # DeepSpeed swaps to NVMe only with ZeRO stage 3
+    "none": ("ddp", "zero1", "zero2", "zero3", *FSDP_STRATEGIES),
+    "cpu": ("zero1", "zero2", "zero3", *FSDP_STRATEGIES),  # FSDP2: CPUOffloadPolicy
+    "nvme": ("zero3",),  # DeepSpeed swaps to NVMe only with ZeRO stage 3; FSDP2 has no NVMe
 }
 OFFLOAD_RULE = {
     "none": "applies to every strategy",
-    "cpu": "applies to ZeRO only (zero1, zero2, zero3)",
+    "cpu": "applies to ZeRO and FSDP2 only (zero1, zero2, zero3, fsdp, hsdp)",
     "nvme": "needs zero3 (DeepSpeed swaps to NVMe only with ZeRO stage 3)",
 }
 
@@ -79,7 +100,9 @@ class Grid(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     strategy: list[Strategy] = Field(default=["ddp"], min_length=1)
-    """ddp = torch DDP; zero1/2/3 = DeepSpeed ZeRO stage 1/2/3."""
+    """ddp = torch DDP; zero1/2/3 = DeepSpeed ZeRO stage 1/2/3; fsdp = PyTorch FSDP2
+    (``fully_shard`` on each transformer block and the root); hsdp = FSDP2 on a 2-D mesh,
+    replicate x shard (the shard group: ``hsdp_shard_size`` ranks)."""
     grad_accum: list[int] = Field(default=[1], min_length=1)
     """Micro-steps per optimizer step (the sync-frequency axis)."""
     link: list[str] | None = None
@@ -102,11 +125,24 @@ class Grid(BaseModel):
     ``bf16_compress_hook``, half the bytes, the dtype ZeRO sends in a bf16 run. Listing it
     needs ddp in ``strategy``; ZeRO variants do not expand over it (their dtypes follow
     ``precision`` and the ``deepspeed:`` block's ``communication_data_type``)."""
+    reshard_after_forward: list[bool] = Field(default=[True], min_length=1)
+    """FSDP2 strategies only: true frees a transformer block's parameters after forward and
+    gathers them again in backward (as ZeRO-3); false keeps them until backward (as ZeRO-2).
+    The root keeps FSDP2's default. Listing it needs fsdp or hsdp in ``strategy``; other
+    strategies do not expand over it."""
+    grad_sync: list[GradSync] | None = None
+    """Sync frequency in an accumulation window's non-final micro-batches: each (reduce every
+    micro-batch), last (only on the last: DDP's ``no_sync``, FSDP2's
+    ``set_requires_gradient_sync``), replicate_last (hsdp: reduce-scatter every micro-batch,
+    all-reduce across replicas on the last). Default: each strategy's own (ddp last, fsdp and
+    hsdp each). Not for ZeRO (DeepSpeed decides); a value expands the strategies offering it."""
     linkbench: bool = False
     """Run the link microbenchmark once per link x placement before the training runs."""
 
     @field_validator(
         "strategy",
+        "reshard_after_forward",
+        "grad_sync",
         "grad_accum",
         "link",
         "placement",
@@ -126,10 +162,19 @@ class Grid(BaseModel):
         # YAML reads true/false as booleans; the axis' values are the words
         return [str(v).lower() if isinstance(v, bool) else v for v in values]
 
-    @field_validator("grad_accum", "bucket_mb", "overlap_comm", "ddp_grad_dtype")
+    @field_validator(
+        "grad_accum",
+        "bucket_mb",
+        "overlap_comm",
+        "ddp_grad_dtype",
+        "reshard_after_forward",
+        "grad_sync",
+    )
     @classmethod
-    def _positive(cls, values: list) -> list:
-        bad = [v for v in values if isinstance(v, int) and v < 1]
+    def _positive(cls, values: list | None) -> list | None:
+        if values is None:
+            return values
+        bad = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v < 1]
         if bad:
             raise ValueError(f"must be integers >= 1, got {bad}")
         if len(set(values)) != len(values):
@@ -194,6 +239,10 @@ class SweepSpec(BaseModel):
     starts (and again on resume), stored in ``sweeps.excluded_nodes``. An entry no alive node
     matches is a warning. ``linksweep run --exclude-suspects FLEET_ID`` adds a fleet check's
     suspect nodes (``orchestrator/sweep/exclusions.py``)."""
+    hsdp_shard_size: int | None = Field(default=None, ge=1)
+    """hsdp: ranks per shard group (the replicate groups cross them); ``world_size`` must divide
+    by it. Default: the ranks of one node (placement pack: ``world_size``, one shard group;
+    spread: 1, every rank its own replica)."""
     launcher: Literal["auto", "fork", "actors"] = "auto"
     """How ranks start. fork: a launcher actor per node per sweep forks each run's ranks from a
     fork server with torch/transformers/deepspeed imported (no imports paid per run); actors:
@@ -283,7 +332,8 @@ class SweepSpec(BaseModel):
                 f"(allowed values: {list(get_args(GradDtype))}); grid.strategy is "
                 f"{self.grid.strategy} (add ddp, or remove grid.ddp_grad_dtype)"
             )
-        zero = [st for st in self.grid.strategy if st != "ddp"]
+        errors.extend(fsdp_errors(self))
+        zero = [st for st in self.grid.strategy if st.startswith("zero")]
         for key in ("deepspeed", "deepspeed_preset"):
             if getattr(self, key) is not None and not zero:
                 errors.append(
@@ -318,6 +368,87 @@ class SweepSpec(BaseModel):
 
     def to_json_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+
+def fsdp_errors(spec: SweepSpec) -> list[str]:
+    """What the FSDP2 strategies and the sync-frequency axes refuse, one line each, naming the
+    field and what is allowed: every check runs before anything starts."""
+    g = spec.grid
+    fsdp = [st for st in g.strategy if st in FSDP_STRATEGIES]
+    errors = []
+    if "reshard_after_forward" in g.model_fields_set and not fsdp:
+        errors.append(
+            f"grid.reshard_after_forward: applies to the FSDP2 strategies only "
+            f"({list(FSDP_STRATEGIES)}); grid.strategy is {g.strategy} (add fsdp or hsdp, or "
+            "remove grid.reshard_after_forward)"
+        )
+    errors.extend(_grad_sync_errors(g))
+    errors.extend(_hsdp_errors(spec))
+    if not fsdp:
+        return errors
+    why = f"grid.strategy lists {fsdp}"
+    if "nvme" in g.offload:
+        errors.append(
+            f"grid.offload: 'nvme' is refused for the FSDP2 strategies ({why}): FSDP2 has no "
+            "NVMe offload, only CPUOffloadPolicy; allowed with fsdp/hsdp: none, cpu"
+        )
+    if any(b != "default" for b in g.bucket_mb):
+        errors.append(
+            f"grid.bucket_mb: {g.bucket_mb} is refused for the FSDP2 strategies ({why}): FSDP2 "
+            "has no bucket size (it reduces per fully_shard unit); allowed with fsdp/hsdp: "
+            "default"
+        )
+    if any(o != "default" for o in g.overlap_comm):
+        errors.append(
+            f"grid.overlap_comm: {g.overlap_comm} is refused for the FSDP2 strategies ({why}): "
+            "FSDP2 has no overlap switch (it always overlaps); allowed with fsdp/hsdp: default"
+        )
+    if spec.ranks_per_gpu == 2:
+        errors.append(
+            f"ranks_per_gpu: 2 is refused for the FSDP2 strategies ({why}): the one-GPU "
+            "rehearsal is run with DDP and ZeRO only; allowed with fsdp/hsdp: 1"
+        )
+    return errors
+
+
+def _grad_sync_errors(g: Grid) -> list[str]:
+    """grad_sync listed for ZeRO alone, or a flavour no listed strategy offers."""
+    if g.grad_sync is None:
+        return []
+    offering = [st for st in g.strategy if st in SYNC_FLAVOURS]
+    if not offering:
+        return [
+            f"grid.grad_sync: applies to ddp, fsdp and hsdp only (ZeRO's sync is DeepSpeed's "
+            f"own); grid.strategy is {g.strategy} (add ddp, fsdp or hsdp, or remove "
+            "grid.grad_sync)"
+        ]
+    errors = []
+    for flavour in g.grad_sync:
+        if not any(flavour in SYNC_FLAVOURS[st] for st in offering):
+            allowed = {st: list(SYNC_FLAVOURS[st]) for st in offering}
+            errors.append(
+                f"grid.grad_sync: {flavour!r} is offered by none of {offering}; allowed values "
+                f"per strategy: {allowed}"
+            )
+    return errors
+
+
+def _hsdp_errors(spec: SweepSpec) -> list[str]:
+    """hsdp_shard_size set without hsdp, or a world size it does not divide."""
+    size = spec.hsdp_shard_size
+    if size is None:
+        return []
+    if "hsdp" not in spec.grid.strategy:
+        return [
+            f"hsdp_shard_size: applies to hsdp only; grid.strategy is {spec.grid.strategy} "
+            "(add hsdp, or remove hsdp_shard_size)"
+        ]
+    try:
+        mesh_shape("hsdp", spec.world_size, size)
+    except ValueError as exc:
+        divisors = [d for d in range(1, spec.world_size + 1) if spec.world_size % d == 0]
+        return [f"hsdp_shard_size: {exc}; allowed with world_size {spec.world_size}: {divisors}"]
+    return []
 
 
 def _allowed_keys(loc: tuple) -> list[str]:
@@ -389,6 +520,8 @@ ALLOWED = {
     "precision": list(get_args(Precision)),
     "overlap_comm": list(get_args(Overlap)),
     "ddp_grad_dtype": list(get_args(GradDtype)),
+    "grad_sync": list(get_args(GradSync)),
+    "reshard_after_forward": [True, False],
     "deepspeed_preset": list(get_args(Preset)),
     "ranks_per_gpu": [1, 2],
 }

@@ -31,7 +31,7 @@ def _fill(store: Store, sweep_id: str = "s1") -> None:
             runs.append({
                 "run_id": f"{sweep_id}-{seq}", "sweep_id": sweep_id, "seq": seq,
                 "strategy": "zero3", "offload": "none", "grad_accum": 8, "bucket_mb": 25,
-                "ddp_grad_dtype": "n/a",
+                "ddp_grad_dtype": "n/a", "grad_sync": "n/a", "reshard_after_forward": "n/a",
                 "overlap_comm": "default",
                 "link": link, "placement": "spread", "repeat": rep,
                 "status": "failed" if failed else "ok", "throttled": False,

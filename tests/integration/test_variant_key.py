@@ -36,6 +36,7 @@ SPEC = {
         "bucket_mb": ["default", 4],
         "overlap_comm": ["true", "false"],
         "ddp_grad_dtype": ["fp32", "bf16"],
+        "grad_sync": ["each", "last"],
         "placement": ["pack", "spread"],
         "linkbench": True,
     },
@@ -49,6 +50,7 @@ def _planted(v) -> tuple[float, float]:
     exposure = 0.3 + 0.4 * (v.overlap_comm == "false") + 0.1 * (v.bucket_mb == 4)
     exposure += 0.05 * (v.strategy == "zero3") + 0.02 * (v.placement == "spread")
     exposure -= 0.15 * (v.ddp_grad_dtype == "bf16")  # half the bytes on the link
+    exposure += 0.2 * (v.grad_sync == "each")  # every micro-batch reduces
     return compute, exposure
 
 
@@ -89,7 +91,9 @@ def _groups(planned) -> set[tuple]:
 def test_the_sweep_varies_every_key(stored):
     _, planned, _ = stored
     rows = [p.variant.to_dict() for p in planned]
-    assert varying(rows) == set(VARIANT_KEY) - {"grad_accum"}  # one grad_accum: the default
+    # one grad_accum: the default; reshard_after_forward varies with an FSDP2 strategy only,
+    # which refuses a bucket_mb or overlap_comm axis (test_fsdp_spec.py)
+    assert varying(rows) == set(VARIANT_KEY) - {"grad_accum", "reshard_after_forward"}
 
 
 def test_link_model_fits_each_group_apart(stored):
@@ -112,11 +116,13 @@ def test_link_model_figure_has_one_distinct_panel_per_group(stored):
     with Reader(db) as r:
         models = r.rows(Q.REPORT_LINK_MODEL, sweep_id=SID)
         runs = r.rows(Q.SWEEP_MODEL_RUNS, sweep_id=SID)
-    some = [m for m in models if m["strategy"] == "ddp"]  # under the figure's panel cap
+    # under the figure's panel cap: DDP's fp32 groups (every other key varies among them)
+    some = [m for m in models if m["strategy"] == "ddp" and m["ddp_grad_dtype"] == "fp32"]
     fig, _ = plot_link_model(runs, some, list(COMM_S))
     titles = [ax.get_title().splitlines()[0] for ax in fig.axes]
     assert len(titles) == len(set(titles)) == len(some)
     assert any("overlap=true" in t for t in titles) and any("bucket=4MB" in t for t in titles)
+    assert any("sync=each" in t for t in titles) and any("sync=last" in t for t in titles)
     assert {group_label(m, varying(some, GROUP_KEY)) for m in some} == set(titles)
 
 

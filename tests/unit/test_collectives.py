@@ -163,6 +163,6 @@ def test_comm_records_group_by_op_size_and_dtype():
         Collective("all_gather", "fp32", 10, 2, 0, 1, 1.0),
     ]
     assert comm_records(records) == (
-        CommRecord("all_gather", 10, 2, 0.75, "bf16"),
-        CommRecord("all_gather", 10, 1, 1.0, "fp32"),
+        CommRecord("all_gather", 10, 2, 0.75, "bf16", group_size=2),
+        CommRecord("all_gather", 10, 1, 1.0, "fp32", group_size=2),
     )

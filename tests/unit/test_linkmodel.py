@@ -19,7 +19,8 @@ from orchestrator.analysis.linkmodel import (
 from orchestrator.analysis.stats import GROUP_KEY
 
 GROUP = {"strategy": "zero3", "offload": "none", "grad_accum": 8, "bucket_mb": 25, "overlap_comm": "default",
-         "ddp_grad_dtype": "n/a", "placement": "spread"}  # fmt: skip
+         "ddp_grad_dtype": "n/a", "grad_sync": "n/a", "reshard_after_forward": "n/a",
+         "placement": "spread"}  # fmt: skip
 COMM_S = {"r50": 4.0, "r100": 2.0, "r300": 0.667, "r1g": 0.2}  # predicted comm per step
 
 

@@ -59,9 +59,9 @@ def test_unknown_grid_key():
 
 
 def test_bad_strategy_lists_allowed_values():
-    msg = errors_of({**GOOD, "grid": {"strategy": ["ddp", "fsdp"]}})
-    assert "grid.strategy.1" in msg and "'fsdp'" in msg
-    assert "'zero3'" in msg
+    msg = errors_of({**GOOD, "grid": {"strategy": ["ddp", "megatron"]}})
+    assert "grid.strategy.1" in msg and "'megatron'" in msg
+    assert "'zero3'" in msg and "'fsdp'" in msg and "'hsdp'" in msg
 
 
 def test_bad_model_and_precision():
@@ -87,7 +87,7 @@ def test_seq_len_beyond_gpt2_positions():
 
 def test_offload_needs_zero():
     msg = errors_of({**GOOD, "grid": {"strategy": ["ddp"], "offload": ["cpu"]}})
-    assert "grid.offload" in msg and "ZeRO only" in msg
+    assert "grid.offload" in msg and "ZeRO and FSDP2 only" in msg
 
 
 def test_nvme_needs_zero3():
@@ -122,11 +122,11 @@ def test_not_a_mapping(tmp_path):
 
 def test_cli_bad_file_exit_2_nothing_written(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: x\ngrid: {strategy: [fsdp]}\n")
+    bad.write_text("name: x\ngrid: {strategy: [megatron]}\n")
     db = tmp_path / "r.duckdb"
     assert main(["run", str(bad), "--db", str(db)]) == 2
     err = capsys.readouterr().err
-    assert "grid.strategy.0" in err and "'fsdp'" in err
+    assert "grid.strategy.0" in err and "'megatron'" in err
     assert not db.exists()
 
 

@@ -1,0 +1,69 @@
+"""Schema v8: FSDP2 beside DDP and ZeRO. Two variant keys (``grad_sync``,
+``reshard_after_forward``), hsdp's shard size, and each collective's group size. A v7 database
+(the v8 columns dropped, as v7 wrote it) upgrades in place: DDP ran ``no_sync`` until the last
+micro-batch (``last``), ZeRO has no sync axis and no strategy before v8 had the reshard axis
+(``n/a``), and every collective ran on the world group."""
+
+from __future__ import annotations
+
+import re
+
+import duckdb
+
+from orchestrator.store import SCHEMA_VERSION, Store
+from orchestrator.store.migrations import MIGRATIONS
+from orchestrator.store.schema import VIEWS
+
+
+def _as_v7(db: str) -> None:
+    con = duckdb.connect(db)
+    for view in VIEWS:
+        con.execute(f"DROP VIEW IF EXISTS {view}")
+    for stmt in MIGRATIONS[8]:
+        m = re.match(r"ALTER TABLE (\w+) ADD COLUMN (?:IF NOT EXISTS )?(\w+)", stmt)
+        if m:
+            con.execute(f"ALTER TABLE {m[1]} DROP COLUMN {m[2]}")
+    con.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+    con.close()
+
+
+def test_v7_database_upgrades_with_the_sync_axes_and_group_sizes(tmp_path):
+    db = str(tmp_path / "v7.duckdb")
+    key = {"sweep_id": "s", "offload": "none", "grad_accum": 4, "bucket_mb": 25}
+    with Store(db) as s, s.transaction():
+        s.insert("sweeps", [{"sweep_id": "s", "name": "v7"}])
+        s.insert(
+            "runs",
+            [
+                {"run_id": "d", "seq": 1, "strategy": "ddp", "world_size": 2, **key},
+                {"run_id": "z", "seq": 2, "strategy": "zero3", "world_size": 4, **key},
+            ],
+        )
+        s.insert(
+            "comms",
+            [
+                {"run_id": "d", "rank": 0, "op": "all_reduce", "msg_bytes": 8, "count": 1},
+                {"run_id": "z", "rank": 0, "op": "all_gather", "msg_bytes": 8, "count": 1},
+            ],
+        )
+        s.insert(
+            "variant_stats",
+            [{"strategy": st, "link": "a", "placement": "pack", **key} for st in ("ddp", "zero3")],
+        )
+    _as_v7(db)
+    with Store(db) as s:
+        got = s.query(
+            "SELECT run_id, grad_sync, reshard_after_forward, hsdp_shard_size FROM runs "
+            "ORDER BY run_id"
+        )[1]
+        assert got == [("d", "last", "n/a", None), ("z", "n/a", "n/a", None)]
+        assert s.query("SELECT run_id, group_size FROM comms ORDER BY run_id")[1] == [
+            ("d", 2),
+            ("z", 4),
+        ]
+        assert s.query(
+            "SELECT strategy, grad_sync, reshard_after_forward FROM variant_summary ORDER BY 1"
+        )[1] == [("ddp", "last", "n/a"), ("zero3", "n/a", "n/a")]
+        assert s.query("SELECT value FROM meta WHERE key = 'schema_version'")[1] == [
+            (str(SCHEMA_VERSION),)
+        ]
