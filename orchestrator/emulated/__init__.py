@@ -26,7 +26,9 @@ in both directions: a NIC that negotiated down. `--slow-pair A-B=RATE[,DELAY]` (
 shapes only the traffic between nodes A and B, on every link, ctl included: a bad path.
 RATE and DELAY take the forms of `--link`. A fault on a shaped link: the slower rate wins
 and the delays add. `cluster status` lists the faults; the state file records them
-(`faults`, with the nodes' Ray IPs: `planted_faults(state)`).
+(`faults`, with the nodes' Ray IPs: `planted_faults(state)`). `plant_faults(faults,
+state_dir)` replaces the faults of a cluster that is up (the same tc as `up` would plant;
+Ray and the links stay up), so one cluster can be checked clean and then with a fault.
 
 Glossary (the same words as the rest of linksweep):
     node    one network namespace holding one Ray worker node (`<prefix>n<i>`).
@@ -84,7 +86,7 @@ Modules, one job each (none imports `ray`; Ray is reached only through
     netns      applies and undoes the plan with `ip`/`tc`; root and preflight checks.
     raynodes   `ray start` argv (pure), starting Ray, the state file, finding and
                stopping the cluster's processes, waiting until the nodes are alive.
-    lifecycle  `up`, `down`, `status`.
+    lifecycle  `up`, `down`, `status`, `plant_faults`.
     check      `measure_link_busbw`: a gloo all_reduce through one link; the code that
                runs in its actors is `workloads.linkcheck`.
 
@@ -113,7 +115,7 @@ from orchestrator.emulated.faults import (
     planted_faults,
     validate_faults,
 )
-from orchestrator.emulated.lifecycle import down, status, up
+from orchestrator.emulated.lifecycle import down, plant_faults, status, up
 from orchestrator.emulated.netns import (
     cluster_unavailable,
     netns_available,
@@ -183,6 +185,7 @@ __all__ = [
     "parse_slow_node_arg",
     "parse_slow_pair_arg",
     "plan_emulated",
+    "plant_faults",
     "planted_faults",
     "qdisc_commands",
     "ray_start_argv",

@@ -2,8 +2,9 @@
 
 `up` plans, runs the preflight, then creates the network (`netns`) and starts Ray
 (`raynodes`), writing the state file before each step so that `down`, also after a crash
-or Ctrl-C midway, undoes exactly what was started and nothing else. `status` reads the
-state file, the GCS and tc, and changes nothing.
+or Ctrl-C midway, undoes exactly what was started and nothing else. `plant_faults` replaces
+the planted faults of a running cluster (tc only: Ray and the links stay up). `status`
+reads the state file, the GCS and tc, and changes nothing.
 
 May import: faults, netns, blueprint, raynodes, shapes.
 """
@@ -194,6 +195,38 @@ def down(
         state_dir.rmdir()
     log("emulated cluster removed")
     return []
+
+
+def plant_faults(
+    faults: Sequence[Fault],
+    state_dir: str | os.PathLike[str] = DEFAULT_STATE_DIR,
+    *,
+    log: Log = stderr_log,
+) -> list[str]:
+    """Replace the faults planted in the running cluster recorded in `state_dir` by `faults`
+    (none: every device back to its link's own shape); return the devices reshaped.
+
+    The qdiscs are what `up` with these faults would have created (the same plan, computed
+    again), so a fault planted here is the same tc as one planted at `up`; Ray, the
+    namespaces and the links are left alone. The state file records the new faults and
+    steps, so `status` lists them and `down` removes them.
+    """
+    netns.require_root()
+    state = raynodes.read_state(state_dir)
+    if state is None or state["address"] is None:
+        raise EmulatedError(f"no emulated cluster is up in {raynodes.state_path(state_dir)}")
+    recorded = state["plan"]
+    links = [LinkShape(x["name"], x["rate"], x["delay"]) for x in recorded["links"][1:]]
+    plan = plan_emulated(len(recorded["nodes"]), links, recorded["prefix"], faults)
+    changed = netns.replace_qdiscs(state["steps"], plan.steps)
+    state["plan"] = plan.to_dict()
+    state["steps"] = [asdict(step) for step in plan.steps]
+    state["steps_started"] = len(plan.steps)
+    state["faults"] = planted_faults(state)
+    raynodes.write_state(raynodes.state_path(state_dir), state)
+    what = ", ".join(f.describe() for f in faults) or "no fault"
+    log(f"planted {what}: {len(changed)} devices reshaped")
+    return changed
 
 
 def status(state_dir: str | os.PathLike[str] = DEFAULT_STATE_DIR) -> dict[str, Any]:

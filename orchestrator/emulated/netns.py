@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.emulated.blueprint import EmulatedPlan
+from orchestrator.emulated.blueprint import EmulatedPlan, Step
 from orchestrator.emulated.shapes import DEFAULT_STATE_DIR, EmulatedError, link_subnet
 
 CMD_TIMEOUT_S = 30.0
@@ -183,6 +183,34 @@ def undo_steps(started: Sequence[dict[str, Any]]) -> None:
     for step in reversed(started):
         for cmd in step["down"]:
             run(cmd, check=False)
+
+
+def replace_qdiscs(old: Sequence[dict[str, Any]], new: Sequence[Step]) -> list[str]:
+    """Reshape a live cluster's devices from the qdisc steps `old` (as stored in the state
+    file) to those of `new` (a plan's steps): each device whose tc commands differ loses its
+    root qdisc (children and filters go with it) and gets the new one. Returns the devices
+    changed, by step name (``<namespace>/<device>``). The namespaces, links and addresses
+    must be the same in both: only qdisc steps are read."""
+    before = {s["name"]: s for s in old if s["kind"] == "qdisc"}
+    after = {s.name: s for s in new if s.kind == "qdisc"}
+    changed = []
+    for name in sorted(before.keys() | after.keys()):
+        was, will = before.get(name), after.get(name)
+        if was is not None and will is not None and _same(was["up"], will.up):
+            continue
+        if was is not None:
+            for cmd in was["down"]:
+                run(cmd)
+        if will is not None:
+            for cmd in will.up:
+                run(cmd)
+        changed.append(name)
+    return changed
+
+
+def _same(stored: Sequence[Sequence[str]], planned: Sequence[Sequence[str]]) -> bool:
+    """Whether commands read back from JSON (lists) equal a plan's (tuples)."""
+    return [list(c) for c in stored] == [list(c) for c in planned]
 
 
 def leftovers(started: Sequence[dict[str, Any]], host_iface: str) -> list[str]:

@@ -7,6 +7,9 @@ connection, see conftest.py): (0,2) and (1,2) are healthy, (0,1) runs at the pai
 and (2,3) at the slow node's; node 3's ingress qdisc carried the bytes sent to it; `status`
 lists the faults and `down` leaves the machine as it found it. One cluster for both kinds
 of fault (4 nodes rather than two clusters of 3): one `up` instead of two on a 2-core box.
+`plant_faults` on the running cluster (what the shared cluster of tests/integration/conftest.py
+plants its slow node with): cleared, no qdisc of a fault is left and `status` lists none;
+planted again, every namespace's qdiscs read exactly as `up` made them.
 The pure pieces are in tests/unit/test_emulated_faults.py.
 """
 
@@ -34,6 +37,26 @@ UP = """
 from orchestrator.emulated import parse_slow_node_arg, parse_slow_pair_arg, up
 faults = [parse_slow_node_arg('3={rate}'), parse_slow_pair_arg('0-1={rate}')]
 print(up(4, [], {state_dir!r}, prefix={prefix!r}, faults=faults))
+"""
+
+REPLANT = r"""
+import json, re, subprocess
+from orchestrator.emulated import parse_slow_node_arg, parse_slow_pair_arg, plant_faults, status
+
+def qdiscs():  # a counter (htb's unclassified packets) blanked: it restarts with the qdisc
+    names = ["{prefix}sw", *(f"{prefix}n{{i}}" for i in range(4))]
+    show = [["tc", "-n", ns, "qdisc", "show"] for ns in names]
+    text = [subprocess.run(c, capture_output=True, text=True, check=True).stdout for c in show]
+    return {{ns: re.sub(r"direct_packets_stat \d+", "", t) for ns, t in zip(names, text)}}
+
+faults = [parse_slow_node_arg('3={rate}'), parse_slow_pair_arg('0-1={rate}')]
+out = {{"at_up": qdiscs()}}
+out["cleared_devices"] = plant_faults([], {state_dir!r})
+out["cleared"] = qdiscs()
+out["cleared_status_faults"] = status({state_dir!r})["faults"]
+out["planted_devices"] = plant_faults(faults, {state_dir!r})
+out["planted"] = qdiscs()
+print(json.dumps(out))
 """
 
 DRIVER = """
@@ -104,6 +127,9 @@ def test_slow_node_and_slow_pair_are_slow_and_only_they(root_netns, state_dir):
         assert drive.returncode == 0, drive.stderr[-3000:]
         out = json.loads(drive.stdout.strip().splitlines()[-1])
         ingress = _run(["tc", "-s", "-n", f"{PREFIX}sw", "qdisc", "show", "dev", "n3-0"])
+        code = REPLANT.format(prefix=PREFIX, rate=FAULT_RATE, state_dir=str(state_dir))
+        replant = _py(["-c", code], 120)
+        assert replant.returncode == 0, replant.stderr[-3000:]
     finally:
         down = _py(["-c", f"from orchestrator.emulated import down; down({str(state_dir)!r})"],
                    120)  # fmt: skip
@@ -132,6 +158,14 @@ def test_slow_node_and_slow_pair_are_slow_and_only_they(root_netns, state_dir):
     # Node 3's ingress qdisc (its switch port's egress) carried what node 2 sent it.
     sent = int(re.search(r"Sent (\d+) bytes", ingress).group(1))
     assert sent >= MSG_BYTES * ITERS, ingress
+
+    # Cleared by plant_faults: the ctl link is unshaped, so no device keeps a root qdisc of
+    # its own (htb, tbf); planted again: every namespace reads as `up` left it.
+    re_ = json.loads(replant.stdout.strip().splitlines()[-1])
+    assert re_["cleared_status_faults"] == []
+    assert len(re_["cleared_devices"]) == len(re_["planted_devices"]) > 0
+    assert not any(k in text for text in re_["cleared"].values() for k in (" htb ", " tbf "))
+    assert re_["planted"] == re_["at_up"], (re_["at_up"], re_["planted"])
 
     after = _snapshot()
     assert not {ns for ns in after["netns"] if ns.startswith(PREFIX)}
