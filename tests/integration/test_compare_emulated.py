@@ -2,10 +2,11 @@
 
 A baseline sweep whose ``slow`` link is shaped at 500mbit, a candidate whose ``slow`` link is
 shaped at 200mbit; both gpt2-tiny, DDP and ZeRO-3, 3 repeats, spread over 2 emulated nodes, the
-unshaped ``fast`` link beside it. One cluster serves both: it has the links ``fast``,
-``s500=500mbit`` and ``s200=200mbit``, and each sweep's ``slow`` names ``ls-s500`` or
-``ls-s200``. The baseline runs into ``both.duckdb``, which is then copied to ``base.duckdb``;
-the candidate runs into ``both.duckdb`` too. So one pair of sweeps gives both cases:
+unshaped ``fast`` link beside it. One cluster serves both: the session's shared emulated cluster
+(tests/integration/conftest.py), which has the links ``fast``, ``s500=500mbit`` and
+``s200=200mbit``; each sweep's ``slow`` names ``ls-s500`` or ``ls-s200``. The baseline runs
+into ``both.duckdb``, which is then copied to ``base.duckdb``; the candidate runs into
+``both.duckdb`` too. So one pair of sweeps gives both cases:
 
 - across two database files: ``compare base.duckdb both.duckdb`` (a file's newest sweep);
 - within one file: ``compare BASE_ID CAND_ID --db both.duckdb``, and ``PATH:SWEEP_ID`` on both
@@ -33,12 +34,9 @@ import pytest
 import yaml
 
 from orchestrator import cli
-from orchestrator.emulated import cluster_unavailable
 from orchestrator.store import read_query
 
 REPO = Path(__file__).resolve().parents[2]
-TEST_PREFIX = "lsc"  # not the default "ls" (a user's cluster), nor test_emulated's "lst"
-LINKS = ("fast", "s500=500mbit", "s200=200mbit")
 THRESHOLD = "30%"
 """The fast link must read ``no change``; on this machine it drifts 10-18% between two sweeps of
 the same file, so 5% would flag the machine, not the link (module docstring)."""
@@ -73,18 +71,6 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _py(code: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """Python in a subprocess (never in this process: it keeps the session's Ray connection)."""
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
-
-
 def _run_sweep(doc: dict, path: Path, db: Path, address: str) -> None:
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     cmd = [sys.executable, "-m", "orchestrator", "run", str(path), "--db", str(db)]
@@ -100,33 +86,19 @@ def _run_sweep(doc: dict, path: Path, db: Path, address: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def sweeps(tmp_path_factory):
+def sweeps(tmp_path_factory, emulated_cluster):
     """(base.duckdb, both.duckdb, baseline sweep id, candidate sweep id, seconds it took)."""
-    if why := cluster_unavailable():
-        pytest.skip(why)
     work = tmp_path_factory.mktemp("compare-emulated")
-    state_dir = Path(f"/tmp/{TEST_PREFIX}-{os.getpid()}")  # short: Ray's socket paths
+    address = emulated_cluster.address
     t0 = time.monotonic()
-    up = _py(
-        "from orchestrator.emulated import parse_link_arg, up\n"
-        f"print(up(2, [parse_link_arg(s) for s in {list(LINKS)!r}], {str(state_dir)!r}, "
-        f"prefix={TEST_PREFIX!r}))",
-        180,
-    )
-    try:
-        assert up.returncode == 0, up.stderr[-3000:]
-        address = up.stdout.strip().splitlines()[-1]
-        both, base = work / "both.duckdb", work / "base.duckdb"
-        _run_sweep(sweep_doc("compare-base", "s500"), work / "base.yaml", both, address)
-        for suffix in ("", ".wal"):  # the baseline alone, as its own file
-            if Path(f"{both}{suffix}").exists():
-                shutil.copy(f"{both}{suffix}", f"{base}{suffix}")
-        _run_sweep(sweep_doc("compare-cand", "s200"), work / "cand.yaml", both, address)
-    finally:
-        down = _py(f"from orchestrator.emulated import down; down({str(state_dir)!r})", 120)
-        assert down.returncode == 0, down.stderr[-3000:]
+    both, base = work / "both.duckdb", work / "base.duckdb"
+    _run_sweep(sweep_doc("compare-base", "s500"), work / "base.yaml", both, address)
+    for suffix in ("", ".wal"):  # the baseline alone, as its own file
+        if Path(f"{both}{suffix}").exists():
+            shutil.copy(f"{both}{suffix}", f"{base}{suffix}")
+    _run_sweep(sweep_doc("compare-cand", "s200"), work / "cand.yaml", both, address)
     took_s = time.monotonic() - t0
-    print(f"cluster up, two sweeps, cluster down: {took_s:.0f} s")
+    print(f"two sweeps: {took_s:.0f} s")
     _, rows = read_query(str(both), "SELECT sweep_id, name FROM sweeps ORDER BY started_at")
     assert [name for _, name in rows] == ["compare-base", "compare-cand"]
     (base_id, _), (cand_id, _) = rows

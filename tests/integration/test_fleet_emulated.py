@@ -7,10 +7,13 @@
   the exclusion.
 - With no planted fault, three checks in a row exit 0 and name no suspect.
 
-Both clusters run on the nodes' default network (ctl, the interface each node's Ray IP is on),
-as a user's ``linksweep fleet`` without ``--sweep`` does. The fleet wall time and the per-round
-times are printed (``pytest -s``) for the issue's note. The rule itself is unit tested on
-synthetic fleets (tests/unit/test_suspects.py); this is the end to end run on real shaped links.
+Both run on the session's shared emulated cluster of 4 nodes (tests/integration/conftest.py):
+the slow node is planted on it with ``plant_faults`` (the tc ``up --slow-node`` would create)
+and cleared after the test, so the clean checks see every link as ``up`` made it. The checks use
+the nodes' default network (ctl, the interface each node's Ray IP is on), as a user's ``linksweep
+fleet`` without ``--sweep`` does. The fleet wall time and the per-round times are printed
+(``pytest -s``) for the issue's note. The rule itself is unit tested on synthetic fleets
+(tests/unit/test_suspects.py); this is the end to end run on real shaped links.
 """
 
 from __future__ import annotations
@@ -26,11 +29,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.emulated import cluster_unavailable, link_subnet
+from orchestrator.emulated import link_subnet
 from orchestrator.store import read_query
 
 REPO = Path(__file__).resolve().parents[2]
-TEST_PREFIX = "lsv"  # not "ls" (a user's cluster), nor another test's prefix
 NODES = 4
 SLOW_RATE = "100mbit"
 
@@ -52,36 +54,6 @@ def _run(args: list[str], timeout_s: float = 900) -> subprocess.CompletedProcess
         text=True,
         timeout=timeout_s,
     )
-
-
-class Cluster:
-    """An emulated cluster brought up for one block; always brought down."""
-
-    def __init__(self, state_dir: Path, faults: list[str]):
-        self.state_dir, self.faults, self.address = state_dir, faults, None
-
-    def __enter__(self) -> Cluster:
-        code = (
-            "from orchestrator.emulated import up\n"
-            "from orchestrator.emulated.faults import parse_slow_node_arg\n"
-            f"faults = [parse_slow_node_arg(s) for s in {self.faults!r}]\n"
-            f"print(up({NODES}, [], {str(self.state_dir)!r}, prefix={TEST_PREFIX!r}, "
-            "faults=faults, include_dashboard=False))"
-        )
-        proc = _run(["-c", code], timeout_s=240)
-        if proc.returncode != 0:
-            self._down()
-            pytest.fail(f"emulated up failed: {proc.stderr[-3000:]}")
-        self.address = proc.stdout.strip().splitlines()[-1]
-        return self
-
-    def _down(self) -> subprocess.CompletedProcess[str]:
-        code = f"from orchestrator.emulated import down; down({str(self.state_dir)!r})"
-        return _run(["-c", code], timeout_s=180)
-
-    def __exit__(self, *exc) -> None:
-        down = self._down()
-        assert down.returncode == 0, down.stderr[-3000:]
 
 
 def fleet(db: Path, address: str, *extra: str) -> tuple[int, str, str]:
@@ -115,23 +87,20 @@ def timings(db: Path, fleet_id: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    if why := cluster_unavailable():
-        pytest.skip(why)
+def work(tmp_path_factory, emulated_cluster):
     return tmp_path_factory.mktemp("fleet-emulated")
 
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_fleet_names_the_planted_slow_node_and_a_sweep_avoids_it(work):
+def test_fleet_names_the_planted_slow_node_and_a_sweep_avoids_it(work, emulated_cluster):
     seed = int.from_bytes(os.urandom(4), "little")
     slow = random.Random(seed).randrange(NODES)
     print(f"seed {seed}: node {slow} planted at {SLOW_RATE}")
     slow_ip = f"{str(link_subnet(0).network_address).rsplit('.', 1)[0]}.{slow + 1}"
     db = work / "slow.duckdb"
-    state = Path(f"/tmp/{TEST_PREFIX}s-{os.getpid()}")  # short: Ray's socket paths
-    with Cluster(state, [f"{slow}={SLOW_RATE}"]) as cluster:
-        rc, fleet_id, out = fleet(db, cluster.address)
+    with emulated_cluster.slow_nodes([f"{slow}={SLOW_RATE}"]) as address:
+        rc, fleet_id, out = fleet(db, address)
         print(out)
         print(timings(db, fleet_id))
         suspects = rows(db, f"SELECT * FROM fleet_suspects WHERE fleet_id = '{fleet_id}'")
@@ -198,7 +167,7 @@ def test_fleet_names_the_planted_slow_node_and_a_sweep_avoids_it(work):
                 "--db",
                 str(db),
                 "--address",
-                cluster.address,
+                address,
                 "--exclude-suspects",
                 fleet_id,
             ]  # fmt: skip
@@ -214,14 +183,12 @@ def test_fleet_names_the_planted_slow_node_and_a_sweep_avoids_it(work):
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_no_planted_fault_three_checks_name_no_suspect(work):
+def test_no_planted_fault_three_checks_name_no_suspect(work, emulated_cluster):
     db = work / "clean.duckdb"
-    state = Path(f"/tmp/{TEST_PREFIX}c-{os.getpid()}")
     t0 = time.monotonic()
-    with Cluster(state, []) as cluster:
-        for i in range(3):
-            rc, fleet_id, out = fleet(db, cluster.address)
-            print(timings(db, fleet_id))
-            suspects = rows(db, f"SELECT * FROM fleet_suspects WHERE fleet_id = '{fleet_id}'")
-            assert (rc, suspects) == (0, []), f"check {i + 1}: {out}"
-    print(f"cluster up, three checks, down: {time.monotonic() - t0:.0f} s")
+    for i in range(3):
+        rc, fleet_id, out = fleet(db, emulated_cluster.address)
+        print(timings(db, fleet_id))
+        suspects = rows(db, f"SELECT * FROM fleet_suspects WHERE fleet_id = '{fleet_id}'")
+        assert (rc, suspects) == (0, []), f"check {i + 1}: {out}"
+    print(f"three checks: {time.monotonic() - t0:.0f} s")
