@@ -24,6 +24,11 @@ from tests.integration.test_long_sweeps import SWEEP_BODY, n_runs, pairs, q, wai
 
 REPO = str(Path(__file__).resolve().parents[2])
 BIN = os.path.dirname(sys.executable)
+NO_DRAIN = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+"""For the head: on SIGTERM, `ray start --block` (Ray 2.60) first asks its GCS to drain the
+node and waits up to this long (default 30 s) for the raylet to exit; the GCS got the same
+SIGTERM (the whole process group is signalled), so the wait ran out every time and each
+teardown took 33 s. Nothing runs on the head by then: stop at once."""
 
 
 def wait_for_dashboard(url: str, deadline_s: float, head, log_path) -> None:
@@ -65,6 +70,7 @@ def job_head(tmp_path_factory):
     # 3 s): 30 s, as docs/long-sweeps.md tells users, so the driver can stop cleanly.
     env = {**os.environ, "RAY_DISABLE_USAGE_STATS": "1", "RAY_AUTH_MODE": "disabled"}
     env["RAY_JOB_STOP_WAIT_TIME_S"] = "30"
+    env.update(NO_DRAIN)
     env.pop("RAY_ADDRESS", None)
     ray_tmp = tempfile.mkdtemp(prefix="lsjob", dir="/tmp")
     log_path = tmp_path_factory.mktemp("head") / "head.log"

@@ -29,6 +29,8 @@ REPO = str(Path(__file__).resolve().parents[2])
 BIN = os.path.dirname(sys.executable)
 JOIN_BOUND_S = 45.0  # interpreter and Ray imports on a busy 2-core machine, plus the join
 AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS")
+NO_DRAIN = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+"""The head stops at once on SIGTERM, without Ray's 30 s drain wait (test_job_submit.py)."""
 
 
 def _env(home: str, **extra: str) -> dict[str, str]:
@@ -93,7 +95,7 @@ def token_head(tmp_path_factory):
             f"--temp-dir={ray_tmp}",
             *(f"{flag}={p}" for flag, p in ports.items()),
         ],
-        env=_env(home, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token),
+        env=_env(home, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, **NO_DRAIN),
         stdout=head_log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
