@@ -22,9 +22,17 @@ PY=${PYTHON:-python3}
 # DeepSpeed JIT-builds its C++ ops where they are first used, inside the rank processes: async_io
 # and pin_memory at the first NVMe-offload run (~6 min on 2 cores), deepspeed_shm_comm at the
 # first ZeRO run on CPU (~35 s). Build them once here, with the venv's Python and torch, into the
-# cache the ranks load them from (TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions/): so
-# run setup as the user who runs the sweeps. An op this machine cannot build (async_io without
-# libaio-dev) is skipped with the reason; it never fails the setup.
+# cache the ranks load them from. An op this machine cannot build (async_io without libaio-dev)
+# is skipped with the reason; it never fails the setup.
+# That cache is this venv's own, .venv/torch_extensions: torch reads TORCH_EXTENSIONS_DIR in
+# every process, and a .pth line sets it (unless already set) in every Python of this venv, so
+# the driver, Ray's workers and the ranks all find it. The default, ~/.cache/torch_extensions, is
+# shared by every venv of the user: two checkouts compile the same op against their own torch
+# headers (another command for ninja), so each rebuilt the other's whenever they took turns
+# (async_io: ~6 min), also in the middle of a test run.
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+printf 'import os; os.environ.setdefault("TORCH_EXTENSIONS_DIR", %s)\n' \
+  "'$PWD/.venv/torch_extensions'" > "$site/linksweep_torch_extensions.pth"
 # torch runs the first `ninja` on PATH, and the ranks inherit the PATH of whoever started the
 # sweep. Two ninja versions do not share a build log (the system's 1.11 and the venv's 1.13 hash
 # commands differently), so the other one rebuilds the op: build with the ninja the sweeps will
