@@ -321,3 +321,61 @@ def comm_records(records: Iterable[Collective]) -> tuple[CommRecord, ...]:
         CommRecord(op, b, int(count), t, dtype, group_size)
         for (op, b, dtype, group_size), (count, t) in sorted(grouped.items())
     )
+
+
+class AccumulationProbe:
+    """A strategy whose profiled steps are also recorded micro-batch by micro-batch, for the
+    accumulation check: what the non-final micro-batches of each window sent, by op.
+
+    It wraps any strategy (``micro_step``, ``optimizer_step``, ``profile_start`` /
+    ``profile_stop``; everything else passes through). A strategy that records its own
+    collectives (``FsdpStrategy``: its ``collectives``, kept after ``profile_stop``) keeps its
+    recorder, so only one is ever active; for the others (DDP, ZeRO) the probe opens one, untimed,
+    beside their own counters. ``non_final_bytes``: bytes by op per optimizer step (mean over
+    the profiled steps), None before a profiled pass.
+    """
+
+    def __init__(self, strategy: Any, grad_accum: int) -> None:
+        self._inner = strategy
+        self._grad_accum = grad_accum
+        self._recorder: CollectiveRecorder | None = None
+        self._step = 0
+        self._micro = 0
+        self.non_final_bytes: ByOp | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def profile_start(self) -> None:
+        self._inner.profile_start()
+        if not hasattr(self._inner, "collectives"):
+            self._recorder = CollectiveRecorder().__enter__()
+
+    def micro_step(self, batch: Any, boundary: bool) -> Any:
+        if self._recorder is not None:
+            self._recorder.at(self._step, self._micro)
+        out = self._inner.micro_step(batch, boundary)
+        self._micro += 1
+        return out
+
+    def optimizer_step(self) -> None:
+        if self._recorder is not None:
+            self._recorder.at(self._step, None)
+        self._inner.optimizer_step()
+        self._step += 1
+        self._micro = 0
+
+    def profile_stop(self) -> tuple[CommRecord, ...]:
+        comms = self._inner.profile_stop()
+        recorder, self._recorder = self._recorder, None
+        if recorder is not None:
+            recorder.__exit__(None, None, None)
+        records = recorder.records if recorder is not None else self._inner.collectives
+        self.non_final_bytes = mean_by_op(non_final_bytes_by_step(records, self._grad_accum))
+        return comms
+
+    def teardown(self) -> None:
+        recorder, self._recorder = self._recorder, None
+        if recorder is not None:
+            recorder.__exit__(None, None, None)
+        self._inner.teardown()

@@ -277,6 +277,9 @@ class TrainingRecord:
     """fp32 matmuls ran on TF32 tensor cores (``torch.backends.cuda.matmul.allow_tf32``)."""
     phases: tuple[PhaseTiming, ...] = ()
     """model_data_build, strategy_init, warmup, timed_steps, profiled_pass, rank_teardown."""
+    non_final_bytes: dict[str, int] | None = None
+    """Bytes by op the non-final micro-batches of an accumulation window sent, per optimizer
+    step of the profiled pass (``collectives.AccumulationProbe``); None: no profiled pass."""
 
 
 @dataclass(frozen=True)

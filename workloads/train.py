@@ -10,7 +10,7 @@ profiles, the profiled steps are the last warmup steps (never the first step, wh
 one-off work such as DDP's bucket rebuild and ZeRO-3's trace): they cost the run nothing extra.
 Otherwise they run as a separate pass after the timed steps.
 
-May import: contract, data, device, model, phases, strategies, telemetry, torch.
+May import: collectives, contract, data, device, model, phases, strategies, telemetry, torch.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from workloads.collectives import AccumulationProbe
 from workloads.contract import (
     DeviceDecision,
     RunConfig,
@@ -176,13 +177,12 @@ def run_training(
         text, tokenizer_name, data, model, params = _model_and_data(cfg, rank, world_size)
     autocast_dtype = torch.bfloat16 if cfg.precision == "bf16" else None
     with clock.phase("strategy_init"):
-        strategy = make_strategy(model, device, cfg, autocast_dtype)
+        strategy = _probed_strategy(model, device, cfg, autocast_dtype)
 
     total = cfg.warmup_steps + cfg.steps
     profile_steps = cfg.profile_steps if world_size > 1 else 0
     profile_from = profiled_warmup_start(cfg.warmup_steps, profile_steps)
-    comms: tuple = ()
-    profiled_s = 0.0
+    comms, profiled_s = (), 0.0
     steps: list[StepRecord] = []
     first_step_wall = None
     telemetry = Telemetry(device, nvml_index)
@@ -236,7 +236,13 @@ def run_training(
         device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         tf32=device.type == "cuda" and bool(torch.backends.cuda.matmul.allow_tf32),
         phases=clock.records(),
+        non_final_bytes=strategy.non_final_bytes,
     )
+
+
+def _probed_strategy(model, device: torch.device, cfg: RunConfig, autocast_dtype):
+    """The run's strategy, its profiled steps also recorded for the accumulation check."""
+    return AccumulationProbe(make_strategy(model, device, cfg, autocast_dtype), cfg.grad_accum)
 
 
 def _model_and_data(cfg: RunConfig, rank: int, world_size: int) -> tuple:

@@ -306,6 +306,7 @@ def run_expectation(
     n_params: int,
     ds_config: dict | None = None,
     ddp_grad_dtype: str = "fp32",
+    ddp_sync_each: bool = False,
 ) -> tuple[CommExpectation | None, str | None]:
     """(analytic bytes per optimizer step, note) for one run, following the run's effective
     DeepSpeed config (``runs.ds_config``, what DeepSpeed parsed after its defaults).
@@ -316,7 +317,8 @@ def run_expectation(
 
     DDP reduces fp32 gradients (autocast keeps parameters, so gradients, in fp32), whether it
     overlaps or not; with ``ddp_grad_dtype`` ``bf16`` (torch's ``bf16_compress_hook``) it sends
-    each bucket in bf16, 2 bytes per parameter, as ZeRO does for a bf16 run.
+    each bucket in bf16, 2 bytes per parameter, as ZeRO does for a bf16 run. With
+    ``ddp_sync_each`` (``grad_sync: each``: no ``no_sync``) every micro-batch all-reduces.
     ZeRO-1 reduces at the accumulation boundary only, with or without ``overlap_comm`` (with it,
     the gradient hooks reduce during the boundary backward: ``stage_1_and_2.py``
     ``reduce_ready_partitions_and_remove_grads``; measured flat in grad_accum on 2 gloo ranks).
@@ -329,10 +331,11 @@ def run_expectation(
             raise ValueError(
                 f"ddp_grad_dtype={ddp_grad_dtype!r} is not one of {sorted(DDP_GRAD_BYTES)}"
             )
-        exp = expected_comm(
-            "ddp", grad_accum, n_params * DDP_GRAD_BYTES[ddp_grad_dtype], world_size
-        )
-        return exp, f"{exp.note}; all_reduce in {ddp_grad_dtype}"
+        reductions = grad_accum if ddp_sync_each else 1
+        psi = n_params * DDP_GRAD_BYTES[ddp_grad_dtype] * reductions
+        exp = expected_comm("ddp", grad_accum, psi, world_size)
+        each = "; grad_sync each: every micro-batch all-reduces" if ddp_sync_each else ""
+        return exp, f"{exp.note}; all_reduce in {ddp_grad_dtype}{each}"
     if not ds_config:
         return None, "no effective DeepSpeed config was reported for this run"
     zero = ds_config.get("zero_optimization") or {}
@@ -393,3 +396,35 @@ def predict_comm_s(
         size = min(sizes, key=lambda s: abs(math.log2(s) - math.log2(target)))
         total += count * msg_bytes / (link_algbw[(op, size)] * 1e9)
     return total
+
+
+def accumulation_verdict(
+    measured: dict[str, int] | None,
+    promised: dict[str, int] | None,
+    grad_accum: int,
+    ignore: tuple[str, ...] = (),
+) -> str | None:
+    """Did gradient accumulation skip what the strategy and its flavour promise? Compares the
+    bytes by op that an accumulation window's non-final micro-batches sent (``measured``, per
+    optimizer step) with the promise, exactly, op by op (``ignore``: ops outside the promise).
+
+    None: nothing measured (no profiled pass). ``n/a: ...`` at grad_accum 1 (no non-final
+    micro-batch); ``unchecked: ...`` where no promise is known; else ``ok`` or ``fail: <op>
+    sent X B, promised Y B; ...``.
+    """
+    if measured is None:
+        return None
+    if grad_accum < 2:
+        return "n/a: grad_accum 1 has no non-final micro-batch"
+    if promised is None:
+        return "unchecked: no promise known for this strategy"
+    got = {op: b for op, b in measured.items() if b and op not in ignore}
+    want = {op: b for op, b in promised.items() if b}
+    if got == want:
+        return "ok"
+    diffs = [
+        f"{op} sent {got.get(op, 0)} B, promised {want.get(op, 0)} B"
+        for op in sorted(set(got) | set(want))
+        if got.get(op, 0) != want.get(op, 0)
+    ]
+    return "fail: " + "; ".join(diffs)

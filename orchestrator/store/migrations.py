@@ -215,4 +215,10 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE comms ADD COLUMN IF NOT EXISTS group_size INTEGER",
         "UPDATE comms SET group_size = r.world_size FROM runs r WHERE comms.run_id = r.run_id",
     ],
+    # v9: the accumulation check per run. Runs before v9 recorded no micro-batch: NULL.
+    9: [
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS non_final_bytes JSON",
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS promised_non_final_bytes JSON",
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS accum_check VARCHAR",
+    ],
 }

@@ -11,7 +11,7 @@ May import: nothing (the standard library only).
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 TABLES: dict[str, str] = {
     "meta": """
@@ -111,7 +111,11 @@ TABLES: dict[str, str] = {
         ddp_grad_dtype VARCHAR,      -- DDP's all_reduce dtype, fp32 | bf16 (grid axis); ZeRO: n/a
         grad_sync VARCHAR,           -- each | last | replicate_last (grid axis, v8); ZeRO: n/a
         reshard_after_forward VARCHAR,  -- FSDP2 blocks: true | false (grid axis); others: n/a
-        hsdp_shard_size INTEGER      -- hsdp: ranks per shard group; NULL for the others
+        hsdp_shard_size INTEGER,     -- hsdp: ranks per shard group; NULL for the others
+        -- the accumulation check (v9): bytes by op the non-final micro-batches sent per step
+        non_final_bytes JSON,        -- measured (rank 0, profiled pass)
+        promised_non_final_bytes JSON,  -- what the strategy and grad_sync promise
+        accum_check VARCHAR          -- ok | fail: ... | n/a: ... | unchecked: ...
     """,
     "steps": """
         run_id VARCHAR,
@@ -441,7 +445,7 @@ VIEWS: dict[str, str] = {
                p90_step_time_s, samples_per_s, tokens_per_s, comm_bytes_per_step,
                expected_comm_bytes_per_step, predicted_comm_s_per_step, peak_mem_bytes,
                startup_s, comm_note, gpu_name, model_flops_per_step, achieved_tflops_per_gpu,
-               peak_tflops, peak_source, mfu
+               peak_tflops, peak_source, mfu, accum_check
         FROM runs
     """,
     "variant_summary": """

@@ -239,7 +239,9 @@ def _comm_facts(spec: SweepSpec, planned: PlannedRun, trained, link_algbw) -> di
             per_step = [(c.op, c.msg_bytes, c.count / first.profile_steps) for c in first.comms]
             out["predicted_comm_s_per_step"] = comm_model.predict_comm_s(per_step, link_algbw)
     if v.strategy in fsdp_theory.FSDP_STRATEGIES:
-        return out | _fsdp_expectation(spec, v)
+        exp, note = _fsdp_expectation(spec, v)
+        total = sum(exp.per_step.values()) if exp else None
+        return out | {"expected_comm_bytes_per_step": total, "comm_note": note}
     expectation, out["comm_note"] = comm_model.run_expectation(
         v.strategy,
         v.grad_accum,
@@ -248,14 +250,15 @@ def _comm_facts(spec: SweepSpec, planned: PlannedRun, trained, link_algbw) -> di
         first.n_params,
         _rank0(trained).ds_config,
         ddp_grad_dtype=v.ddp_grad_dtype,  # DDP only; ZeRO reads its config
+        ddp_sync_each=v.grad_sync == "each",
     )
     if expectation is not None:
         out["expected_comm_bytes_per_step"] = expectation.msg_bytes_per_step
     return out
 
 
-def _fsdp_expectation(spec: SweepSpec, v) -> dict:
-    """FSDP2's expected bytes per step (``fsdp_theory``) and its note; None where the theory
+def _fsdp_expectation(spec: SweepSpec, v) -> tuple[fsdp_theory.FsdpExpectation | None, str]:
+    """FSDP2's expected bytes (``fsdp_theory``) and its note; None and why where the theory
     has none (one rank, an hsdp shard group of one)."""
     try:
         exp = fsdp_theory.expected_fsdp(
@@ -269,8 +272,34 @@ def _fsdp_expectation(spec: SweepSpec, v) -> dict:
             precision=spec.precision,
         )
     except ValueError as exc:
-        return {"expected_comm_bytes_per_step": None, "comm_note": f"no FSDP2 theory: {exc}"}
-    return {"expected_comm_bytes_per_step": sum(exp.per_step.values()), "comm_note": exp.note}
+        return None, f"no FSDP2 theory: {exc}"
+    return exp, exp.note
+
+
+def _accumulation_facts(spec: SweepSpec, v, trained) -> dict:
+    """The accumulation check: what the non-final micro-batches sent (rank 0, per step), what
+    the strategy and flavour promise, and the verdict (``comm_model.accumulation_verdict``).
+
+    Promises: DDP ``last`` nothing (``no_sync``), ``each`` one all-reduce of every gradient per
+    micro-batch; DDP's broadcasts are outside it (rebuilding its buckets after the first step
+    broadcasts a few bytes in a micro-batch). FSDP2: ``fsdp_theory``'s non-final bytes. ZeRO: no
+    promise yet (unchecked)."""
+    rank0 = _rank0(trained) if trained else None
+    measured = rank0.non_final_bytes if rank0 else None
+    promised, ignore = None, ()
+    if rank0 is not None and v.strategy == "ddp":
+        per_micro = rank0.n_params * comm_model.DDP_GRAD_BYTES[v.ddp_grad_dtype]
+        each = {"all_reduce": (v.grad_accum - 1) * per_micro}
+        promised, ignore = (each if v.grad_sync == "each" else {}), ("broadcast",)
+    elif v.strategy in fsdp_theory.FSDP_STRATEGIES:
+        exp, _ = _fsdp_expectation(spec, v)
+        promised = dict(exp.non_final) if exp else None
+    verdict = comm_model.accumulation_verdict(measured, promised, v.grad_accum, ignore)
+    return {
+        "non_final_bytes": measured,
+        "promised_non_final_bytes": promised,
+        "accum_check": verdict,
+    }
 
 
 def _rank0(trained: list[tuple[int, TrainingRecord]]) -> TrainingRecord:
@@ -431,6 +460,7 @@ def _run_row(facts: RunFacts, result: RunResult, trained: list) -> dict:
         "rank_env": dict(facts.rank_env) if facts.rank_env is not None else None,
         "ranks_per_gpu": spec.ranks_per_gpu,
         **_comm_facts(spec, planned, trained, facts.link_algbw),
+        **_accumulation_facts(spec, v, trained),
         **figures,
         **_efficiency_facts(spec, planned, trained, figures, result.placements),
     }

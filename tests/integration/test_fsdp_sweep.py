@@ -1,6 +1,9 @@
 """FSDP2 and HSDP through ``linksweep run`` on the session Ray cluster (CPU, gloo), stored in
 DuckDB: every run ok, and the bytes the collective recorder measured per optimizer step equal
-``orchestrator/analysis/fsdp_theory.py``'s expectation, op by op."""
+``orchestrator/analysis/fsdp_theory.py``'s expectation, op by op. The accumulation check: each
+run's verdict on what its non-final micro-batches sent, ``ok`` for DDP's and FSDP2's flavours,
+and ``fail`` for an fsdp run with NVIDIA/cosmos-framework#161 planted (its sync switch replaced
+by a DDP-only ``no_sync`` wrapper, a null context for an FSDP2 module)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import pytest
 
 from orchestrator.analysis.fsdp_theory import expected_fsdp, gpt2_sharded_by_name
 from orchestrator.store import read_query
+from workloads.fsdp import SYNC_BUG_ENV
 
 BASE = {
     "seq_len": 32,
@@ -40,6 +44,7 @@ def fsdp_sweep(run_sweep, tmp_path_factory):
         "name": "fsdp-it",
         **BASE,
         "world_size": 2,
+        "links": {"default": {}, "bug": {SYNC_BUG_ENV: "1"}},
         "grid": {
             "strategy": ["fsdp"],
             "grad_accum": [2],
@@ -63,11 +68,24 @@ def hsdp_sweep(run_sweep, tmp_path_factory):
     return run_sweep(tmp_path_factory.mktemp("hsdp"), spec)
 
 
+@pytest.fixture(scope="module")
+def ddp_sweep(run_sweep, tmp_path_factory):
+    """DDP at grad_accum 2, all-reducing every micro-batch or only the last (no_sync)."""
+    spec = {
+        "name": "ddp-sync-it",
+        **BASE,
+        "world_size": 2,
+        "grid": {"strategy": ["ddp"], "grad_accum": [2], "grad_sync": ["each", "last"]},
+    }
+    return run_sweep(tmp_path_factory.mktemp("ddp-sync"), spec)
+
+
 def _check_runs(db, world_size: int, shard_size: int | None) -> list:
     rows = q(
         db,
         "SELECT run_id, strategy, grad_sync, reshard_after_forward, grad_accum, status, error, "
-        "comm_bytes_per_step, expected_comm_bytes_per_step, hsdp_shard_size FROM runs ORDER BY seq",
+        "comm_bytes_per_step, expected_comm_bytes_per_step, hsdp_shard_size FROM runs "
+        "WHERE link = 'default' ORDER BY seq",
     )
     model = gpt2_sharded_by_name("gpt2-tiny")
     for run_id, strategy, sync, reshard, ga, status, error, measured, expected, shard in rows:
@@ -78,7 +96,20 @@ def _check_runs(db, world_size: int, shard_size: int | None) -> list:
         )
         assert measured_by_op(db, run_id) == theory.per_step, (strategy, sync, reshard)
         assert measured == expected == sum(theory.per_step.values())
+        assert _check_of(db, run_id) == ("ok", theory.non_final, theory.non_final)
     return rows
+
+
+def _check_of(db, run_id: str) -> tuple:
+    """(verdict, measured non-final bytes, promised), as stored."""
+    import json
+
+    (row,) = q(
+        db,
+        "SELECT accum_check, non_final_bytes, promised_non_final_bytes FROM runs "
+        f"WHERE run_id = '{run_id}'",
+    )
+    return row[0], json.loads(row[1]), json.loads(row[2])
 
 
 def test_fsdp_runs_ok_and_measured_bytes_equal_theory(fsdp_sweep):
@@ -88,6 +119,36 @@ def test_fsdp_runs_ok_and_measured_bytes_equal_theory(fsdp_sweep):
     assert {(r[2], r[3]) for r in rows} == {("last", "true"), ("last", "false")}
     sizes = q(db, "SELECT DISTINCT group_size FROM comms")
     assert sizes == [(2,)]
+
+
+def test_the_planted_accumulation_bug_fails_the_check(fsdp_sweep):
+    _, db = fsdp_sweep
+    bugged = q(db, "SELECT run_id, status, accum_check FROM runs WHERE link = 'bug'")
+    assert len(bugged) == 2
+    for run_id, status, verdict in bugged:
+        assert status == "ok"  # the run trains; only the check sees the bytes
+        _, measured, promised = _check_of(db, run_id)
+        assert "reduce_scatter" in measured and "reduce_scatter" not in promised
+        assert verdict.startswith("fail: reduce_scatter sent "), verdict
+
+
+def test_ddp_each_and_last_keep_their_promise(ddp_sweep):
+    rc, db = ddp_sweep
+    rows = q(
+        db,
+        "SELECT run_id, grad_sync, status, error, comm_bytes_per_step, "
+        "expected_comm_bytes_per_step FROM runs ORDER BY grad_sync",
+    )
+    assert rc == 0 and [r[1] for r in rows] == ["each", "last"]
+    (each_id, _, *_), (last_id, _, *_) = rows
+    for _, _, status, error, measured, expected in rows:
+        assert status == "ok", error
+        assert measured == expected
+    assert rows[0][4] == 2 * rows[1][4]  # each: two all-reduces of every gradient per step
+    verdict, measured, promised = _check_of(db, each_id)
+    assert verdict == "ok" and measured == promised == {"all_reduce": rows[1][4]}
+    verdict, measured, promised = _check_of(db, last_id)
+    assert verdict == "ok" and promised == {} and "all_reduce" not in measured
 
 
 def test_hsdp_runs_ok_on_its_sub_groups_and_measured_bytes_equal_theory(hsdp_sweep):
