@@ -1,8 +1,9 @@
-"""Schema v8: FSDP2 beside DDP and ZeRO. Two variant keys (``grad_sync``,
+"""Schema v8 and v9. v8: FSDP2 beside DDP and ZeRO; two variant keys (``grad_sync``,
 ``reshard_after_forward``), hsdp's shard size, and each collective's group size. A v7 database
 (the v8 columns dropped, as v7 wrote it) upgrades in place: DDP ran ``no_sync`` until the last
 micro-batch (``last``), ZeRO has no sync axis and no strategy before v8 had the reshard axis
-(``n/a``), and every collective ran on the world group."""
+(``n/a``), and every collective ran on the world group. v9: the accumulation check, NULL for
+runs stored before it."""
 
 from __future__ import annotations
 
@@ -67,3 +68,23 @@ def test_v7_database_upgrades_with_the_sync_axes_and_group_sizes(tmp_path):
         assert s.query("SELECT value FROM meta WHERE key = 'schema_version'")[1] == [
             (str(SCHEMA_VERSION),)
         ]
+
+
+def test_v8_database_gains_the_accumulation_check_columns_empty(tmp_path):
+    """v9: a run stored before the check has no verdict (NULL), not a made-up one."""
+    db = str(tmp_path / "v8.duckdb")
+    with Store(db) as s, s.transaction():
+        s.insert("sweeps", [{"sweep_id": "s", "name": "v8"}])
+        s.insert("runs", [{"run_id": "d", "seq": 1, "strategy": "ddp", "sweep_id": "s"}])
+    con = duckdb.connect(db)
+    for view in VIEWS:
+        con.execute(f"DROP VIEW IF EXISTS {view}")
+    for stmt in MIGRATIONS[9]:
+        m = re.match(r"ALTER TABLE (\w+) ADD COLUMN (?:IF NOT EXISTS )?(\w+)", stmt)
+        con.execute(f"ALTER TABLE {m[1]} DROP COLUMN {m[2]}")
+    con.execute("UPDATE meta SET value = '8' WHERE key = 'schema_version'")
+    con.close()
+    with Store(db) as s:
+        got = s.query("SELECT non_final_bytes, promised_non_final_bytes, accum_check FROM runs")
+        assert got[1] == [(None, None, None)]
+        assert s.query("SELECT accum_check FROM run_summary")[1] == [(None,)]
