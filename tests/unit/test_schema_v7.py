@@ -5,25 +5,8 @@ is n/a and their collectives' dtype NULL (not recorded)."""
 
 from __future__ import annotations
 
-import re
-
-import duckdb
-
 from orchestrator.store import SCHEMA_VERSION, Store, read_query
-from orchestrator.store.migrations import MIGRATIONS
-from orchestrator.store.schema import VIEWS
-
-
-def _as_v6(db: str) -> None:
-    con = duckdb.connect(db)
-    for view in VIEWS:
-        con.execute(f"DROP VIEW IF EXISTS {view}")
-    for stmt in MIGRATIONS[7]:
-        m = re.match(r"ALTER TABLE (\w+) ADD COLUMN (?:IF NOT EXISTS )?(\w+)", stmt)
-        if m:
-            con.execute(f"ALTER TABLE {m[1]} DROP COLUMN {m[2]}")
-    con.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
-    con.close()
+from tests.unit.schema_downgrade import as_version
 
 
 def test_v6_database_upgrades_with_each_collectives_dtype(tmp_path):
@@ -49,7 +32,7 @@ def test_v6_database_upgrades_with_each_collectives_dtype(tmp_path):
             "variant_stats",
             [{"strategy": st, "link": "a", "placement": "pack", **key} for st in ("ddp", "zero3")],
         )
-    _as_v6(db)
+    as_version(db, 6)
     with Store(db) as s:
         assert s.query("SELECT run_id, ddp_grad_dtype FROM runs ORDER BY run_id")[1] == [
             ("d", "fp32"),

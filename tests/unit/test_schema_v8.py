@@ -7,25 +7,8 @@ runs stored before it."""
 
 from __future__ import annotations
 
-import re
-
-import duckdb
-
 from orchestrator.store import SCHEMA_VERSION, Store
-from orchestrator.store.migrations import MIGRATIONS
-from orchestrator.store.schema import VIEWS
-
-
-def _as_v7(db: str) -> None:
-    con = duckdb.connect(db)
-    for view in VIEWS:
-        con.execute(f"DROP VIEW IF EXISTS {view}")
-    for stmt in MIGRATIONS[8]:
-        m = re.match(r"ALTER TABLE (\w+) ADD COLUMN (?:IF NOT EXISTS )?(\w+)", stmt)
-        if m:
-            con.execute(f"ALTER TABLE {m[1]} DROP COLUMN {m[2]}")
-    con.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
-    con.close()
+from tests.unit.schema_downgrade import as_version
 
 
 def test_v7_database_upgrades_with_the_sync_axes_and_group_sizes(tmp_path):
@@ -51,7 +34,7 @@ def test_v7_database_upgrades_with_the_sync_axes_and_group_sizes(tmp_path):
             "variant_stats",
             [{"strategy": st, "link": "a", "placement": "pack", **key} for st in ("ddp", "zero3")],
         )
-    _as_v7(db)
+    as_version(db, 7)
     with Store(db) as s:
         got = s.query(
             "SELECT run_id, grad_sync, reshard_after_forward, hsdp_shard_size FROM runs "
@@ -76,14 +59,7 @@ def test_v8_database_gains_the_accumulation_check_columns_empty(tmp_path):
     with Store(db) as s, s.transaction():
         s.insert("sweeps", [{"sweep_id": "s", "name": "v8"}])
         s.insert("runs", [{"run_id": "d", "seq": 1, "strategy": "ddp", "sweep_id": "s"}])
-    con = duckdb.connect(db)
-    for view in VIEWS:
-        con.execute(f"DROP VIEW IF EXISTS {view}")
-    for stmt in MIGRATIONS[9]:
-        m = re.match(r"ALTER TABLE (\w+) ADD COLUMN (?:IF NOT EXISTS )?(\w+)", stmt)
-        con.execute(f"ALTER TABLE {m[1]} DROP COLUMN {m[2]}")
-    con.execute("UPDATE meta SET value = '8' WHERE key = 'schema_version'")
-    con.close()
+    as_version(db, 8)
     with Store(db) as s:
         got = s.query("SELECT non_final_bytes, promised_non_final_bytes, accum_check FROM runs")
         assert got[1] == [(None, None, None)]
