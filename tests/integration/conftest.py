@@ -1,12 +1,13 @@
 """The emulated cluster that the emulated tests share, up once per test session (root only).
 
-Bringing an emulated cluster up and down costs tens of seconds on 2 cores (5 Ray processes
-per node start at once), so the tests that only *use* a cluster share one: ``emulated_cluster``
-(4 nodes, prefix ``lsx``, the links ``fast``, ``s500=500mbit`` and ``s200=200mbit``, no
-dashboard): the compare acceptance (2 nodes of 4, spread: any two are alike while nothing is
-planted) and both fleet checks (every node, over ctl; the slow node is planted on the running
-cluster with ``plant_faults``, the same tc as ``up --slow-node`` would create, and cleared
-afterwards whatever happens). The tests whose subject is ``up``, ``down`` or ``status``
+Bringing an emulated cluster up and down costs 12-20 s on 2 quiet cores (several Ray processes
+per node start at once), more under load, so the tests that only *use* a cluster share one:
+``emulated_cluster`` (4 nodes, prefix ``lsx``, the links ``fast``, ``s500=500mbit`` and
+``s200=200mbit``, no dashboard). Its users: the compare acceptance (on nodes 0 and 1, the
+others excluded: a sweep starts a fork launcher on every node it places a rank on, 5-10 s each)
+and both fleet checks (every node, over ctl; the slow node is planted on the running cluster
+with ``plant_faults``, the same tc as ``up --slow-node`` would create, and cleared afterwards
+whatever happens). The tests whose subject is ``up``, ``down`` or ``status``
 (tests/integration/test_emulated.py, test_emulated_faults.py, test_long_sweeps.py) and the
 benches that bring up their own (bench_drift, bench_link_model) keep their own clusters.
 
@@ -20,6 +21,7 @@ emulated test: this process keeps the session's one Ray connection (tests/confte
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -76,6 +78,12 @@ class SharedCluster:
             self._address = proc.stdout.strip().splitlines()[-1]
             self.up_s = time.monotonic() - t0
         return self._address
+
+    def node_ips(self) -> list[str]:
+        """The emulated nodes' Ray IPs (their ctl addresses), node 0 first."""
+        self.address  # noqa: B018 - up, so the state file exists
+        state = json.loads((self.state_dir / "state.json").read_text())
+        return [n["ip"] for n in state["plan"]["nodes"]]
 
     def plant(self, specs: Sequence[str]) -> None:
         """Replace the planted faults by ``--slow-node`` arguments ``specs`` (none: clear)."""

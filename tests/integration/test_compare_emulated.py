@@ -3,10 +3,10 @@
 A baseline sweep whose ``slow`` link is shaped at 500mbit, a candidate whose ``slow`` link is
 shaped at 200mbit; both gpt2-tiny, DDP and ZeRO-3, 3 repeats, spread over 2 emulated nodes, the
 unshaped ``fast`` link beside it. One cluster serves both: the session's shared emulated cluster
-(tests/integration/conftest.py), which has the links ``fast``, ``s500=500mbit`` and
-``s200=200mbit``; each sweep's ``slow`` names ``ls-s500`` or ``ls-s200``. The baseline runs
-into ``both.duckdb``, which is then copied to ``base.duckdb``; the candidate runs into
-``both.duckdb`` too. So one pair of sweeps gives both cases:
+(tests/integration/conftest.py; its nodes 0 and 1, the others excluded), which has the links
+``fast``, ``s500=500mbit`` and ``s200=200mbit``; each sweep's ``slow`` names ``ls-s500`` or
+``ls-s200``. The baseline runs into ``both.duckdb``, which is then copied to ``base.duckdb``;
+the candidate runs into ``both.duckdb`` too. So one pair of sweeps gives both cases:
 
 - across two database files: ``compare base.duckdb both.duckdb`` (a file's newest sweep);
 - within one file: ``compare BASE_ID CAND_ID --db both.duckdb``, and ``PATH:SWEEP_ID`` on both
@@ -42,8 +42,9 @@ THRESHOLD = "30%"
 the same file, so 5% would flag the machine, not the link (module docstring)."""
 
 
-def sweep_doc(name: str, slow_iface: str) -> dict:
-    """The sweep both sides run; they differ only in the interface ``slow`` names."""
+def sweep_doc(name: str, slow_iface: str, exclude_nodes: list[str]) -> dict:
+    """The sweep both sides run; they differ only in the interface ``slow`` names. On 2 nodes of
+    the shared cluster: every run on the same two (``exclude_nodes``: the others)."""
     return {
         "name": name,
         "model": "gpt2-tiny",
@@ -61,6 +62,7 @@ def sweep_doc(name: str, slow_iface: str) -> dict:
             "slow": {"GLOO_SOCKET_IFNAME": f"ls-{slow_iface}"},
         },
         "grid": {"strategy": ["ddp", "zero3"], "placement": ["spread"]},
+        "exclude_nodes": exclude_nodes,
     }
 
 
@@ -89,14 +91,14 @@ def _run_sweep(doc: dict, path: Path, db: Path, address: str) -> None:
 def sweeps(tmp_path_factory, emulated_cluster):
     """(base.duckdb, both.duckdb, baseline sweep id, candidate sweep id, seconds it took)."""
     work = tmp_path_factory.mktemp("compare-emulated")
-    address = emulated_cluster.address
+    address, others = emulated_cluster.address, emulated_cluster.node_ips()[2:]
     t0 = time.monotonic()
     both, base = work / "both.duckdb", work / "base.duckdb"
-    _run_sweep(sweep_doc("compare-base", "s500"), work / "base.yaml", both, address)
+    _run_sweep(sweep_doc("compare-base", "s500", others), work / "base.yaml", both, address)
     for suffix in ("", ".wal"):  # the baseline alone, as its own file
         if Path(f"{both}{suffix}").exists():
             shutil.copy(f"{both}{suffix}", f"{base}{suffix}")
-    _run_sweep(sweep_doc("compare-cand", "s200"), work / "cand.yaml", both, address)
+    _run_sweep(sweep_doc("compare-cand", "s200", others), work / "cand.yaml", both, address)
     took_s = time.monotonic() - t0
     print(f"two sweeps: {took_s:.0f} s")
     _, rows = read_query(str(both), "SELECT sweep_id, name FROM sweeps ORDER BY started_at")
