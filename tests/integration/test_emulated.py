@@ -146,14 +146,17 @@ def test_emulated_cluster_shapes_links_and_cleans_up(root_netns, state_dir):
         slow = next(link for link in st["links"] if link["name"] == "slow")
         assert all("tbf" in q and "100Mbit" in q for q in slow["qdiscs"].values())
 
+        t1 = time.monotonic()
         proc = _py(DRIVER.format(address=address), 240)
         assert proc.returncode == 0, proc.stderr[-3000:]
         out = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(f"link check (slow, fast) in {time.monotonic() - t1:.1f} s")
 
         # A real linksweep sweep on the emulated cluster: link microbenchmark + DDP, spread.
         sweep = state_dir.parent / f"{state_dir.name}-sweep.yaml"
         db = state_dir.parent / f"{state_dir.name}-sweep.duckdb"
         sweep.write_text(SWEEP)
+        t1 = time.monotonic()
         run = subprocess.run(
             [
                 sys.executable,
@@ -173,6 +176,7 @@ def test_emulated_cluster_shapes_links_and_cleans_up(root_netns, state_dir):
             timeout=600,
         )
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+        print(f"sweep (link benchmark, 2 runs) in {time.monotonic() - t1:.1f} s")
         _, runs = read_query(str(db), "SELECT link, status, nodes FROM runs ORDER BY seq")
         _, bench = read_query(
             str(db),
@@ -180,7 +184,9 @@ def test_emulated_cluster_shapes_links_and_cleans_up(root_netns, state_dir):
             "QUALIFY row_number() OVER (PARTITION BY link ORDER BY msg_bytes DESC) = 1",
         )
     finally:
+        t1 = time.monotonic()
         down = _py(f"from orchestrator.emulated import down; down({str(state_dir)!r})", 120)
+        print(f"down in {time.monotonic() - t1:.1f} s")
     assert down.returncode == 0, down.stderr
 
     # Two emulated nodes on their own ctl addresses, plus the head on ls-host.
