@@ -50,7 +50,10 @@ def test_fork_and_actors_store_identical_row_counts(run_sweep, tmp_path):
         counts[launcher + "_imports_s"] = imports
     assert counts["fork"] == counts["actors"]
     assert counts["fork"]["steps"] == 2 * 2 * 4  # 2 runs x 2 ranks x (1 warmup + 3 timed)
-    assert counts["fork_imports_s"] < 0.5 < counts["actors_imports_s"]
+    # a module already imported costs a dict lookup (microseconds); an actor imports torch,
+    # transformers and the rest from disk (0.4-1.5 s here, page cache warm or not): an order of
+    # magnitude apart, whatever the machine's speed (a fixed 0.5 s line failed on CI at 0.48 s)
+    assert counts["fork_imports_s"] * 20 < counts["actors_imports_s"], counts
 
 
 def test_a_killed_forked_rank_is_a_failed_run_and_the_next_run_is_fine(run_sweep, tmp_path):
