@@ -1,7 +1,9 @@
 """Shared fixtures: one Ray cluster per test session, small sweep files.
 
-Two layers: ``tests/unit`` (pure: no Ray, no subprocess, no database file; seconds) and
-``tests/integration`` (the session Ray cluster, DuckDB files, torchrun, ``ray job submit``, the
+Two layers: ``tests/unit`` (no Ray and no emulated cluster; about half a minute in all: pure
+logic mostly, plus a few short child processes, e.g. a CPU scheduling policy or a fake GPU
+node's ``python -c``, and small DuckDB files in ``tmp_path`` for the schema and store code) and
+``tests/integration`` (the session Ray cluster, sweeps, torchrun, ``ray job submit``, the
 emulated cluster). Only integration tests may use ``ray_cluster`` and ``run_sweep``
 (tests/unit/test_architecture.py checks that).
 
