@@ -24,6 +24,11 @@ The report puts the headline first; ``linksweep run`` prints it last (``orchestr
 ``extra_vs_predicted`` pairs each link's measured extra step time with the predicted
 communication time, the comparison that says whether the link explains the slowdown.
 
+Strategies are named by ``strategy_name``: ``DDP``, ``ZeRO-3``, and PyTorch FSDP2 always with its
+flavour, ``FSDP2 (reshard, sync each)``, ``HSDP (no reshard, sync replicate_last)``
+(``reshard_after_forward``, ``grad_sync``), so two flavours are two rows and two byte counts,
+never one; DDP names its ``grad_sync`` where it is ``each``.
+
 The one-GPU rehearsal (``ranks_per_gpu: 2``: two ranks on one GPU, ``stats.rehearsal``) makes
 no link claim here: its runs make no slowdown rows (``stats.link_measurement``), so no sentence
 names them, and ``extra_vs_predicted`` leaves its variants out.
@@ -48,7 +53,16 @@ from orchestrator.analysis.stats import (
     varying,
 )
 
-STRATEGY_ORDER = ("ddp", "zero1", "zero2", "zero3")
+STRATEGY_ORDER = ("ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp")
+FSDP2_NAMES = {"fsdp": "FSDP2", "hsdp": "HSDP"}
+"""PyTorch FSDP2 (``fully_shard``) and its hybrid mode (a replicate x shard mesh)."""
+RESHARD_WORDS = {"true": "reshard", "false": "no reshard"}
+"""``reshard_after_forward``: blocks free their parameters after forward (gather again in
+backward, as ZeRO-3) or keep them (as ZeRO-2)."""
+SYNC_ORDER = ("each", "last", "replicate_last")
+DDP_DEFAULT_SYNC = "last"
+"""DDP's own flavour (``no_sync`` until the last micro-batch; ``spec.DEFAULT_SYNC``): plain
+``DDP`` means it, so only ``each`` is named."""
 NO_DIFFERENCE = "no difference beyond the spread"
 OVERLAP_NAME = {"default": " (overlap default)", "true": " (overlap on)", "false": " (overlap off)"}
 OVERLAP_WORDS = {
@@ -59,11 +73,28 @@ OVERLAP_WORDS = {
 
 
 def strategy_name(row: Mapping[str, Any]) -> str:
-    """``DDP``, ``ZeRO-3``, ``ZeRO-3+cpu`` (offload), with placement/bucket when given."""
+    """``DDP``, ``ZeRO-3``, ``ZeRO-3+cpu`` (offload), ``FSDP2 (reshard, sync each)``,
+    ``HSDP (no reshard, sync replicate_last)``, ``DDP (sync each)``: an FSDP2 strategy always
+    with its flavour (``reshard_after_forward``, ``grad_sync``), since each sends different
+    bytes; DDP with its ``grad_sync`` where it is not DDP's own (``DDP_DEFAULT_SYNC``)."""
     s = str(row["strategy"])
-    name = "DDP" if s == "ddp" else s.upper().replace("ZERO", "ZeRO-")
+    name = FSDP2_NAMES.get(s) or ("DDP" if s == "ddp" else s.upper().replace("ZERO", "ZeRO-"))
     off = row.get("offload")
-    return name if off in (None, "none") else f"{name}+{off}"
+    name = name if off in (None, "none") else f"{name}+{off}"
+    flavour = _flavour(row)
+    return f"{name} ({', '.join(flavour)})" if flavour else name
+
+
+def _flavour(row: Mapping[str, Any]) -> list[str]:
+    """The words that name a variant's sync flavour and FSDP2 reshard setting (``n/a`` where
+    the axis does not apply: ZeRO, and reshard for DDP)."""
+    s, sync, reshard = row["strategy"], row.get("grad_sync"), row.get("reshard_after_forward")
+    words = []
+    if s in FSDP2_NAMES and reshard not in (None, "n/a"):
+        words.append(RESHARD_WORDS.get(str(reshard).lower(), f"reshard {reshard}"))
+    if sync not in (None, "n/a") and (s in FSDP2_NAMES or sync != DDP_DEFAULT_SYNC):
+        words.append(f"sync {sync}")
+    return words
 
 
 @dataclass(frozen=True)
@@ -133,12 +164,18 @@ def _vary(rows: Sequence[Mapping[str, Any]]) -> set[str]:
     return vary
 
 
-def _series_order(row: Mapping[str, Any]) -> tuple:
+def _index(value: Any, order: Sequence[str]) -> int:
+    return order.index(value) if value in order else len(order)
+
+
+def series_order(row: Mapping[str, Any]) -> tuple:
     s, o = row["strategy"], str(row.get("overlap_comm"))
     return (
-        STRATEGY_ORDER.index(s) if s in STRATEGY_ORDER else 9,
+        _index(s, STRATEGY_ORDER),
         str(row.get("offload")),
-        list(OVERLAP_NAME).index(o) if o in OVERLAP_NAME else 9,
+        _index(o, list(OVERLAP_NAME)),
+        _index(str(row.get("reshard_after_forward")), list(RESHARD_WORDS)),
+        _index(row.get("grad_sync"), SYNC_ORDER),
     )
 
 
@@ -301,7 +338,7 @@ def build_headline(
     )
     out, kinds = [], set()
     for link in links:
-        link_rows = sorted((r for r in rows if r["link"] == link), key=_series_order)
+        link_rows = sorted((r for r in rows if r["link"] == link), key=series_order)
         base = link_rows[0]["baseline_link"]
         cells: dict[str, dict[int, Cell]] = {}
         for r in link_rows:
@@ -396,5 +433,5 @@ def extra_vs_predicted(
                 "ratio": measured / predicted if predicted else None,
             }
         )
-    out.sort(key=lambda r: (r["link"], _series_order(r), r["grad_accum"]))
+    out.sort(key=lambda r: (r["link"], series_order(r), r["grad_accum"]))
     return out

@@ -44,6 +44,8 @@ The package, one job per module, each importing only the ones before it:
 - ``draw``: matplotlib style and axis helpers; ``plots``: rows -> ``Figure`` or the reason it
   is not drawn; ``figures``: ``build_figures`` -> PNG bytes. Figures are drawn on
   ``matplotlib.figure.Figure`` with the Agg canvas, never pyplot: no global state, no display.
+- ``accumulation``: the runs that failed the accumulation check, in words (pure), for the
+  "Read with care" box, the runs needing attention and ``linksweep run``'s summary.
 - ``markup``: HTML tables and escaping; ``sections``: the report's sections; ``html``:
   ``render_html``, rows and PNG bytes -> the page.
 - ``baseline_view``: the "Compared with baseline" section and ``compared_with_baseline.png``

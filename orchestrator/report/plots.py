@@ -43,8 +43,7 @@ def plot_slowdown(sensitivity: list[dict], link_order: Sequence[str]) -> tuple[A
     if not rows:
         return None, (
             "No link slowdowns: they need at least two links, each with ok runs not flagged "
-            "throttled "
-            "of the same variant (strategy, offload, grad_accum, bucket, placement)."
+            "throttled of the same variant (strategy, offload, grad_accum, bucket, placement)."
         )
     import matplotlib
 
@@ -262,9 +261,10 @@ BytesByStrategy = dict[str, dict[int, dict[str, list[float]]]]
 
 
 def bytes_by_strategy(runs: list[dict]) -> BytesByStrategy:
-    """Measured and analytic collective bytes per optimizer step of the ok runs, by strategy
-    label and grad_accum (every link pooled)."""
+    """Measured and analytic bytes per optimizer step of the ok runs by grad_accum and label
+    (``fsdp sync=each reshard=false``: flavours that vary send their own bytes), links pooled."""
     by: BytesByStrategy = defaultdict(lambda: defaultdict(lambda: {"measured": [], "expected": []}))
+    vary = varying(runs, ("grad_sync", "reshard_after_forward"))
     for r in runs:
         if r.get("status") != "ok":
             continue
@@ -273,7 +273,7 @@ def bytes_by_strategy(runs: list[dict]) -> BytesByStrategy:
             ("expected_comm_bytes_per_step", "expected"),
         ):
             if r.get(col) is not None:
-                by[strategy_label(r)][r["grad_accum"]][kind].append(float(r[col]))
+                by[" ".join(series_key(r, vary))][r["grad_accum"]][kind].append(float(r[col]))
     return by
 
 
@@ -287,7 +287,7 @@ def plot_bytes_per_step(runs: list[dict]) -> tuple[Any | None, str]:
         )
     import matplotlib
 
-    series = sorted(by, key=lambda s: series_sort((s,)))
+    series = sorted(by, key=lambda s: series_sort(tuple(s.split(" "))))
     colors = color_map(series)
     all_y = [
         y for s in by.values() for v in s.values() for y in (v["measured"] + v["expected"]) if y > 0

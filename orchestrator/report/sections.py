@@ -1,7 +1,10 @@
 """The report's HTML sections: the classic link table, the runs needing attention, provenance.
 
 Each takes ``ReportData`` (plain rows) and returns an HTML fragment. Pure string functions.
-May import: reading, findings, fmt, labels, markup.
+A run that failed the accumulation check (``runs.accum_check``) is a line in the "Read with
+care" box and a table under the runs needing attention (``accumulation_html``); a sweep whose
+runs all passed gets neither.
+May import: reading, accumulation, findings, fmt, labels, markup.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from orchestrator.report.accumulation import accumulation_failures, accumulation_lines
 from orchestrator.report.findings import interval_note, interval_words, labelled, throttling
 from orchestrator.report.fmt import first_text_line, fmt_time_ci, fmt_value
 from orchestrator.report.labels import (
@@ -46,8 +50,15 @@ def _ratio_cell(s: dict | None, single_run: bool = False) -> str:
     return f"<td class='{cls}'>{s['slowdown']:.2f}×{esc(interval)}</td>"
 
 
-COMM_COLUMNS = ("bucket_mb", "overlap_comm", "ddp_grad_dtype")
-"""The variant columns that shape a strategy's communication, one table row key together."""
+COMM_COLUMNS = (
+    "bucket_mb",
+    "overlap_comm",
+    "ddp_grad_dtype",
+    "grad_sync",
+    "reshard_after_forward",
+)
+"""The variant columns that shape a strategy's communication, one table row key together (two
+FSDP2 flavours, or DDP with and without ``no_sync``, are two rows, never one)."""
 
 
 def _comm_key(row: dict) -> tuple:
@@ -177,15 +188,22 @@ def time_cell(v: dict | None) -> str:
     return f"<td class='num'>{esc(text)}</td>"
 
 
+STRATEGY_TITLES = {"ddp": "DDP", "fsdp": "FSDP2", "hsdp": "HSDP (FSDP2, replicate x shard)"}
+
+
 def strategy_title(strategy: str) -> str:
-    """``DDP``, ``ZeRO-3``, ..."""
-    return "DDP" if strategy == "ddp" else strategy.upper().replace("ZERO", "ZeRO-")
+    """``DDP``, ``ZeRO-3``, ``FSDP2``, ..."""
+    return STRATEGY_TITLES.get(strategy) or strategy.upper().replace("ZERO", "ZeRO-")
+
+
+RESHARD_FIXED = {"true": "reshard after forward", "false": "no reshard after forward"}
 
 
 def fixed_settings(vs: list[dict], vary: set[str]) -> list[str]:
     """What every variant of a strategy's table shares, worth a word under its title: offload,
-    bucket, a non-default overlap, bf16 gradients, placement, and what it sent (by collective
-    and dtype: bf16 DDP and bf16 ZeRO differ)."""
+    bucket, a non-default overlap, bf16 gradients, the sync flavour and FSDP2's reshard
+    setting, placement, and what it sent (by collective and dtype: bf16 DDP and bf16 ZeRO
+    differ)."""
     v0 = vs[0]
     fixed = (
         [f"offload {v0['offload']}"] if "offload" not in vary and v0["offload"] != "none" else []
@@ -195,6 +213,11 @@ def fixed_settings(vs: list[dict], vary: set[str]) -> list[str]:
         fixed += [f"overlap_comm {v0['overlap_comm']}"]
     if "ddp_grad_dtype" not in vary and v0.get("ddp_grad_dtype") == "bf16":
         fixed += [f"gradients all-reduced in {v0['ddp_grad_dtype']}"]
+    if "grad_sync" not in vary and v0.get("grad_sync") not in (None, "n/a"):
+        fixed += [f"grad_sync {v0['grad_sync']}"]
+    reshard = v0.get("reshard_after_forward")
+    if "reshard_after_forward" not in vary and reshard in RESHARD_FIXED:
+        fixed += [RESHARD_FIXED[reshard]]
     fixed += [f"placement {v0['placement']}"] if "placement" not in vary else []
     sent = dict.fromkeys(v["comm_dtypes"] for v in vs if v.get("comm_dtypes"))
     fixed += [f"sent {' or '.join(sent)}"] if sent else []
@@ -230,6 +253,7 @@ def attention(data: ReportData) -> list[str]:
         )
     if data.bench_failures:
         lines.append(f"{len(data.bench_failures)} link microbenchmark op(s) did not run ok.")
+    lines += [x.strip() for x in accumulation_lines(runs)]
     return lines
 
 
@@ -263,7 +287,33 @@ def attention_html(data: ReportData) -> str:
             "<h3>Link microbenchmark ops that did not run ok</h3>",
             html_table(data.bench_failures),
         ]
+    parts.append(accumulation_html(runs))
     return "".join(parts)
+
+
+def accumulation_html(runs: list[dict]) -> str:
+    """The runs that failed the accumulation check, one row per variant and verdict: what their
+    non-final micro-batches sent against what the strategy and its grad_sync promise (bytes by
+    op per optimizer step, rank 0). Empty when none failed."""
+    failures = accumulation_failures(runs)
+    if not failures:
+        return ""
+    trs = "".join(
+        f"<tr><td>{esc(f.variant)}</td><td class='num'>{f.grad_accum}</td>"
+        f"<td>{esc(', '.join(f.links))}</td><td>{esc(f.detail)}</td>"
+        f"<td><code>{esc(', '.join(f.run_ids))}</code></td></tr>"
+        for f in failures
+    )
+    return (
+        "<h3>Accumulation check failures</h3><p class='note'>Column <code>accum_check</code>: "
+        "per optimizer step, the bytes by collective that the non-final micro-batches of an "
+        "accumulation window sent (<code>non_final_bytes</code>) against what the strategy and "
+        "its grad_sync promise (<code>promised_non_final_bytes</code>). A failed run does not "
+        "measure the flavour it is named for.</p><div class='scroll'><table><thead><tr>"
+        "<th>strategy (flavour)</th><th>grad_accum</th><th>link</th>"
+        "<th>sent vs promised (non-final micro-batches)</th><th>run ids</th></tr></thead>"
+        f"<tbody>{trs}</tbody></table></div>"
+    )
 
 
 def _failed_runs_html(runs: list[dict]) -> str:

@@ -154,6 +154,15 @@ SENSITIVITY_TABLE = _q(
        FROM link_sensitivity WHERE sweep_id = $sweep_id
        ORDER BY strategy, offload, overlap_comm, grad_accum, placement, link""",
 )
+# The accumulation check of every run, for the end-of-run lines that name the failed ones
+# (``analysis.headline.accumulation_lines``: the count of runs checked needs them all).
+ACCUM_CHECKS = _q(
+    "accum_checks",
+    """SELECT run_id, seq, strategy, offload, grad_accum, bucket_mb, overlap_comm,
+              ddp_grad_dtype, grad_sync, reshard_after_forward, link, placement, accum_check,
+              non_final_bytes, promised_non_final_bytes
+       FROM runs WHERE sweep_id = $sweep_id ORDER BY seq""",
+)
 LINK_MISMATCHES = _q(
     "link_mismatches",
     """SELECT seq, link, link_class, effective_transport FROM runs
