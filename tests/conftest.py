@@ -101,6 +101,35 @@ def run_sweep(ray_cluster):
     return _run
 
 
+HUNG_RUN_TIMEOUT_S = 20
+"""The shared hung run's ``run_timeout_s``: a forked rank reaches its hang at step 1 in a few
+seconds on 2 busy cores, and its stack must show it there (``_maybe_fault``)."""
+
+
+@pytest.fixture(scope="session")
+def hung_sweep(run_sweep, tmp_path_factory):
+    """One sweep whose first run hangs (rank 0 blocks at step 1) and whose second is fine, forked
+    ranks: (exit code, database). Three tests read it (a hung run times out and is killed, its
+    error says so, every rank's stack is stored), so the suite waits out the timeout once, not
+    three times."""
+    spec = {
+        "name": "hung",
+        "model": "gpt2-tiny",
+        "dataset": "builtin",
+        "seq_len": 32,
+        "micro_batch_size": 2,
+        "steps": 3,
+        "warmup_steps": 1,
+        "repeats": 1,
+        "world_size": 2,
+        "launcher": "fork",
+        "run_timeout_s": HUNG_RUN_TIMEOUT_S,  # counted from the ranks' start
+        "links": {"hung": {"LINKSWEEP_INJECT_FAULT": "0:1:hang"}, "fine": {}},
+        "grid": {"strategy": ["ddp"], "grad_accum": [1], "placement": ["pack"]},
+    }
+    return run_sweep(tmp_path_factory.mktemp("hung-sweep"), spec)
+
+
 @pytest.fixture
 def write_sweep(tmp_path):
     """Write a small sweep file; keyword arguments override top-level keys."""

@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 
-import pytest
-
 from orchestrator.store import read_query
 
 TABLES = ("runs", "steps", "ranks", "comms", "transports", "telemetry", "run_phases")
@@ -106,18 +104,15 @@ def test_forked_rank_env_is_exactly_the_launchers_plus_the_runs(ray_cluster):
     assert "LS_LINK_A" not in second and "NCCL_P2P_DISABLE" not in second
 
 
-@pytest.mark.parametrize("launcher", ["fork"])
-def test_a_hung_forked_rank_times_out_and_is_killed(run_sweep, tmp_path, launcher):
-    spec = _spec(
-        launcher,
-        links={"hung": {"LINKSWEEP_INJECT_FAULT": "0:1:hang"}, "fine": {}},
-        run_timeout_s=25,  # counted from the ranks' start (the fork server is warmed before)
-    )
-    code, db = run_sweep(tmp_path, spec)
-    runs = q(db, "SELECT link, status, error FROM runs ORDER BY seq")
+def test_a_hung_forked_rank_times_out_and_is_killed(hung_sweep):
+    """The session's hung sweep (tests/conftest.py): forked ranks, rank 0 hangs in the first
+    run; the run times out, its ranks are killed, and the next run on the same launcher is fine."""
+    code, db = hung_sweep
+    runs = q(db, "SELECT link, status, error, launcher FROM runs ORDER BY seq")
     assert code == 1
     assert runs[0][:2] == ("hung", "failed") and "timed out" in runs[0][2]
     assert runs[1][:2] == ("fine", "ok")
+    assert {r[3] for r in runs} == {"fork"}
 
 
 def test_forked_rank_0_progress_reaches_the_driver_through_its_launcher(ray_cluster, tmp_path):

@@ -397,13 +397,17 @@ def test_query_during_a_running_sweep_sees_runs_grow(ray_cluster, write_sweep, t
     assert counts == sorted(counts)  # never goes back
 
 
-def test_hung_rank_stores_every_ranks_stack(ray_cluster, write_sweep, tmp_path):
-    path = write_sweep(links={"hang": {"LINKSWEEP_INJECT_FAULT": "0:1:hang"}}, run_timeout_s=20)
-    db = tmp_path / "r.duckdb"
-    assert main(["run", path, "--db", str(db)]) == 1
-    ((status, error),) = q(db, "SELECT status, error FROM runs")
-    assert status == "failed" and "timed out after 20 s" in error
-    diag = q(db, "SELECT rank, pid, python_stack, error FROM diagnostics ORDER BY rank")
+def test_hung_rank_stores_every_ranks_stack(hung_sweep):
+    """The session's hung sweep (tests/conftest.py): every rank's stack of the hung run."""
+    code, db = hung_sweep
+    assert code == 1
+    ((run_id, status, error),) = q(db, "SELECT run_id, status, error FROM runs WHERE link = 'hung'")
+    assert status == "failed" and "timed out after" in error
+    diag = q(
+        db,
+        "SELECT rank, pid, python_stack, error FROM diagnostics "
+        f"WHERE run_id = '{run_id}' ORDER BY rank",
+    )
     assert [d[0] for d in diag] == [0, 1]
     for rank, pid, stack, why in diag:
         assert pid > 0 and stack, (rank, why)

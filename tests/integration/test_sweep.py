@@ -9,6 +9,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.store import read_query
+from tests.conftest import HUNG_RUN_TIMEOUT_S
 
 
 def q(db, sql):
@@ -135,15 +136,14 @@ def test_failed_run_is_stored_and_sweep_goes_on(ray_cluster, write_sweep, tmp_pa
     assert (n_runs, n_excl, med) == (1, 1, None)
 
 
-def test_hung_run_times_out(ray_cluster, write_sweep, tmp_path):
-    path = write_sweep(
-        links={"hang": {"LINKSWEEP_INJECT_FAULT": "0:1:hang"}},
-        run_timeout_s=25,
-    )
-    db = tmp_path / "r.duckdb"
-    assert main(["run", path, "--db", str(db)]) == 1
-    ((status, error),) = q(db, "SELECT status, error FROM runs")
-    assert status == "failed" and "timed out after 25 s" in error
+def test_hung_run_times_out(hung_sweep):
+    """The session's hung sweep (tests/conftest.py): the sweep exits 1, the hung run is failed
+    with the timeout in its error, and the sweep went on to its next run."""
+    code, db = hung_sweep
+    assert code == 1
+    rows = q(db, "SELECT link, status, error FROM runs ORDER BY seq")
+    assert [(link, status) for link, status, _ in rows] == [("hung", "failed"), ("fine", "ok")]
+    assert f"timed out after {HUNG_RUN_TIMEOUT_S} s" in rows[0][2]
 
 
 def test_impossible_placement_rejected_before_anything(ray_cluster, write_sweep, tmp_path, capsys):
