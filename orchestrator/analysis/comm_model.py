@@ -265,9 +265,11 @@ DDP_GRAD_BYTES = {"fp32": 4, "bf16": 2}
 """``ddp_grad_dtype`` -> bytes per gradient element DDP all-reduces."""
 
 
-def _zero_bytes_per_param(precision: str, ds_config: dict) -> int | None:
-    """Bytes per element DeepSpeed communicates in: its communication_data_type if set, else the
-    model's dtype (bf16 models reduce and gather in bf16). None when we cannot tell."""
+def zero_bytes_per_param(precision: str, ds_config: dict) -> int | None:
+    """Bytes per element DeepSpeed reduces gradients in: its communication_data_type if set, else
+    the model's dtype (bf16 models reduce and gather in bf16). None when we cannot tell. (ZeRO
+    gathers parameters in their own dtype, the model's, whatever communication_data_type says:
+    ``partition_parameters.py`` ``get_allgather_dtype``.)"""
     cdt = ds_config.get("communication_data_type")
     if cdt is None:
         return 2 if precision == "bf16" else 4
@@ -283,6 +285,13 @@ def _zero3_gathers(zero: dict, n_params: int) -> tuple[float | None, str]:
             "elements whole on every rank (never gathered); which parameters that covers "
             "depends on their shapes, which this model does not track: measured bytes only"
         )
+    return zero3_reuse_gathers(zero, n_params)
+
+
+def zero3_reuse_gathers(zero: dict, n_params: int) -> tuple[float | None, str]:
+    """How often ZeRO-3 gathers each parameter it does not keep whole, per micro-step, from the
+    reuse distance and the prefetch bucket: 1 when either covers the model (``n_params``
+    elements), 2 with no reuse (the textbook schedule), None in between."""
     reuse = int(zero.get("stage3_max_reuse_distance") or 0)
     prefetch = int(zero.get("stage3_prefetch_bucket_size") or 0)
     if reuse >= n_params or prefetch >= n_params:
@@ -339,7 +348,7 @@ def run_expectation(
     if not ds_config:
         return None, "no effective DeepSpeed config was reported for this run"
     zero = ds_config.get("zero_optimization") or {}
-    bytes_per_param = _zero_bytes_per_param(precision, ds_config)
+    bytes_per_param = zero_bytes_per_param(precision, ds_config)
     if bytes_per_param is None:
         cdt = ds_config.get("communication_data_type")
         return None, f"communication_data_type={cdt!r}: unknown element size"
@@ -403,21 +412,22 @@ def accumulation_verdict(
     promised: dict[str, int] | None,
     grad_accum: int,
     ignore: tuple[str, ...] = (),
+    unpromised_why: str = "no promise known for this strategy",
 ) -> str | None:
     """Did gradient accumulation skip what the strategy and its flavour promise? Compares the
     bytes by op that an accumulation window's non-final micro-batches sent (``measured``, per
     optimizer step) with the promise, exactly, op by op (``ignore``: ops outside the promise).
 
     None: nothing measured (no profiled pass). ``n/a: ...`` at grad_accum 1 (no non-final
-    micro-batch); ``unchecked: ...`` where no promise is known; else ``ok`` or ``fail: <op>
-    sent X B, promised Y B; ...``.
+    micro-batch); ``unchecked: <unpromised_why>`` where no promise is known; else ``ok`` or
+    ``fail: <op> sent X B, promised Y B; ...``.
     """
     if measured is None:
         return None
     if grad_accum < 2:
         return "n/a: grad_accum 1 has no non-final micro-batch"
     if promised is None:
-        return "unchecked: no promise known for this strategy"
+        return f"unchecked: {unpromised_why}"
     got = {op: b for op, b in measured.items() if b and op not in ignore}
     want = {op: b for op, b in promised.items() if b}
     if got == want:

@@ -8,7 +8,7 @@ expected volumes from ``comm_model`` (FSDP2's from ``fsdp_theory``), transports 
 
 One job: a run's (or a link microbenchmark's) result as the rows of every table it fills.
 
-May import: orchestrator.analysis.comm_model, orchestrator.analysis.flops, orchestrator.analysis.fsdp_theory, orchestrator.topology.nccl_log, planner, spec, orchestrator.analysis.stats, orchestrator.topology.matrix,
+May import: orchestrator.analysis.comm_model, orchestrator.analysis.flops, orchestrator.analysis.fsdp_theory, orchestrator.analysis.zero_promise, orchestrator.topology.nccl_log, planner, spec, orchestrator.analysis.stats, orchestrator.topology.matrix,
 orchestrator.raycluster.result, workloads.contract, workloads.model, workloads.telemetry.
 """
 
@@ -20,7 +20,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from orchestrator.analysis import comm_model, flops, fsdp_theory, stats
+from orchestrator.analysis import comm_model, flops, fsdp_theory, stats, zero_promise
 from orchestrator.raycluster.result import RunResult
 from orchestrator.sweep.planner import PlannedRun
 from orchestrator.sweep.spec import SweepSpec
@@ -282,11 +282,12 @@ def _accumulation_facts(spec: SweepSpec, v, trained) -> dict:
 
     Promises: DDP ``last`` nothing (``no_sync``), ``each`` one all-reduce of every gradient per
     micro-batch; DDP's broadcasts are outside it (rebuilding its buckets after the first step
-    broadcasts a few bytes in a micro-batch). FSDP2: ``fsdp_theory``'s non-final bytes. ZeRO: no
-    promise yet (unchecked)."""
+    broadcasts a few bytes in a micro-batch). FSDP2: ``fsdp_theory``'s non-final bytes. ZeRO:
+    ``zero_promise``'s, from the run's effective DeepSpeed config; where it has none the verdict
+    says why (``unchecked: ...``)."""
     rank0 = _rank0(trained) if trained else None
     measured = rank0.non_final_bytes if rank0 else None
-    promised, ignore = None, ()
+    promised, ignore, why = None, (), "no promise known for this strategy"
     if rank0 is not None and v.strategy == "ddp":
         per_micro = rank0.n_params * comm_model.DDP_GRAD_BYTES[v.ddp_grad_dtype]
         each = {"all_reduce": (v.grad_accum - 1) * per_micro}
@@ -294,12 +295,32 @@ def _accumulation_facts(spec: SweepSpec, v, trained) -> dict:
     elif v.strategy in fsdp_theory.FSDP_STRATEGIES:
         exp, _ = _fsdp_expectation(spec, v)
         promised = dict(exp.non_final) if exp else None
-    verdict = comm_model.accumulation_verdict(measured, promised, v.grad_accum, ignore)
+    elif rank0 is not None and v.strategy in zero_promise.ZERO_STRATEGIES:
+        promised, why = _zero_promise(spec, v, rank0)
+    verdict = comm_model.accumulation_verdict(measured, promised, v.grad_accum, ignore, why)
     return {
         "non_final_bytes": measured,
         "promised_non_final_bytes": promised,
         "accum_check": verdict,
     }
+
+
+def _zero_promise(spec: SweepSpec, v, rank0: TrainingRecord) -> tuple[dict | None, str]:
+    """``zero_promise.non_final_promise`` for a ZeRO run: its stage, the spec's ranks and
+    precision, rank 0's effective DeepSpeed config and the model's parameter shapes."""
+    try:
+        numels = zero_promise.gpt2_param_numels(spec.model)
+    except ValueError as exc:
+        return None, f"no parameter shapes for this model: {exc}"
+    return zero_promise.non_final_promise(
+        v.strategy,
+        v.grad_accum,
+        spec.world_size,
+        spec.precision,
+        rank0.ds_config,
+        numels,
+        rank0.n_params,
+    )
 
 
 def _rank0(trained: list[tuple[int, TrainingRecord]]) -> TrainingRecord:
