@@ -4,7 +4,8 @@ Each takes ``ReportData`` (plain rows) and returns an HTML fragment. Pure string
 A run that failed the accumulation check (``runs.accum_check``) is a line in the "Read with
 care" box and a table under the runs needing attention (``accumulation_html``); a sweep whose
 runs all passed gets neither.
-May import: reading, accumulation, findings, fmt, labels, markup.
+May import: reading, accumulation, findings, fmt, labels, markup,
+orchestrator.analysis.headline.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from orchestrator.analysis.headline import DDP_DEFAULT_SYNC
 from orchestrator.report.accumulation import accumulation_failures, accumulation_lines
 from orchestrator.report.findings import interval_note, interval_words, labelled, throttling
 from orchestrator.report.fmt import first_text_line, fmt_time_ci, fmt_value
@@ -213,8 +215,10 @@ def fixed_settings(vs: list[dict], vary: set[str]) -> list[str]:
         fixed += [f"overlap_comm {v0['overlap_comm']}"]
     if "ddp_grad_dtype" not in vary and v0.get("ddp_grad_dtype") == "bf16":
         fixed += [f"gradients all-reduced in {v0['ddp_grad_dtype']}"]
-    if "grad_sync" not in vary and v0.get("grad_sync") not in (None, "n/a"):
-        fixed += [f"grad_sync {v0['grad_sync']}"]
+    sync = v0.get("grad_sync")
+    implied = v0.get("strategy") == "ddp" and sync == DDP_DEFAULT_SYNC  # as in the headline
+    if "grad_sync" not in vary and sync not in (None, "n/a") and not implied:
+        fixed += [f"grad_sync {sync}"]
     reshard = v0.get("reshard_after_forward")
     if "reshard_after_forward" not in vary and reshard in RESHARD_FIXED:
         fixed += [RESHARD_FIXED[reshard]]

@@ -134,7 +134,7 @@ def test_classic_tables_keep_fsdp2_flavours_apart():
     assert "<td>true</td>" in fsdp and "<td>false</td>" in fsdp  # two rows, not one
     assert fsdp.count("<tr><td>") == 2
     assert "3.00 s" in fsdp and "2.00 s" in fsdp
-    assert ddp.startswith("DDP <small>(bucket 25 MB, grad_sync last, placement pack")
+    assert ddp.startswith("DDP <small>(bucket 25 MB, placement pack")  # its own no_sync
     assert strategy_title("fsdp") == "FSDP2" and strategy_title("hsdp").startswith("HSDP")
 
 
@@ -144,6 +144,12 @@ def test_fixed_settings_name_the_flavour():
         "bucket 25 MB",
         "grad_sync last",
         "no reshard after forward",
+        "placement pack",
+    ]
+    ddp_each = KEY | DDP_LAST | {"grad_sync": "each", "comm_dtypes": None}
+    assert fixed_settings([ddp_each], set()) == ["bucket 25 MB", "grad_sync each", "placement pack"]
+    assert fixed_settings([KEY | DDP_LAST | {"comm_dtypes": None}], set()) == [
+        "bucket 25 MB",
         "placement pack",
     ]
     assert fixed_settings([KEY | ZERO3 | {"comm_dtypes": None}], set()) == [
