@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from orchestrator.analysis.headline import DDP_DEFAULT_SYNC
+from orchestrator.analysis.headline import DDP_DEFAULT_SYNC, FSDP2_NAMES
 from orchestrator.report.accumulation import accumulation_failures, accumulation_lines
 from orchestrator.report.findings import interval_note, interval_words, labelled, throttling
 from orchestrator.report.fmt import first_text_line, fmt_time_ci, fmt_value
@@ -210,7 +210,10 @@ def fixed_settings(vs: list[dict], vary: set[str]) -> list[str]:
     fixed = (
         [f"offload {v0['offload']}"] if "offload" not in vary and v0["offload"] != "none" else []
     )
-    fixed += [f"bucket {v0['bucket_mb']} MB"] if "bucket_mb" not in vary else []
+    if (
+        "bucket_mb" not in vary and v0.get("strategy") not in FSDP2_NAMES
+    ):  # FSDP2 records bucket 0: it has none
+        fixed += [f"bucket {v0['bucket_mb']} MB"]
     if "overlap_comm" not in vary and v0.get("overlap_comm") not in (None, "default"):
         fixed += [f"overlap_comm {v0['overlap_comm']}"]
     if "ddp_grad_dtype" not in vary and v0.get("ddp_grad_dtype") == "bf16":

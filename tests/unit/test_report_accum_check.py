@@ -129,7 +129,7 @@ def test_classic_tables_keep_fsdp2_flavours_apart():
     ]
     html = classic_tables(_data(variants=variants))
     ddp, fsdp = html.split("<h3>")[1:3]
-    assert fsdp.startswith("FSDP2 <small>(bucket 25 MB, grad_sync each, placement pack,")
+    assert fsdp.startswith("FSDP2 <small>(grad_sync each, placement pack,")  # no bucket
     assert "<th>reshard_after_forward</th>" in fsdp
     assert "<td>true</td>" in fsdp and "<td>false</td>" in fsdp  # two rows, not one
     assert fsdp.count("<tr><td>") == 2
@@ -141,7 +141,6 @@ def test_classic_tables_keep_fsdp2_flavours_apart():
 def test_fixed_settings_name_the_flavour():
     v = KEY | FSDP_LAST | {"reshard_after_forward": "false", "comm_dtypes": None}
     assert fixed_settings([v], set()) == [
-        "bucket 25 MB",
         "grad_sync last",
         "no reshard after forward",
         "placement pack",
