@@ -155,7 +155,7 @@ SENSITIVITY_TABLE = _q(
        ORDER BY strategy, offload, overlap_comm, grad_accum, placement, link""",
 )
 # The accumulation check of every run, for the end-of-run lines that name the failed ones
-# (``analysis.headline.accumulation_lines``: the count of runs checked needs them all).
+# (``report.accumulation.accumulation_lines``: the count of runs checked needs them all).
 ACCUM_CHECKS = _q(
     "accum_checks",
     """SELECT run_id, seq, strategy, offload, grad_accum, bucket_mb, overlap_comm,
