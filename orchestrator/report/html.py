@@ -112,6 +112,7 @@ RUN_COLS = (
     "seq", *VARIANT_KEY, "repeat", "status", "n_steps", "median_step_time_s", "startup_s",
     "link_class", "effective_transport", "link_check", "throttled", "max_temp_c", "min_sm_clock_mhz",
     "comm_bytes_per_step", "peak_mem_bytes", "achieved_tflops_per_gpu", "mfu", "peak_source",
+    "accum_check",
 )  # fmt: skip
 
 

@@ -111,6 +111,8 @@ def test_report_says_it_in_the_box_and_under_runs_needing_attention():
     page = report.render_html(data, [])
     assert "<div class='warn'><b>Read with care</b>" in page
     assert "ACCUMULATION CHECK FAILED on 3 of 6 checked run(s)" in page
+    every_run = page.split("id='runs'")[1]
+    assert "<th>accum_check</th>" in every_run and "n/a: grad_accum 1 has no" in every_run
 
 
 def test_classic_tables_keep_fsdp2_flavours_apart():
