@@ -63,15 +63,19 @@ logger on 2 gloo ranks, tiny gpt2, fp32 and bf16, offload none and cpu):
   they were released), and gradients are reduced in every micro-step by
   ``__reduce_and_partition_ipg_grads`` -> ``__avg_scatter_grads`` -> ``reduce_scatter_coalesced``
   (``deepspeed/runtime/comm/coalesced_collectives.py``) -> ``reduce_scatter_tensor`` of the
-  padded flat bucket. No parameter all_gather after the step: each rank updates its own shard.
+  padded flat bucket. After the step each rank updates its own shard and only the persistent
+  parameters (``stage3_param_persistence_threshold``) are gathered whole again (``stage3.py``
+  ``_post_step``); with the threshold at 0 nothing is.
   Per step: grad_accum x (gathers x Psi all_gather + Psi reduce_scatter), where ``gathers`` is
   how many times each parameter is gathered per micro-step: 2 in the textbook schedule (forward
   and backward; our config sets ``stage3_max_reuse_distance: 0`` and
   ``stage3_param_persistence_threshold: 0`` for that). Measured: 1.73 on a 16 M-parameter model
-  with a 1 M-element prefetch bucket; exactly 1 when the prefetch bucket or the reuse distance
-  covers the whole model (DeepSpeed's prefetcher then marks every parameter as needed again and
-  releases nothing until the step ends) and also 1 with DeepSpeed's default reuse distance (1e9)
-  for any model under 1e9 parameters. Tied weights (gpt2's wte/lm_head) are gathered at each
+  with a 1 M-element prefetch bucket, 1 on gpt2-tiny (3.4 M) with a 262,144-element bucket and
+  no reuse (parameters the prefetcher fetched ahead are kept: ``__params_to_release``); exactly
+  1 when the prefetch bucket or the reuse distance covers the whole model (DeepSpeed's
+  prefetcher then marks every parameter as needed again and releases nothing until the step
+  ends) and also 1 with DeepSpeed's default reuse distance (1e9) for any model under 1e9
+  parameters. What the non-final micro-batches send exactly: ``zero_promise.py``. Tied weights (gpt2's wte/lm_head) are gathered at each
   use. So ``gathers`` is a parameter; the comms-logger profiled pass is the ground truth.
 
 Not modelled: scalar all_reduces (gradient norm: 4-8 bytes once per step; fp16 overflow flag),

@@ -30,7 +30,7 @@ What DeepSpeed does on a non-final micro-batch (``engine.backward`` then ``engin
   per non-final micro-batch ``n_params x`` the reduce dtype's bytes (``comm_model.
   zero_bytes_per_param``: communication_data_type, else the model's dtype), as ``all_reduce`` (or
   ``reduce``). CPU offload forces ``contiguous_gradients`` and changes where the reduced slice is
-  copied (``copy_grads_in_partition`` -> ``async_accumulate_grad_in_cpu_via_gpu``), not what is
+  copied (``copy_grads_in_partition``: local copies into the CPU buffers), not what is
   reduced. That is ``comm_model.expected_comm``'s ZeRO-2 all_reduce less its boundary share.
 - ZeRO-3 (``zero/stage3.py``, ``partition_parameters.py``, ``partitioned_param_coordinator.py``):
   every micro-batch reduce-scatters every gradient (hooks -> ``reduce_independent_p_g_buckets_
