@@ -112,10 +112,15 @@ def _grown(strategy: str, grad_accum: int, psi: int, world_size: int, gathers: f
     return {op: b - one.get(op, 0) for op, b in many.items() if b != one.get(op, 0)}
 
 
-def _zero3_unsupported(zero: dict, ds_config: dict) -> str | None:
+UNBOUNDED = 2**63 - 1
+"""DeepSpeed's default stage3_model_persistence_threshold (``sys.maxsize``): no model budget."""
+
+
+def _zero3_unsupported(zero: dict) -> str | None:
     """Why a ZeRO-3 config is outside the promise, or None."""
+    model_threshold = zero.get("stage3_model_persistence_threshold")
     checks = [
-        (int(zero.get("stage3_model_persistence_threshold") or 0) < 2**63 - 1,
+        (model_threshold is not None and int(model_threshold) < UNBOUNDED,
          "a finite stage3_model_persistence_threshold (which parameters persist then depends "
          "on DeepSpeed's per-partition budget)"),
         (bool(zero.get("stage3_use_all_reduce_for_fetch_params")),
@@ -184,7 +189,7 @@ def non_final_promise(
                 "(use_multi_rank_bucket_allreduce false)"
             )
         return grown, "ZeRO-2 all-reduces every gradient on every micro-batch"
-    why = _zero3_unsupported(zero, ds_config)
+    why = _zero3_unsupported(zero)
     if why is not None:
         return None, why
     gathers, gathers_why = zero3_reuse_gathers(zero, n_params)

@@ -116,6 +116,9 @@ def test_promise_grows_with_the_non_final_micro_batches_and_pads_per_parameter()
         "reduce_scatter": 3 * 4 * sum(padded(n, 3) for n in TINY),
     }
     assert _promise("zero1", 8, _eff(1))[0] == {}
+    bare = _eff(3)  # a config without the model threshold: DeepSpeed's default, unbounded
+    del bare["zero_optimization"]["stage3_model_persistence_threshold"]
+    assert _promise("zero3", 2, bare)[0] == _promise("zero3", 2, _eff(3))[0]
 
 
 def test_a_wrong_promise_or_a_planted_bug_fails_the_verdict():
@@ -144,11 +147,13 @@ def test_a_wrong_promise_or_a_planted_bug_fails_the_verdict():
         ("zero3", {"stage3_max_reuse_distance": 0, "stage3_prefetch_bucket_size": 262_144},
          "not certain"),
         ("zero3", {"stage3_model_persistence_threshold": 10**6}, "model_persistence"),
+        ("zero3", {"stage3_use_all_reduce_for_fetch_params": True}, "fetched by all_reduce"),
+        ("zero3", {"stage3_module_granularity_threshold": 1}, "leaf modules"),
+        ("zero3", {"mics_shard_size": 2}, "MiCS"),
         ("zero3", {"offload_param": {"device": "nvme"}}, "NVMe"),
         ("zero3", {"reduce_scatter": False}, "reduce_scatter false"),
         ("zero3", {"zero_quantized_gradients": True}, "quantized"),
         ("zero3", {"zero_hpz_partition_size": 2}, "hpZ"),
-        ("zero3", {"stage3_use_all_reduce_for_fetch_params": True}, "all_reduce"),
         ("zero2", {"zenflow": {"topk_ratio": 0.1}}, "ZenFlow"),
     ],
 )  # fmt: skip
