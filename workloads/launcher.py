@@ -20,7 +20,7 @@ its parent (``PR_SET_PDEATHSIG``). ``kill_run`` ends a run's ranks (timeout, fai
 A plain class; ``orchestrator/raycluster/launchers.py`` makes it a threaded actor (one thread per rank of a
 run on this node, plus ``kill_run``). Imports nothing from ``orchestrator``.
 
-May import: contract, cpu_policy, rank.
+May import: contract, cpu_policy, nccl_files, rank.
 """
 
 from __future__ import annotations
@@ -208,13 +208,29 @@ class Launcher:
             return [p.pid for p in self.running.get(run_id, [])]
 
     def kill_run(self, run_id: str) -> int:
-        """SIGKILL the run's live processes; returns how many there were."""
+        """SIGKILL the run's live processes and wait (5 s at most) until they are gone; returns
+        how many there were. Waits on each process's sentinel, not ``join``: the thread that
+        forked it (``call``) joins it, and the fork server's exit status is read once."""
         with self.lock:
             procs = list(self.running.pop(run_id, []))
         for p in procs:
             if p.is_alive():
                 p.kill()
+        deadline = time.monotonic() + 5
+        for p in procs:
+            multiprocessing.connection.wait([p.sentinel], max(0.0, deadline - time.monotonic()))
         return len(procs)
+
+    def collect_files(self, run_id: str):
+        """After the run: its processes on this node ended (:meth:`kill_run`, so no file is still
+        being written), then its NCCL logs read and its files removed
+        (``workloads.nccl_files.collect_run_files``), here, in this actor. A Ray task would do
+        the same in a worker started for it: 0.5 s a run on the embedded cluster, 2 s on the
+        emulated one (the nodes' idle workers are gone between runs)."""
+        from workloads.nccl_files import collect_run_files
+
+        self.kill_run(run_id)
+        return collect_run_files(run_id)
 
 
 def _death(proc) -> str:

@@ -39,6 +39,10 @@ class LauncherPool:
     def values(self):
         return self.actors.values()
 
+    def started(self, node_id: str):
+        """The node's launcher when this sweep started one there, else None (never starts one)."""
+        return self.actors.get(node_id)
+
 
 def start_launchers() -> LauncherPool:
     """The sweep's launchers (started lazily, per node); :func:`stop_launchers` ends them."""

@@ -242,7 +242,7 @@ def _tear_down(
         _kill_forked(launchers, run_id)
     for a in actors:
         ray.kill(a, no_restart=True)
-    collect_leftovers(run_id, _run_nodes(pg, result.placements), result)
+    collect_leftovers(run_id, _run_nodes(pg, result.placements), result, launchers)
     remove_placement_group(pg)
     result.driver_phases["teardown"] = time.perf_counter() - t_teardown
 
@@ -359,22 +359,28 @@ def _run_nodes(pg, placements: list) -> list[str]:
     return sorted({n for n in nodes if n})
 
 
-def collect_leftovers(run_id: str, node_ids: list[str], result: RunResult) -> None:
-    """After every run, on each node it used (a pinned task, ``workloads.nccl_files``): read the
-    NCCL logs no rank returned into ``result.nccl_logs`` (a failed or hung run returns no
-    record, so this is its only transport evidence) and remove the run's NCCL logs,
-    flight-recorder dumps and pipes, stack and pid files. Runs after the ranks were killed, so
-    no file is still being written. A node that does not answer is noted in
-    ``result.cleanup_errors``; it never fails the run."""
+def collect_leftovers(
+    run_id: str, node_ids: list[str], result: RunResult, launchers: LauncherPool | None = None
+) -> None:
+    """After every run, on each node it used (``workloads.nccl_files``): read the NCCL logs no
+    rank returned into ``result.nccl_logs`` (a failed or hung run returns no record, so this is
+    its only transport evidence) and remove the run's NCCL logs, flight-recorder dumps and
+    pipes, stack and pid files. Runs after the ranks were killed, so no file is still being
+    written. On a node with this sweep's launcher, the launcher does it (no worker to start: a
+    pinned task cost 0.5-2 s a run); elsewhere a pinned task. A node that does not answer is
+    noted in ``result.cleanup_errors``; it never fails the run."""
     from workloads.nccl_files import collect_run_files
 
     remote_collect = ray.remote(num_cpus=0, max_retries=0)(collect_run_files)
-    refs = {
-        n: remote_collect.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n, soft=False)
-        ).remote(run_id)
-        for n in node_ids
-    }
+    refs = {}
+    for n in node_ids:
+        launcher = launchers.started(n) if launchers is not None else None
+        if launcher is not None:
+            refs[n] = launcher.collect_files.remote(run_id)
+        else:
+            refs[n] = remote_collect.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n, soft=False)
+            ).remote(run_id)
     for node, ref in refs.items():
         try:
             got = ray.get(ref, timeout=LEFTOVERS_TIMEOUT_S)
