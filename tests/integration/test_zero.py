@@ -143,6 +143,23 @@ def test_zero3_bytes_grow_with_grad_accum(comm_sweep):
     assert abs(m1 / e1 - 1) <= 0.10 and abs(m4 / e4 - 1) <= 0.10
 
 
+def test_accumulation_check_ok_at_grad_accum_4_with_the_serialized_preset(comm_sweep):
+    """ZeRO-3 with nothing persistent and a prefetch bucket over the model: each of the three
+    non-final micro-batches gathers and reduce-scatters every parameter once (``zero_promise``);
+    DDP's no_sync sends nothing."""
+    import json
+
+    rows = q(
+        comm_sweep,
+        "SELECT strategy, accum_check, non_final_bytes FROM runs WHERE grad_accum = 4 "
+        "ORDER BY strategy",
+    )
+    (_, ddp_check, _), (_, zero3_check, zero3_sent) = rows
+    psi = 3382080 * 4
+    assert (ddp_check, zero3_check) == ("ok", "ok")
+    assert json.loads(zero3_sent) == {"all_gather": 3 * psi, "reduce_scatter": 3 * psi}
+
+
 def test_comms_table_rows(comm_sweep):
     rows = q(
         comm_sweep,
