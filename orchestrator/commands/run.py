@@ -6,8 +6,8 @@ file's ``exclude_nodes``.
 
 May import: sweeping, orchestrator.cli_help, orchestrator.errors, orchestrator.sweep.exclusions,
 orchestrator.analysis.headline,
-orchestrator.analysis.links, orchestrator.sweep.ledger, orchestrator.sweep.resume, orchestrator.store,
-orchestrator.sweep.execute, orchestrator.ui.
+orchestrator.analysis.links, orchestrator.report.accumulation, orchestrator.sweep.ledger,
+orchestrator.sweep.resume, orchestrator.store, orchestrator.sweep.execute, orchestrator.ui.
 """
 
 from __future__ import annotations
@@ -207,6 +207,10 @@ def _print_summary(store: TableStore, sweep_id: str) -> None:
         )
     print(f"telemetry: {throttling}", file=sys.stderr)
     _print_headline(store, sweep_id)
+    from orchestrator.report.accumulation import accumulation_lines
+
+    for line in accumulation_lines(store.rows(Q.ACCUM_CHECKS, sweep_id=sweep_id)):
+        print(line, file=sys.stderr)
 
 
 def _print_headline(store: TableStore, sweep_id: str) -> None:

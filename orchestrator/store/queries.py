@@ -140,19 +140,23 @@ REPORT_LINK_MODEL_CHECK = _q(
 # --- `linksweep run` summary ----------------------------------------------------------------
 VARIANT_SUMMARY_TABLE = _q(
     "variant_summary_table",
-    """SELECT strategy, offload, overlap_comm AS overlap, grad_accum AS ga, link, placement,
-              n_runs, n_excluded AS excl, median_step_time_s AS step_s, ci_low_s, ci_high_s,
+    """SELECT strategy, offload, overlap_comm AS overlap, grad_sync AS sync,
+              reshard_after_forward AS reshard, grad_accum AS ga, link, placement, n_runs,
+              n_excluded AS excl, median_step_time_s AS step_s, ci_low_s, ci_high_s,
               interval_kind, samples_per_s, tokens_per_s, comm_bytes_per_step AS comm_B_per_step,
               achieved_tflops_per_gpu AS tflops_per_gpu, mfu
        FROM variant_summary WHERE sweep_id = $sweep_id
-       ORDER BY strategy, offload, overlap_comm, grad_accum, link, placement""",
+       ORDER BY strategy, offload, overlap_comm, grad_sync, reshard_after_forward, grad_accum,
+                link, placement""",
 )
 SENSITIVITY_TABLE = _q(
     "sensitivity_table",
-    """SELECT strategy, offload, overlap_comm AS overlap, grad_accum AS ga, placement, link,
+    """SELECT strategy, offload, overlap_comm AS overlap, grad_sync AS sync,
+              reshard_after_forward AS reshard, grad_accum AS ga, placement, link,
               baseline_link, slowdown, ci_low, ci_high, interval_kind
        FROM link_sensitivity WHERE sweep_id = $sweep_id
-       ORDER BY strategy, offload, overlap_comm, grad_accum, placement, link""",
+       ORDER BY strategy, offload, overlap_comm, grad_sync, reshard_after_forward, grad_accum,
+                placement, link""",
 )
 # The accumulation check of every run, for the end-of-run lines that name the failed ones
 # (``report.accumulation.accumulation_lines``: the count of runs checked needs them all).
