@@ -476,14 +476,21 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
 
 def hsdp_shard_size(spec: SweepSpec, v: Variant) -> int | None:
     """An hsdp run's shard group size: the variant's, else the spec's, else the ranks of one
-    node (pack: every rank, spread: one); None for every other strategy."""
+    node (pack: every rank); None for every other strategy. Spread without a size is refused
+    by the spec (a shard group of one rank shards nothing); a variant that reaches here so
+    raises ValueError rather than planning such a run."""
     if v.strategy != "hsdp":
         return None
     if v.hsdp_shard_size is not None:
         return v.hsdp_shard_size
     if spec.hsdp_shard_size is not None:
         return spec.hsdp_shard_size
-    return spec.world_size if v.placement == "pack" else 1
+    if v.placement != "pack":
+        raise ValueError(
+            f"hsdp_shard_size: required for hsdp placed {v.placement!r} (the ranks of one node "
+            "are one rank there); allowed: a divisor of world_size, or placement 'pack'"
+        )
+    return spec.world_size
 
 
 PG_TIMEOUT_MARGIN_S = 60.0

@@ -241,8 +241,10 @@ class SweepSpec(BaseModel):
     suspect nodes (``orchestrator/sweep/exclusions.py``)."""
     hsdp_shard_size: int | None = Field(default=None, ge=1)
     """hsdp: ranks per shard group (the replicate groups cross them); ``world_size`` must divide
-    by it. Default: the ranks of one node (placement pack: ``world_size``, one shard group;
-    spread: 1, every rank its own replica)."""
+    by it. Default: the ranks of one node (placement pack: ``world_size``, one shard group).
+    Required with placement spread: there the ranks of one node are one rank, a shard group of
+    one would shard nothing (every rank a whole replica, DDP by another name), so the sweep is
+    refused before anything runs rather than measuring that."""
     launcher: Literal["auto", "fork", "actors"] = "auto"
     """How ranks start. fork: a launcher actor per node per sweep forks each run's ranks from a
     fork server with torch/transformers/deepspeed imported (no imports paid per run); actors:
@@ -434,9 +436,19 @@ def _grad_sync_errors(g: Grid) -> list[str]:
 
 
 def _hsdp_errors(spec: SweepSpec) -> list[str]:
-    """hsdp_shard_size set without hsdp, or a world size it does not divide."""
+    """hsdp_shard_size set without hsdp, or a world size it does not divide; hsdp placed
+    spread without it (the default shard group, the ranks of one node, is then one rank)."""
     size = spec.hsdp_shard_size
+    divisors = [d for d in range(1, spec.world_size + 1) if spec.world_size % d == 0]
     if size is None:
+        if "hsdp" in spec.grid.strategy and "spread" in spec.grid.placement:
+            return [
+                "hsdp_shard_size: required for strategy hsdp with grid.placement 'spread': the "
+                "default shard group, the ranks of one node, is one rank when every rank has a "
+                "node of its own, so nothing would be sharded; allowed: hsdp_shard_size set "
+                f"(with world_size {spec.world_size}: {divisors}), or grid.placement 'pack' "
+                "alone"
+            ]
         return []
     if "hsdp" not in spec.grid.strategy:
         return [
@@ -446,7 +458,6 @@ def _hsdp_errors(spec: SweepSpec) -> list[str]:
     try:
         mesh_shape("hsdp", spec.world_size, size)
     except ValueError as exc:
-        divisors = [d for d in range(1, spec.world_size + 1) if spec.world_size % d == 0]
         return [f"hsdp_shard_size: {exc}; allowed with world_size {spec.world_size}: {divisors}"]
     return []
 

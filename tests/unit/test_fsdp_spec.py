@@ -82,17 +82,53 @@ def test_variant_built_by_hand_carries_n_a_and_defaults():
 
 
 def test_hsdp_shard_size_resolved_before_the_run():
-    spec = spec_of({"strategy": ["hsdp", "fsdp"], "placement": ["pack", "spread"]}, world_size=4)
+    spec = spec_of({"strategy": ["hsdp", "fsdp"], "placement": ["pack"]}, world_size=4)
     sizes = {(v.strategy, v.placement): hsdp_shard_size(spec, v) for v in expand_grid(spec)}
     assert sizes == {
         ("hsdp", "pack"): 4,  # one node holds every rank: one shard group
-        ("hsdp", "spread"): 1,  # one rank per node
         ("fsdp", "pack"): None,
-        ("fsdp", "spread"): None,
     }
     given = spec_of({"strategy": ["hsdp"]}, world_size=4, hsdp_shard_size=2)
     (v,) = expand_grid(given)
     assert run_config(given, v, "r").hsdp_shard_size == 2
+
+
+def test_hsdp_spread_with_a_shard_size_keeps_it():
+    spec = spec_of(
+        {"strategy": ["hsdp", "fsdp"], "placement": ["pack", "spread"]},
+        world_size=4,
+        hsdp_shard_size=2,
+    )
+    sizes = {(v.strategy, v.placement): hsdp_shard_size(spec, v) for v in expand_grid(spec)}
+    assert sizes == {
+        ("hsdp", "pack"): 2,
+        ("hsdp", "spread"): 2,  # shard groups across nodes, as the user asked
+        ("fsdp", "pack"): None,
+        ("fsdp", "spread"): None,
+    }
+
+
+@pytest.mark.parametrize("placement", [["spread"], ["pack", "spread"]])
+def test_hsdp_spread_without_a_shard_size_is_refused(placement):
+    """Spread puts one rank on each node, so the default shard group (the ranks of one node)
+    would be one rank: nothing sharded. Refused, naming the field and what is allowed."""
+    msg = errors_of({"strategy": ["hsdp"], "placement": placement}, world_size=4)
+    assert "hsdp_shard_size: required for strategy hsdp with grid.placement 'spread'" in msg
+    assert "allowed: hsdp_shard_size set (with world_size 4: [1, 2, 4])" in msg
+    assert "grid.placement 'pack' alone" in msg
+
+
+def test_fsdp_spread_needs_no_shard_size():
+    spec = spec_of({"strategy": ["fsdp"], "placement": ["spread"]}, world_size=2)
+    assert [v.placement for v in expand_grid(spec)] == ["spread"]
+
+
+def test_planner_never_plans_an_hsdp_group_of_one_rank_by_default():
+    """A variant built by hand, spread, with no size anywhere: the planner raises, it does not
+    resolve the default to one rank."""
+    spec = spec_of({"strategy": ["hsdp"]}, world_size=4)
+    with pytest.raises(ValueError, match="hsdp_shard_size: required for hsdp placed 'spread'"):
+        hsdp_shard_size(spec, Variant("hsdp", 1, "default", "spread"))
 
 
 def test_world_size_must_divide_by_the_shard_size():
@@ -165,4 +201,14 @@ def test_cli_refuses_before_anything_runs(tmp_path, capsys):
     db = tmp_path / "r.duckdb"
     assert main(["run", str(bad), "--db", str(db)]) == 2
     assert "hsdp_shard_size" in capsys.readouterr().err
+    assert not db.exists()
+
+
+def test_cli_refuses_hsdp_spread_without_a_shard_size(tmp_path, capsys):
+    bad = tmp_path / "spread.yaml"
+    bad.write_text("name: x\nworld_size: 2\ngrid: {strategy: [hsdp], placement: [spread]}\n")
+    db = tmp_path / "r.duckdb"
+    assert main(["run", str(bad), "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "hsdp_shard_size: required" in err and "[1, 2]" in err and "'pack'" in err
     assert not db.exists()
