@@ -3,14 +3,15 @@ the acceptance run for a node.
 
 One command runs doctor, the node probes (topo, NVML), one fleet check (``linksweep fleet`` on
 the default network, ``--pairs all``), and the selftest's sweeps (one rank, two ranks over DDP
-and ZeRO-1/2/3 at grad_accum 1 and 8, NVMe offload, a forced hang), each through the machinery
-``linksweep fleet`` and ``linksweep run`` use, into one folder:
+and ZeRO-1/2/3 at grad_accum 1 and 8, two ranks over FSDP2 at grad_accum 2, NVMe offload, a
+forced hang), each through the machinery ``linksweep fleet`` and ``linksweep run`` use, into
+one folder:
 
     checks.csv            check, result (pass | fail | not run), detail: one row per check
     results.duckdb        every run of every selftest sweep and the fleet check's rows
                           (fleet_* tables), for ``linksweep query --db``
     fleet.txt             the fleet check's summary: nodes, busbw, health notes, suspects
-    sweeps/*.yaml         the sweep files it ran (``orchestrator/selftest_plan.sweep_specs``)
+    sweeps/*.yaml         the sweep files it ran (``orchestrator/selftest/plan.py`` ``sweep_specs``)
     doctor.txt            ``linksweep doctor``'s output
     plan.txt              the plan it ran (what ``--dry-run`` prints): checks, nodes, time
     nodes.json            each node's probe report (topo text, NVML inventory, CUDA, versions)
@@ -59,10 +60,12 @@ from orchestrator.selftest import verdicts as verdict
 def add_parser(sub) -> None:
     s = sub.add_parser(
         "selftest",
-        help="acceptance run for a node: doctor, topo, fleet, training, ZeRO, NVMe, a forced hang",
+        help="acceptance run for a node: doctor, topo, fleet, training, ZeRO, FSDP2, NVMe, a "
+        "forced hang",
         description="Run doctor, the node probes, one fleet check (fleet.txt) and short sweeps "
         "(one rank; two ranks over DDP "
-        "and ZeRO-1/2/3 at grad_accum 1 and 8; NVMe offload; a forced hang) and write one "
+        "and ZeRO-1/2/3 at grad_accum 1 and 8; FSDP2 at grad_accum 2, its bytes against "
+        "theory and its accumulation check; NVMe offload; a forced hang) and write one "
         "folder: raw captures, the results database and checks.csv (check, pass|fail|not run, "
         "detail). Checks needing CUDA read 'not run: no CUDA' on a CPU machine.",
         epilog="exit codes: 0 every check that ran passed; 1 a check failed; 2 bad input "
@@ -80,7 +83,7 @@ def add_parser(sub) -> None:
         "--quick",
         action="store_true",
         help="one run of each kind (one rank; two ranks and two GPUs: zero3 at grad_accum 1; "
-        "NVMe; the hang) and no fleet check (default: every check)",
+        "FSDP2; NVMe; the hang) and no fleet check (default: every check)",
     )
     s.add_argument(
         "--dry-run",
@@ -338,7 +341,7 @@ def _run_sweep(out: Path, db: str, label: str, key: str, spec_dict: dict) -> ver
     print(f"selftest: sweep {path}", file=sys.stderr)
     try:
         spec = load_spec(str(path))
-        if any(s != "ddp" for s in spec.grid.strategy):
+        if any(s.startswith("zero") for s in spec.grid.strategy):
             from orchestrator.sweep.ds_check import check_deepspeed
 
             if problems := check_deepspeed(spec):

@@ -24,10 +24,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Needs = Literal["", "gpu", "cuda", "2 gpus"]
+Needs = Literal["", "gpu", "cuda", "2 gpus", "2 devices"]
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 GRAD_ACCUMS = (1, 8)  # the sync-frequency axis' two ends: DDP/ZeRO-1 sync once, ZeRO-2/3 each
 HANG_FAULT = "1:1:hang"  # rank 1 blocks at step 1 (workloads/train.py LINKSWEEP_INJECT_FAULT)
+FSDP2_GRID = {"strategy": "fsdp", "grad_accum": 2, "grad_sync": "last", "placement": "pack"}
+"""The FSDP2 check's one run: grad_accum 2, so the accumulation check has a non-final
+micro-batch to judge; ``grad_sync: last``, so that micro-batch goes through FSDP2's own switch
+(``set_requires_gradient_sync``) and must send all-gathers only (a sync switch that does
+nothing sends reduce-scatters there, and the check fails)."""
+FSDP2_SHARED_GPU_REFUSED = (
+    "FSDP2 needs 2 GPUs on one node: two ranks sharing one GPU (ranks_per_gpu: 2) is refused "
+    "for fsdp/hsdp"
+)
+"""Why the FSDP2 check is not run on a one-GPU node (``sweep/spec.py`` ``fsdp_errors`` refuses
+``ranks_per_gpu: 2`` with fsdp; ``test_selftest_plan`` checks the refusal still holds)."""
 QUICK_STRATEGY = "zero3"
 """``--quick``'s one two-rank (and two-GPU) run: ZeRO-3 at grad_accum 1 goes through DeepSpeed,
 its parameter gathers and the device DeepSpeed picks for each rank, so one run exercises most of
@@ -39,7 +50,9 @@ class Check:
     name: str
     needs: Needs
     """``gpu``: a GPU on some node (NVML or CUDA sees one); ``cuda``: a GPU that torch can use
-    and Ray offers on some node; ``2 gpus``: two such on one node."""
+    and Ray offers on some node; ``2 gpus``: two such on one node; ``2 devices``: a device per
+    rank for two ranks (CPU: two gloo ranks; GPU: two GPUs on one node, for a strategy that
+    refuses two ranks sharing one GPU)."""
     sweep: str | None
     """The sweep (a key of :func:`sweep_specs`) whose stored runs decide it; None: no sweep."""
     what: str
@@ -105,6 +118,14 @@ CHECKS: tuple[Check, ...] = (
         "2 gpus",
         "two_gpu",
         "DDP and ZeRO-1/2/3 at grad_accum 1 and 8 on two GPUs of one node, over NCCL",
+    ),
+    Check(
+        "fsdp2",
+        "2 devices",
+        "fsdp2",
+        "two ranks, FSDP2 (fsdp, grad_sync last) at grad_accum 2: ok; bytes per step equal "
+        "theory (runs.comm_bytes_per_step = expected); the accumulation check (runs.accum_check) "
+        "ok (CPU: gloo; GPU: two GPUs of one node, over NCCL)",
     ),
     Check(
         "nvme_offload",
@@ -229,8 +250,10 @@ def sweep_specs(
     :data:`CHECKS` names them. CPU: gpt2-tiny, fp32, seq 32, 2 timed steps (the whole selftest
     in a few minutes on 2 cores). GPU: gpt2 bf16 for figures that mean something; two ranks
     share one GPU (``ranks_per_gpu: 2``) for the rehearsal, and for the hang when no node has
-    two. ``n_gpus``: the most GPUs Ray offers on one CUDA node. ``quick``: one run per sweep
-    (:data:`QUICK_STRATEGY` at grad_accum 1). ``peak_tflops``: the GPU sweeps' MFU peak.
+    two. FSDP2's one run (:data:`FSDP2_GRID`) on two GPUs of one node, or gloo on CPU; none
+    where the most GPUs on a node is one (FSDP2 refuses two ranks on one GPU). ``n_gpus``: the
+    most GPUs Ray offers on one CUDA node. ``quick``: one run per sweep (:data:`QUICK_STRATEGY`
+    at grad_accum 1 for the two-rank sweeps). ``peak_tflops``: the GPU sweeps' MFU peak.
     ``bf16``: the GPUs compute bf16 in hardware (else the GPU sweeps train in fp32)."""
     base = _base(cuda, bf16)
     if cuda and peak_tflops is not None:
@@ -252,6 +275,8 @@ def sweep_specs(
     }
     if cuda and n_gpus >= 2:
         out["two_gpu"] = spec("two_gpu", world_size=2, grid=every)
+    if not cuda or n_gpus >= 2:  # FSDP2 refuses ranks_per_gpu 2: no one-GPU rehearsal
+        out["fsdp2"] = spec("fsdp2", world_size=2, grid=dict(FSDP2_GRID))
     nvme_grid = {"strategy": "zero3", "offload": "nvme", "grad_accum": 1}
     nvme_timeout = run_timeout_for({**base, "grid": nvme_grid}) + AIO_BUILD_S
     out["nvme"] = spec("nvme", world_size=1, run_timeout_s=nvme_timeout, grid=nvme_grid)
@@ -372,6 +397,8 @@ def _why_lacking(needs: Needs, nodes: Sequence[NodeFacts], n_gpus: int) -> str |
                 "there: start Ray with --num-gpus)"
             )
         return "no CUDA"
+    if needs == "2 devices" and n_gpus == 1:
+        return f"{FSDP2_SHARED_GPU_REFUSED}; {n_gpus} GPU offered by Ray on the node with most"
     if needs == "2 gpus" and n_gpus < 2:
         why = f"{n_gpus} GPU offered by Ray on the node with most; needs 2 on one node"
         capped = [n for n in nodes if n.usable_gpus and len(n.gpu_names) > n.usable_gpus]
@@ -400,8 +427,8 @@ def plan_selftest(
 
     ``nodes``: one :class:`NodeFacts` per alive Ray node. ``quick``: one run per sweep
     (``QUICK_STRATEGY`` at grad_accum 1 for the two-rank kinds; one of each kind: one rank, two
-    ranks, two GPUs, NVMe, hang) and no fleet check. ``peak_tflops``: MFU's peak for the GPU
-    sweeps (for GPUs the peak table lacks)."""
+    ranks, two GPUs, FSDP2, NVMe, hang) and no fleet check. ``peak_tflops``: MFU's peak for the
+    GPU sweeps (for GPUs the peak table lacks)."""
     if peak_tflops is not None and not peak_tflops > 0:
         raise ValueError(f"peak_tflops: {peak_tflops!r}; allowed: a number of TFLOP/s above 0")
     n_gpus = max((n.usable_gpus for n in nodes), default=0)

@@ -36,7 +36,8 @@ RUNS_SQL = """
 SELECT s.name AS sweep, r.run_id, r.strategy, r.grad_accum, r.offload, r.world_size,
        r.status, r.error, r.backend, r.n_steps, r.tokens_per_s, r.mfu, r.peak_tflops,
        r.peak_source, r.peak_mem_bytes, r.telemetry, r.link_class, r.ranks_per_gpu,
-       r.nvme_swap_files, r.gpu_name, r.effective_transport, r.nccl_version
+       r.nvme_swap_files, r.gpu_name, r.effective_transport, r.nccl_version, r.grad_sync,
+       r.comm_bytes_per_step, r.expected_comm_bytes_per_step, r.comm_note, r.accum_check
 FROM runs r JOIN sweeps s USING (sweep_id)
 ORDER BY s.name, r.seq
 """
@@ -270,6 +271,44 @@ def _two_gpu(i: Inputs) -> Decision:
     return _result(problems, f"{len(i.runs)} runs, transports {', '.join(transports)}")
 
 
+def _fsdp2_problems(r: dict, gpu: bool) -> list[str]:
+    """One FSDP2 run's problems beyond training: the backend the mode needs, a grad_accum the
+    accumulation check can judge, the bytes per step against theory, the check's verdict."""
+    name = f"{r['strategy']} grad_accum {r['grad_accum']}"
+    problems = []
+    if gpu and r["backend"] != "nccl":
+        problems.append(f"{name}: backend {r['backend']}, expected nccl")
+    if r["grad_accum"] < 2:
+        problems.append(f"{name}: grad_accum below 2 has no non-final micro-batch to check")
+    measured, expected = r["comm_bytes_per_step"], r["expected_comm_bytes_per_step"]
+    if measured is None or expected is None:
+        problems.append(
+            f"{name}: bytes per step measured {_n(measured)}, expected {_n(expected)} "
+            f"({r['comm_note'] or 'no note'})"
+        )
+    elif measured != expected:
+        problems.append(f"{name}: {measured:.0f} B per step sent, theory {expected:.0f} B")
+    if r["accum_check"] != "ok":
+        problems.append(f"{name}: accumulation check {r['accum_check'] or 'not stored'}")
+    return problems
+
+
+def _fsdp2(i: Inputs) -> Decision:
+    """Pass: the run trained, sent per step exactly the bytes ``fsdp_theory`` expects, and its
+    non-final micro-batches sent what FSDP2's sync flavour promises (``accum_check`` ok)."""
+    problems = _trained(i.runs) + _missing(i.runs, i.expected)
+    for r in i.runs:
+        if r["status"] == "ok":
+            problems += _fsdp2_problems(r, i.plan.mode == "gpu")
+    figures = [
+        f"{r['strategy']} sync {r['grad_sync']} ga {r['grad_accum']}: "
+        f"{_n(r['comm_bytes_per_step'])} B per step = theory, accum_check {r['accum_check']}, "
+        f"{_n(r['tokens_per_s'])} tokens/s ({r['backend']})"
+        for r in i.runs
+    ]
+    return _result(problems, ", ".join(figures))
+
+
 def _nvme_offload(i: Inputs) -> Decision:
     problems = _trained(i.runs) + _missing(i.runs, i.expected)
     problems += [
@@ -320,6 +359,7 @@ DECIDERS: dict[str, Callable[[Inputs], Decision]] = {
     },  # fmt: skip
     "rehearsal_shared_gpu": _rehearsal_shared_gpu,
     "two_gpu": _two_gpu,
+    "fsdp2": _fsdp2,
     "nvme_offload": _nvme_offload,
     "hang": _hang,
     "hang_flight_recorder": _hang_flight_recorder,

@@ -20,7 +20,9 @@ between them is linksweep's real code. The boundaries, and nothing else:
 - Ray: ``ray.nodes()`` (what ``raycluster.nodes.alive_nodes`` reads), tasks pinned to a node
   (``ray.remote`` / ``wait`` / ``get`` run the function with that node's view installed),
   ``ray.get_gpu_ids`` and the runtime context of a rank;
-- what building DeepSpeed's async_io reads (``CUDA_HOME``, ninja, DeepSpeed's libaio probe).
+- what building DeepSpeed's async_io reads (``CUDA_HOME``, ninja, DeepSpeed's libaio probe);
+- the world process group FSDP2's ``DeviceMesh`` asks for (:func:`fsdp2_device`): its device
+  choice itself is torch's own code, run against the node's CUDA view.
 
 Ray is reached through the module object ``orchestrator.raycluster.nodes`` already imported;
 unit tests never start it.
@@ -394,6 +396,57 @@ def installed(profile: Profile, mp, tmp: Path):
         yield cluster
     finally:
         torch.set_num_threads(threads)
+
+
+# -- FSDP2's device ---------------------------------------------------------------------------
+
+
+def fsdp2_device(world_size: int, rank: int, device_type: str, cuda_initialized: bool) -> str:
+    """The device FSDP2's ``init_device_mesh`` leaves this process on, in its environment now:
+    torch 2.13's real ``DeviceMesh._setup_world_group_and_device`` (``device_mesh.py``), with
+    only the world group faked (initialised, ``world_size`` ranks, this ``rank``, NCCL).
+
+    Its rule: where CUDA is initialised already it keeps the current device; else it calls
+    ``set_device(int(LOCAL_RANK))``; without LOCAL_RANK, ``rank % device_count``.
+    ``cuda_initialized``: which branch runs (True: CUDA was initialised when the rank set its
+    device in ``decide_device``; False: nothing had touched CUDA yet, LOCAL_RANK decides). The
+    tests ask both, so the answer does not hang on which one a real rank meets.
+
+    Returns ``cuda:N`` (the device it set, or the one it kept), ``cpu`` for a CPU mesh (torch
+    sets no device there), or ``error: ...`` where the device it asks for is not visible
+    ("invalid device ordinal", as CUDA says)."""
+    from torch.distributed import device_mesh
+    from torch.distributed._mesh_layout import _MeshLayout
+
+    if device_type == "cpu":
+        return "cpu"
+    mesh = device_mesh.DeviceMesh.__new__(device_mesh.DeviceMesh)
+    mesh._device_type = device_type
+    mesh._layout = _MeshLayout.from_sizes_strides((world_size,))
+    asked: list[int] = []
+    view_set_device = torch.cuda.set_device
+    import _pytest.monkeypatch
+
+    with _pytest.monkeypatch.MonkeyPatch.context() as mp:
+        mp.setattr(device_mesh, "is_initialized", lambda: True)
+        mp.setattr(device_mesh, "get_world_size", lambda *a, **k: world_size)
+        mp.setattr(device_mesh, "get_rank", lambda *a, **k: rank)
+        mp.setattr(device_mesh, "get_backend", lambda *a, **k: "nccl")
+        mp.setattr(device_mesh, "_get_default_group", lambda: None)
+        mp.setattr(torch.cuda, "is_initialized", lambda: cuda_initialized)
+
+        def set_device(device) -> None:
+            asked.append(int(device))
+            view_set_device(device)
+
+        mp.setattr(torch.cuda, "set_device", set_device)
+        try:
+            mesh._setup_world_group_and_device()
+        except RuntimeError as exc:
+            return f"error: set_device({asked[-1] if asked else '?'}): {exc}"
+    if asked:
+        return f"cuda:{asked[-1]}"
+    return f"cuda:{torch.cuda.current_device()}"
 
 
 # -- the profiles ---------------------------------------------------------------------------

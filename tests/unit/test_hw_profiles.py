@@ -10,6 +10,10 @@ real code runs between them. Checked per profile:
 - the device DeepSpeed's real engine takes (``_configure_with_arguments`` reads LOCAL_RANK,
   ``_set_distributed_vars`` sets the device; ZeRO-3's ``Init`` reads the same LOCAL_RANK) in the
   environment the rank exported, and the ``device_id`` NCCL's communicator is created on;
+- the device FSDP2's ``init_device_mesh`` leaves an fsdp rank on (torch's own
+  ``DeviceMesh._setup_world_group_and_device``: it keeps the device the rank set, and would
+  take ``LOCAL_RANK`` were none set), one rank and two GPUs, and the selftest's FSDP2 run
+  (two GPUs of one node, gloo on CPU, not run where a node has one GPU at most);
 - the MFU peak for the selftest's math, TFLOP/s per distinct GPU, native bf16, the precision of
   the selftest's sweeps, the telemetry status, ``runs.nodes`` of a run whose ranks failed;
 - doctor, the selftest plan (``--dry-run`` and ``--quick``), capacity of every planned sweep,
@@ -28,7 +32,7 @@ import sys
 import pytest
 
 from tests.unit.fake_cuda import deepspeed_device
-from tests.unit.hwprofiles import MIG_ID, PROFILES, captures_missing, installed
+from tests.unit.hwprofiles import MIG_ID, PROFILES, captures_missing, fsdp2_device, installed
 
 # -- the table of expected outcomes ----------------------------------------------------------
 # one_rank / rehearsal / two_gpu: each rank's device as linksweep chooses it, and (for ZeRO) as
@@ -38,6 +42,9 @@ from tests.unit.hwprofiles import MIG_ID, PROFILES, captures_missing, installed
 # telemetry: the stored telemetry status of the one-rank run (prefix).
 # nvme: the NVMe preflight of the selftest's nvme sweep: "run" where a node that runs ranks
 # can build async_io, else "not run: <the node and what it lacks>".
+# fsdp2: each rank's device in the selftest's FSDP2 run (two ranks, fsdp), as linksweep
+# chooses it and as FSDP2's DeviceMesh takes it; "not run: ..." with words of the plan's reason
+# where the plan skips it (one GPU at most: FSDP2 refuses two ranks sharing one GPU).
 CPU = "cpu"
 NOT_ON_ONE_GPU = "not run: no node has 2 GPUs in Ray"
 # plan: the selftest checks the plan skips, with words its reason must hold; every other check
@@ -65,7 +72,10 @@ def gpu_group(model: str | Holds) -> tuple[str | Holds, float, float]:
     return (model if isinstance(model, Holds) else f"gpu:{model}", 64.0, 0.15)
 
 
-ONE_GPU_PLAN = {"two_gpu": "needs 2 on one node"}
+FSDP2_ONE_GPU = "FSDP2 needs 2 GPUs on one node: two ranks sharing one GPU (ranks_per_gpu: 2)"
+ONE_GPU_PLAN = {"two_gpu": "needs 2 on one node", "fsdp2": FSDP2_ONE_GPU}
+NOT_RUN_FSDP2 = f"not run: {FSDP2_ONE_GPU}"
+TWO_GPUS = ("cuda:0", "cuda:1")
 CPU_PLAN = {
     "gpu_captures": "no GPU",
     "fleet_gpu": "no CUDA",
@@ -79,97 +89,109 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nvml_gpu": [0],
         "fleet": {"ip-10-0-0-10": CPU_GROUP, "ip-10-0-1-20": gpu_group("NVIDIA A10G")},
         "plan": ONE_GPU_PLAN,
-        "plan_nodes": {"gpu_captures": ("ip-10-0-1-20",), "two_gpu": ()},
+        "plan_nodes": {"gpu_captures": ("ip-10-0-1-20",), "two_gpu": (), "fsdp2": ()},
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": NOT_ON_ONE_GPU,
         "peak": "unknown",  # AWS publishes no A10G tensor figure (flops.py says why)
         "telemetry": "nvml",
         "nvme": "run",  # the g5 node has libaio and the toolkit; the m5 head runs no rank
+        "fsdp2": NOT_RUN_FSDP2,
     },
     "a100-pcie-x2": {
         "nvml_gpu": [0],
         "fleet": {"a100p-0": gpu_group("NVIDIA A100 80GB PCIe")},
         "plan": {},
-        "plan_nodes": {"gpu_captures": ("a100p-0",), "two_gpu": ("a100p-0",)},
+        "plan_nodes": {
+            "gpu_captures": ("a100p-0",),
+            "two_gpu": ("a100p-0",),
+            "fsdp2": ("a100p-0",),
+        },
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": ("cuda:0", "cuda:1"),
         "peak": 312.0,
         "telemetry": "nvml",
         "nvme": "run",
+        "fsdp2": TWO_GPUS,
     },
     "h100x8": {
         "nvml_gpu": [0],
         "fleet": {"h100-0": gpu_group("NVIDIA H100 80GB HBM3")},
         "plan": {},
-        "plan_nodes": {"gpu_captures": ("h100-0",), "two_gpu": ("h100-0",)},
+        "plan_nodes": {"gpu_captures": ("h100-0",), "two_gpu": ("h100-0",), "fsdp2": ("h100-0",)},
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": ("cuda:0", "cuda:1"),
         "peak": 989.4,
         "telemetry": "nvml",
         "nvme": "not run: h100-0 lacks the CUDA toolkit",  # the node's own gap: say so
+        "fsdp2": TWO_GPUS,
     },
     "h100x8-cvd0": {
         "nvml_gpu": [0],
         "fleet": {"h100-0": gpu_group("NVIDIA H100 80GB HBM3")},
-        "plan": {"two_gpu": "Ray offers 1"},
-        "plan_nodes": {"gpu_captures": ("h100-0",), "two_gpu": ()},
+        "plan": {"two_gpu": "Ray offers 1", "fsdp2": FSDP2_ONE_GPU},
+        "plan_nodes": {"gpu_captures": ("h100-0",), "two_gpu": (), "fsdp2": ()},
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": NOT_ON_ONE_GPU,  # Ray holds 1 GPU: CUDA_VISIBLE_DEVICES=0
         "peak": 989.4,
         "telemetry": "nvml",
         "nvme": "not run: h100-0 lacks the CUDA toolkit",
+        "fsdp2": NOT_RUN_FSDP2,  # Ray holds 1 GPU of the 8
     },
     "a10x4-cvd23": {
         "nvml_gpu": [2],  # physical GPU 2: Ray's id is NVML's index (PCI order)
         "fleet": {"a10-0": gpu_group("NVIDIA A10")},
         "plan": {},
-        "plan_nodes": {"gpu_captures": ("a10-0",), "two_gpu": ("a10-0",)},
+        "plan_nodes": {"gpu_captures": ("a10-0",), "two_gpu": ("a10-0",), "fsdp2": ("a10-0",)},
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": ("cuda:0", "cuda:1"),
         "peak": 125.0,
         "telemetry": "nvml",
         "nvme": "run",
+        "fsdp2": TWO_GPUS,  # Ray's GPUs 2 and 3, cuda:0 and cuda:1 under CUDA_VISIBLE_DEVICES=2,3
     },
     "a100-mig-1g": {
         "nvml_gpu": [MIG_ID],
         "fleet": {"mig-0": gpu_group(Holds("MIG 1g.10gb"))},
         "plan": ONE_GPU_PLAN,
-        "plan_nodes": {"gpu_captures": ("mig-0",), "two_gpu": ()},
+        "plan_nodes": {"gpu_captures": ("mig-0",), "two_gpu": (), "fsdp2": ()},
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": NOT_ON_ONE_GPU,
         "peak": "unknown",  # a 1g slice has a seventh of the SMs: the A100's 312 is not its peak
         "telemetry": "nvml (MIG instance",  # the parent GPU's readings, said so
         "nvme": "run",
+        "fsdp2": NOT_RUN_FSDP2,
     },
     "v100x8": {
         "nvml_gpu": [0],
         "fleet": {"dgx1-0": gpu_group("Tesla V100-SXM2-16GB")},
         "plan": {},
-        "plan_nodes": {"gpu_captures": ("dgx1-0",), "two_gpu": ("dgx1-0",)},
+        "plan_nodes": {"gpu_captures": ("dgx1-0",), "two_gpu": ("dgx1-0",), "fsdp2": ("dgx1-0",)},
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": ("cuda:0", "cuda:1"),
         "peak": 15.7,  # no bf16 units: fp32, V100 SXM2 datasheet
         "telemetry": "nvml (",  # a driver without clock-event reasons: sampled, said so
         "nvme": "run",
+        "fsdp2": TWO_GPUS,
     },
     "unknown-gpu": {
         "nvml_gpu": [0],
         "fleet": {"proto-0": gpu_group("NVIDIA Graphics Device")},
         "plan": ONE_GPU_PLAN,
-        "plan_nodes": {"gpu_captures": ("proto-0",), "two_gpu": ()},
+        "plan_nodes": {"gpu_captures": ("proto-0",), "two_gpu": (), "fsdp2": ()},
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": NOT_ON_ONE_GPU,
         "peak": "unknown",
         "telemetry": "nvml",
         "nvme": "run",
+        "fsdp2": NOT_RUN_FSDP2,
     },
     "mixed-cpu-a100": {
         "nvml_gpu": [0],
@@ -180,37 +202,48 @@ EXPECTED: dict[str, dict[str, object]] = {
             "a100-2": gpu_group("NVIDIA A100-SXM4-80GB"),
         },
         "plan": {},
-        "plan_nodes": {"gpu_captures": ("a100-1", "a100-2"), "two_gpu": ("a100-1", "a100-2")},
+        "plan_nodes": {
+            "gpu_captures": ("a100-1", "a100-2"),
+            "two_gpu": ("a100-1", "a100-2"),
+            "fsdp2": ("a100-1", "a100-2"),
+        },
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": ("cuda:0", "cuda:1"),
         "peak": 312.0,
         "telemetry": "nvml",
         "nvme": "run",  # the A100 nodes build it; the CPU head lacks libaio and runs no rank
+        "fsdp2": TWO_GPUS,
     },
     "kuberay-no-smi-driver": {
         "nvml_gpu": [0],
         "fleet": {"gpu-pod": gpu_group("NVIDIA L4")},
         "plan": {},
-        "plan_nodes": {"gpu_captures": ("gpu-pod",), "two_gpu": ("gpu-pod",)},
+        "plan_nodes": {
+            "gpu_captures": ("gpu-pod",),
+            "two_gpu": ("gpu-pod",),
+            "fsdp2": ("gpu-pod",),
+        },
         "one_rank": ("cuda:0",),
         "rehearsal": ("cuda:0", "cuda:0"),
         "two_gpu": ("cuda:0", "cuda:1"),
         "peak": 121.0,
         "telemetry": "nvml",
         "nvme": "run",
+        "fsdp2": TWO_GPUS,
     },
     "cpu-only": {
         "nvml_gpu": [],
         "fleet": {"cpu-a": CPU_GROUP, "cpu-b": CPU_GROUP},
         "plan": CPU_PLAN,
-        "plan_nodes": {"gpu_captures": (), "two_gpu": ()},
+        "plan_nodes": {"gpu_captures": (), "two_gpu": (), "fsdp2": ("cpu-a", "cpu-b")},
         "one_rank": (CPU,),
         "rehearsal": "not run: no CUDA",
         "two_gpu": "not run: no CUDA",
         "peak": "unknown",
         "telemetry": "absent: CPU run",
         "nvme": "run",
+        "fsdp2": (CPU, CPU),  # two gloo ranks
     },
 }
 
@@ -258,13 +291,15 @@ def run_config(world_size: int, ranks_per_gpu: int, strategy: str = "zero3"):
     return run_config(spec, plan_runs(spec)[0].variant, "profile-run-1")
 
 
-def ranks(cluster, world_size: int, ranks_per_gpu: int) -> list[dict]:
+def ranks(cluster, world_size: int, ranks_per_gpu: int, strategy: str = "zero3") -> list[dict]:
     """What each rank of one run on :func:`rank_node` does: Ray assigns each rank actor its GPU
     ids (two ranks per id with ``ranks_per_gpu`` 2), the real ``Rank.node_info`` /
     ``planner.place_ranks`` / ``Rank.run`` follow, up to the process group. Then, in the
     environment the rank exported: DeepSpeed's engine takes its device, and the rank's GPU
     figures are read (name, native bf16, a telemetry window). One dict per rank: ``device``,
-    ``deepspeed``, ``name``, ``native_bf16``, ``telemetry``."""
+    ``deepspeed``, ``fsdp2`` (FSDP2's device with the rank's device set first, and from
+    LOCAL_RANK alone: :func:`hwprofiles.fsdp2_device`), ``name``, ``native_bf16``,
+    ``telemetry``."""
     import torch.distributed as dist
 
     from orchestrator.sweep.planner import place_ranks
@@ -282,7 +317,7 @@ def ranks(cluster, world_size: int, ranks_per_gpu: int) -> list[dict]:
         with cluster.on(node.hostname, worker_cvd(gpu_ids)):
             cluster.ray_worker(node, gpu_ids)
             infos.append(Rank().node_info())
-    cfg = run_config(world_size, ranks_per_gpu)
+    cfg = run_config(world_size, ranks_per_gpu, strategy)
     out = []
     seen: dict[str, str] = {}
 
@@ -306,9 +341,15 @@ def ranks(cluster, world_size: int, ranks_per_gpu: int) -> list[dict]:
                 seen["failure"] = exc
             except Exception as exc:  # noqa: BLE001 - a DeviceError is an outcome here
                 seen["device"] = f"error: {exc}"
-            record = {"deepspeed": None, "placement": p, **seen}
+            record = {"deepspeed": None, "fsdp2": None, "placement": p, **seen}
             if seen["device"] != CPU:
                 record["deepspeed"] = deepspeed_device(world_size, p.rank)
+            if not seen["device"].startswith("error"):
+                kind = "cpu" if seen["device"] == CPU else "cuda"
+                record["fsdp2"] = tuple(
+                    fsdp2_device(world_size, p.rank, kind, cuda_initialized=first)
+                    for first in (True, False)
+                )
             record |= gpu_figures(p.local_rank, visible)
         out.append(record)
     return out
@@ -343,7 +384,9 @@ def gpu_figures(local_rank: int, visible) -> dict:
     }
 
 
-def shape_outcome(cluster, world_size: int, ranks_per_gpu: int, gpus_needed: int):
+def shape_outcome(
+    cluster, world_size: int, ranks_per_gpu: int, gpus_needed: int, strategy: str = "zero3"
+):
     """The ranks' devices, or why the run is not placed (what the capacity check says)."""
     from orchestrator.sweep import preflight
     from orchestrator.sweep.spec import SpecError, parse_spec
@@ -366,7 +409,7 @@ def shape_outcome(cluster, world_size: int, ranks_per_gpu: int, gpus_needed: int
         preflight.check_cluster(spec, excluded=[])
     except SpecError as exc:
         return f"refused: {exc}", None, []
-    got = ranks(cluster, world_size, ranks_per_gpu)
+    got = ranks(cluster, world_size, ranks_per_gpu, strategy)
     return tuple(r["device"] for r in got), tuple(r["deepspeed"] for r in got), got
 
 
@@ -665,3 +708,57 @@ def test_selftest_gpu_sweeps_use_math_the_gpu_has(cluster):
     assert {k: s["precision"] for k, s in selftest_plan(cluster).sweeps.items()} == dict.fromkeys(
         selftest_plan(cluster).sweeps, native if rank["device"].startswith("cuda") else "fp32"
     )
+
+
+# -- FSDP2 -------------------------------------------------------------------------------------
+
+FSDP2_SHAPES = ("one_rank", "two_gpu")
+"""The shapes an fsdp run can take: FSDP2 refuses two ranks sharing one GPU (the rehearsal)."""
+
+
+@pytest.mark.parametrize("shape", FSDP2_SHAPES)
+def test_fsdp2_takes_the_device_linksweep_chose(cluster, shape):
+    """An fsdp rank, in the environment it exported: FSDP2's ``init_device_mesh`` (torch's own
+    device rule) keeps the device linksweep set, and, were none set yet, would set the same one
+    from LOCAL_RANK (linksweep exports the decided CUDA index there): no rank ends on another
+    GPU, or on an ordinal its CUDA_VISIBLE_DEVICES hides."""
+    ours, _, got = shape_outcome(cluster, *SHAPES[shape], strategy="fsdp")
+    if not got:
+        pytest.skip(f"the shape does not run on this profile: {ours}")
+    assert [r["fsdp2"] for r in got] == [(d, d) for d in ours]
+    assert ours == EXPECTED[cluster.profile.name][shape]
+
+
+def test_fsdp2_run_as_the_selftest_plans_it(cluster):
+    """The selftest's FSDP2 run on the profile: where the plan runs it, its sweep file's ranks
+    land on the devices EXPECTED gives and FSDP2 takes the same; where it does not (one GPU at
+    most), the plan's reason is EXPECTED's."""
+    plan = selftest_plan(cluster)
+    check, expected = plan.check("fsdp2"), EXPECTED[cluster.profile.name]["fsdp2"]
+    if not check.run:
+        assert isinstance(expected, str) and expected.startswith("not run: "), check.why_not
+        assert expected.removeprefix("not run: ") in check.why_not
+        assert "fsdp2" not in plan.sweeps
+        return
+    spec = plan.sweeps["fsdp2"]
+    assert spec["grid"]["strategy"] == "fsdp" and "ranks_per_gpu" not in spec
+    gpus = spec["world_size"] if plan.mode == "gpu" else 0
+    ours, _, got = shape_outcome(cluster, spec["world_size"], 1, gpus, strategy="fsdp")
+    assert ours == expected
+    assert [r["fsdp2"] for r in got] == [(d, d) for d in ours]
+
+
+def test_fsdp2_device_rule_is_torchs_and_catches_a_wrong_local_rank(monkeypatch, tmp_path):
+    """The check can fail: on the 8-GPU node, torch's rule with nothing set follows LOCAL_RANK
+    (1 -> cuda:1), and a LOCAL_RANK the process cannot see is an invalid ordinal, not a quiet
+    fallback; with the device set first it keeps that device whatever LOCAL_RANK says."""
+    import torch
+
+    with installed(PROFILES["h100x8"], monkeypatch, tmp_path) as c, c.on("h100-0", "0,1"):
+        monkeypatch.setenv("LOCAL_RANK", "1")
+        assert fsdp2_device(2, 0, "cuda", cuda_initialized=False) == "cuda:1"
+        torch.cuda.set_device(0)
+        assert fsdp2_device(2, 1, "cuda", cuda_initialized=True) == "cuda:0"
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+        got = fsdp2_device(2, 1, "cuda", cuda_initialized=False)
+        assert got.startswith("error: set_device(1)") and "invalid device ordinal" in got

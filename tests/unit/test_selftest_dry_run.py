@@ -99,6 +99,7 @@ def test_quick_runs_what_its_dry_run_lists(fake_cluster, tmp_path):
     assert {k: plan.planned_runs(v) for k, v in ran.items()} == {
         "one_rank": [("ddp", 1)],
         "two_rank": [("zero3", 1)],
+        "fsdp2": [("fsdp", 2)],
         "nvme": [("zero3", 1)],
         "hang": [("ddp", 1)],
     }
@@ -127,6 +128,11 @@ def test_the_dry_run_prints_every_check_nodes_gpus_and_time():
     text = plan_text(the_plan)
     assert "gpu1 10.0.0.2: 96 CPUs; 8x NVIDIA H100 80GB HBM3; Ray offers 8 GPU(s)" in text
     assert "  two_gpu               run on gpu1, 2 GPU(s) a run, sweep two_gpu" in text
+    assert "  fsdp2                 run on gpu1, 2 GPU(s) a run, sweep fsdp2" in text
+    fsdp2 = plan.estimate_sweep_s(the_plan.sweeps["fsdp2"])
+    (line,) = [x for x in text.splitlines() if x.startswith("  fsdp2: ")]
+    assert line.startswith("  fsdp2: 1 run(s) (fsdp ga 2), world_size 2, gpt2 bf16, 10 timed")
+    assert line.endswith(f"about {fsdp2:.0f} s")  # the FSDP2 sweep's own time estimate
     assert "  gpu_captures          run on gpu1\n" in text
     for c in plan.CHECK_NAMES:
         assert f"  {c} " in text
@@ -148,7 +154,8 @@ def test_the_estimate_is_steps_times_step_time_and_every_run_is_bounded():
     assert the_plan.estimate_s == plan.PROBES_S + plan.FLEET_S_PER_NODE + sum(
         plan.estimate_sweep_s(s) for s in the_plan.sweeps.values()
     )
-    assert plan.plan_selftest([h100], quick=True).estimate_s < the_plan.estimate_s / 3
+    # --quick: one run of each kind (6 GPU runs, each paying its start) against 28 and the fleet
+    assert plan.plan_selftest([h100], quick=True).estimate_s < the_plan.estimate_s * 0.4
 
 
 def test_peak_tflops_reaches_the_gpu_sweeps_as_a_valid_sweep_key():

@@ -16,6 +16,7 @@ from orchestrator.fleet import tables
 from orchestrator.selftest import plan
 from orchestrator.selftest import verdicts as verdict
 from orchestrator.selftest.fleet_facts import FleetFacts
+from orchestrator.sweep.planner import expand_grid
 from orchestrator.sweep.spec import parse_spec
 from workloads.fleet_contract import ComputeRecord, HealthRecord
 
@@ -44,8 +45,25 @@ def _run(sweep, strategy="ddp", ga=1, **over) -> dict:
         "gpu_name": None,
         "effective_transport": "gloo/tcp",
         "nccl_version": None,
+        "grad_sync": None,
+        "comm_bytes_per_step": None,
+        "expected_comm_bytes_per_step": None,
+        "comm_note": None,
+        "accum_check": None,
     }
     return row | over
+
+
+FSDP2_BYTES = 2_621_440.0
+"""A planted FSDP2 run's bytes per step, measured and expected alike."""
+
+
+def _fsdp2_run(**over) -> dict:
+    """The FSDP2 check's one run as a good node stores it: bytes equal theory, check ok."""
+    good = {"grad_sync": "last", "comm_bytes_per_step": FSDP2_BYTES,
+            "expected_comm_bytes_per_step": FSDP2_BYTES, "comm_note": "FSDP2 theory",
+            "accum_check": "ok"}  # fmt: skip
+    return _run("fsdp2", "fsdp", 2, **good) | over
 
 
 def _gpu(row: dict) -> dict:
@@ -136,6 +154,7 @@ def cpu_facts(**over) -> verdict.Facts:
                 True, runs=(_run("nvme", "zero3", offload="nvme", nvme_swap_files=12),)
             ),
             "hang": verdict.SweepFacts(True, runs=(hang,)),
+            "fsdp2": verdict.SweepFacts(True, runs=(_fsdp2_run(),)),
         },
         diagnostics=(_stack(hang["run_id"], 0), _stack(hang["run_id"], 1)),
         fleet=fleet_facts(),
@@ -180,7 +199,8 @@ def test_the_table_names_each_check_once_and_every_sweep_it_reads():
     assert len(set(plan.CHECK_NAMES)) == len(plan.CHECKS)
     keys = set(plan.sweep_specs(cuda=True, n_gpus=2))
     assert {c.sweep for c in plan.CHECKS if c.sweep} == keys
-    gpu_only = {c.name for c in plan.CHECKS if c.needs}
+    assert {c.name for c in plan.CHECKS if c.needs == "2 devices"} == {"fsdp2"}
+    gpu_only = {c.name for c in plan.CHECKS if c.needs in ("gpu", "cuda", "2 gpus")}
     assert gpu_only == {
         "gpu_captures",
         "fleet_gpu",
@@ -200,16 +220,17 @@ def test_every_sweep_file_is_a_valid_sweep(cuda, n_gpus):
 
 def test_cpu_sweeps_are_small_and_gpu_ones_share_a_gpu_only_when_one_is_all_there_is():
     cpu = plan.sweep_specs(False, 0)
-    assert set(cpu) == {"one_rank", "two_rank", "nvme", "hang"}
+    assert set(cpu) == {"one_rank", "two_rank", "nvme", "hang", "fsdp2"}
     assert all(s["model"] == "gpt2-tiny" and s["seq_len"] == 32 for s in cpu.values())
     assert all("ranks_per_gpu" not in s for s in cpu.values())
     one = plan.sweep_specs(True, 1)
     assert one["one_rank"]["model"] == "gpt2" and one["one_rank"]["precision"] == "bf16"
     assert one["two_rank"]["ranks_per_gpu"] == 2 and one["hang"]["ranks_per_gpu"] == 2
-    assert "two_gpu" not in one
+    assert "two_gpu" not in one and "fsdp2" not in one  # FSDP2 refuses ranks_per_gpu 2
     two = plan.sweep_specs(True, 2)
     assert two["two_rank"]["ranks_per_gpu"] == 2  # the rehearsal runs on any GPU node
     assert "ranks_per_gpu" not in two["two_gpu"] and "ranks_per_gpu" not in two["hang"]
+    assert "ranks_per_gpu" not in two["fsdp2"] and two["fsdp2"]["world_size"] == 2
     assert two["two_gpu"]["grid"]["strategy"] == list(plan.STRATEGIES)
     assert cpu["hang"]["links"] == {"hang": {"LINKSWEEP_INJECT_FAULT": "1:1:hang"}}
 
@@ -229,7 +250,8 @@ def test_cpu_all_good_passes_and_every_gpu_check_reads_not_run_no_cuda():
 def test_gpu_all_good_passes_and_two_gpu_waits_for_a_second_gpu():
     v = by_check(decide(gpu_facts(n_gpus=1)))
     assert v["two_gpu"].result == "not run" and "needs 2 on one node" in v["two_gpu"].detail
-    assert {c for c, x in v.items() if x.result != "pass"} == {"two_gpu"}
+    assert v["fsdp2"].result == "not run" and "ranks_per_gpu: 2" in v["fsdp2"].detail
+    assert {c for c, x in v.items() if x.result != "pass"} == {"two_gpu", "fsdp2"}
     assert "MFU 0.310" in v["one_rank_gpu_figures"].detail
 
 
@@ -385,7 +407,7 @@ def test_a_sweep_that_never_ran_fails_and_nothing_run_is_not_ok():
 def _quick_facts(facts: verdict.Facts) -> verdict.Facts:
     """What a --quick selftest stores: the runs its one-run sweeps ask for, no fleet check."""
     keep = {("one_rank", "ddp", 1), ("two_rank", "zero3", 1), ("nvme", "zero3", 1),
-            ("hang", "ddp", 1)}  # fmt: skip
+            ("hang", "ddp", 1), ("fsdp2", "fsdp", 2)}  # fmt: skip
     sweeps = {
         k: verdict.SweepFacts(True, runs=tuple(
             r for r in s.runs if (k, r["strategy"], r["grad_accum"]) in keep))
@@ -396,7 +418,7 @@ def _quick_facts(facts: verdict.Facts) -> verdict.Facts:
 
 def test_quick_runs_one_of_each_kind_and_leaves_the_rest_not_run():
     v = by_check(decide(_quick_facts(cpu_facts()), quick=True))
-    ran = ["doctor", "topo", "one_rank", "two_rank_zero3", "nvme_offload", "hang"]
+    ran = ["doctor", "topo", "one_rank", "two_rank_zero3", "fsdp2", "nvme_offload", "hang"]
     assert [c for c, x in v.items() if x.result == "pass"] == ran, v
     assert v["fleet"].line() == "not run: --quick"
     assert {v[f"two_rank_{s}"].detail for s in ("ddp", "zero1", "zero2")} == {"--quick"}
@@ -413,6 +435,7 @@ def test_quick_sweeps_ask_one_run_each():
         "one_rank": [("ddp", 1)],
         "two_rank": [("zero3", 1)],
         "two_gpu": [("zero3", 1)],
+        "fsdp2": [("fsdp", 2)],
         "nvme": [("zero3", 1)],
         "hang": [("ddp", 1)],
     }
@@ -543,3 +566,99 @@ def test_the_nvme_run_has_time_to_build_async_io():
         sweeps = sweep_specs(cuda, n_gpus)
         nvme = sweeps["nvme"]
         assert nvme["run_timeout_s"] >= AIO_BUILD_S + run_timeout_for(sweeps["one_rank"]) - 1
+
+
+# -- the FSDP2 check -------------------------------------------------------------------------
+
+
+def test_fsdp2_runs_on_cpu_and_on_two_gpus_and_says_why_not_on_one():
+    """CPU: two gloo ranks on any node; a GPU node: two GPUs of one node; one GPU at most: not
+    run, saying FSDP2 refuses two ranks sharing one GPU."""
+    cpu = plan.plan_selftest([plan.NodeFacts("c", cpus=4.0)]).check("fsdp2")
+    assert (cpu.run, cpu.nodes, cpu.gpus, cpu.sweep) == (True, ("c",), 0, "fsdp2")
+    one = plan.plan_selftest([plan.NodeFacts("g", cuda_available=True, ray_gpus=1.0)])
+    assert not one.check("fsdp2").run and "fsdp2" not in one.sweeps
+    assert one.check("fsdp2").why_not == (
+        "FSDP2 needs 2 GPUs on one node: two ranks sharing one GPU (ranks_per_gpu: 2) is "
+        "refused for fsdp/hsdp; 1 GPU offered by Ray on the node with most"
+    )
+    nodes = [plan.NodeFacts("g1", cuda_available=True, ray_gpus=1.0),
+             plan.NodeFacts("g8", cuda_available=True, ray_gpus=8.0)]  # fmt: skip
+    eight = plan.plan_selftest(nodes).check("fsdp2")
+    assert (eight.run, eight.nodes, eight.gpus) == (True, ("g8",), 2)
+
+
+def test_the_plans_reason_is_the_specs_refusal():
+    """The plan does not run FSDP2 on one GPU because the sweep file would be refused: if the
+    spec ever accepts fsdp with ranks_per_gpu 2, this fails and the plan should use it."""
+    from orchestrator.sweep.spec import SpecError
+
+    shared = plan.sweep_specs(True, 2)["fsdp2"] | {"ranks_per_gpu": 2}
+    with pytest.raises(SpecError, match="ranks_per_gpu: 2 is refused for the FSDP2 strategies"):
+        parse_spec(shared, "fsdp2.yaml")
+
+
+@pytest.mark.parametrize(("cuda", "n_gpus"), [(False, 0), (True, 2)])
+def test_fsdp2_sweep_is_one_run_at_grad_accum_2_through_fsdp2s_sync_switch(cuda, n_gpus):
+    spec = plan.sweep_specs(cuda, n_gpus)["fsdp2"]
+    assert plan.planned_runs(spec) == [("fsdp", 2)]
+    assert spec["grid"]["grad_sync"] == "last" and spec["world_size"] == 2
+    (v,) = expand_grid(parse_spec(spec))
+    assert (v.strategy, v.grad_accum, v.grad_sync, v.placement) == ("fsdp", 2, "last", "pack")
+    quick = plan.sweep_specs(cuda, n_gpus, quick=True)["fsdp2"]
+    assert plan.planned_runs(quick) == [("fsdp", 2)]  # already one run: --quick keeps it
+
+
+def test_fsdp2_sweep_on_cpu_is_small():
+    """gpt2-tiny, 2 timed steps at grad_accum 2: a few seconds in the CPU selftest."""
+    spec = plan.sweep_specs(False, 0)["fsdp2"]
+    assert (spec["model"], spec["steps"], spec["warmup_steps"]) == ("gpt2-tiny", 2, 1)
+    assert plan.estimate_sweep_s(spec) == plan.SWEEP_START_S + plan.CPU_RUN_START_S + (
+        3 * 2 * plan.CPU_MICRO_STEP_S
+    )
+
+
+def test_fsdp2_passes_with_bytes_equal_theory_and_the_check_ok():
+    v = by_check(decide(cpu_facts()))["fsdp2"]
+    assert v.result == "pass"
+    assert v.detail == (
+        "fsdp sync last ga 2: 2621440 B per step = theory, accum_check ok, 900 tokens/s (gloo)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("over", "words"),
+    [
+        ({"comm_bytes_per_step": FSDP2_BYTES + 4}, "2621444 B per step sent, theory 2621440 B"),
+        (
+            {"comm_bytes_per_step": None, "comm_note": "no comms recorded"},
+            "bytes per step measured -, expected 2621440 (no comms recorded)",
+        ),
+        (
+            {"accum_check": "fail: reduce_scatter sent 1310720 B, promised 0 B"},
+            "accumulation check fail: reduce_scatter sent",
+        ),
+        ({"accum_check": None}, "accumulation check not stored"),
+        ({"grad_accum": 1}, "no non-final micro-batch to check"),
+        ({"status": "failed", "error": "RuntimeError: mesh\nx", "tokens_per_s": None}, "failed"),
+    ],
+)
+def test_fsdp2_fails_naming_what_is_off(over, words):
+    facts = cpu_facts()
+    sweeps = facts.sweeps | {"fsdp2": verdict.SweepFacts(True, runs=(_fsdp2_run(**over),))}
+    v = by_check(decide(dataclasses.replace(facts, sweeps=sweeps)))["fsdp2"]
+    assert v.result == "fail" and words in v.detail, v
+
+
+def test_fsdp2_on_gpus_needs_nccl_and_a_sweep_that_ran():
+    f = gpu_facts(n_gpus=2)
+    two = tuple(_gpu(_run("two_gpu", s, g)) for s in plan.STRATEGIES for g in plan.GRAD_ACCUMS)
+    f = dataclasses.replace(f, sweeps=f.sweeps | {"two_gpu": verdict.SweepFacts(True, runs=two)})
+    assert by_check(decide(f))["fsdp2"].result == "pass"
+    gloo = _with_runs(f, "fsdp2", lambda r: r | {"backend": "gloo"})
+    v = by_check(decide(gloo))["fsdp2"]
+    assert v.result == "fail" and "backend gloo, expected nccl" in v.detail
+    refused = dataclasses.replace(
+        f, sweeps=f.sweeps | {"fsdp2": verdict.SweepFacts(False, "grid.strategy: refused")}
+    )
+    assert by_check(decide(refused))["fsdp2"].result == "fail"
