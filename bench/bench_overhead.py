@@ -1,8 +1,13 @@
-"""What does linksweep's machinery cost a step? The same gpt2-tiny DDP run, under ``linksweep run``
-and under a bare ``torchrun``, alternated on one machine.
+"""What does linksweep's machinery cost a step, and a run's start? The same gpt2-tiny DDP run, under
+``linksweep run`` and under a bare ``torchrun``, alternated on one machine; then one sweep that
+starts every strategy, for each strategy's per-run overhead next to DDP's.
+
+One job: measure what linksweep itself costs a run (per step against torchrun, per start-up
+against DDP).
 
     python bench/bench_overhead.py [--trials 5] [--steps 20] [--warmup 3] [--with-nice0]
-                                   [--without-actors] [--smoke] [--json OUT] [--keep]
+                                   [--without-actors] [--startup-repeats 2] [--startup-only]
+                                   [--smoke] [--json OUT] [--keep]
 
 Arms: ``linksweep`` (``launcher: fork``: ranks forked by a per-node launcher whose fork server
 has the imports done), ``linksweep_actors`` (``launcher: actors``: fresh Ray actors per run, the
@@ -50,15 +55,34 @@ Isolation: ``linksweep run`` without an address always starts its own embedded R
 On a CPU machine the step times are gloo on loopback; only the ratio means something there.
 Ctrl-C stops the loop and still prints (and writes) what finished.
 
+Start-up per strategy (after the trials, or alone with ``--startup-only``): one ``linksweep run``
+(``launcher: fork``) of the same workload with ``grid.strategy`` ddp, zero1, zero2, zero3, fsdp,
+hsdp (hsdp: one shard group of both ranks, the default on one node) and ``--startup-repeats``
+repeats (default 2), interleaved round robin, in one sweep: the same Ray, the same fork server,
+the same minute of the machine for every strategy. The sweep's first run also starts the node's
+launcher and its fork server, so each strategy's figures are its last run's (with the default,
+one run each, every one after the fork server is warm). Per run: ``wall_s`` (``runs.started_at``
+-> ``finished_at``), ``steps_s`` (the ``run_phases`` ``warmup``, ``timed_steps`` and
+``profiled_pass``, each the slowest rank's), ``overhead_s`` = wall_s - steps_s, and every phase's
+seconds (``run_phases``, the slowest rank's; the driver's placement, teardown, commit). Per
+strategy: ``ratio_to_ddp`` (its overhead_s / DDP's, same sweep) and ``within_2x_ddp`` (the goal:
+ratio_to_ddp <= 2). The machine's 1-minute load average before and after the sweep is kept
+(``load_before``, ``load_after``): on a shared machine, repeat when it moved.
+
 Figures (``--json``: ``summary.ARM.KEY`` per linksweep arm, next to ``trials`` and ``context``):
 ``median_step_time_s`` and ``torchrun_median_step_time_s`` (median over trials of each run's
 figure), ``ratio`` (of those medians), ``median_trial_ratio`` with ``median_trial_ratio_ci`` and
 ``verdict``, ``ratio_of_min``, ``p10_median_trial_ratio`` and ``p10_verdict`` (the same on each
 run's 10th-percentile step), ``startup_s``, ``first_run_startup_s`` and ``torchrun_startup_s``.
 
+Start-up figures (``--json``: ``startup.per_strategy.S.KEY`` per strategy S): ``overhead_s``,
+``wall_s``, ``steps_s``, ``phases`` (phase -> s), ``ratio_to_ddp``, ``within_2x_ddp``; next to
+them ``startup.runs`` (every run of the sweep), ``startup.load_before``, ``startup.load_after``.
+
 ``--smoke``: 1 trial of arms ``linksweep`` (fork) and ``torchrun`` (so ``bench/standalone.py``
 runs too), 1 timed step after 1 warmup step at seq_len 32 (``SMOKE_SEQ_LEN``): a check that the
-script runs, not a measurement.
+script runs, not a measurement. Its ``linksweep`` arm is the start-up sweep with one run per
+strategy (DDP first, so it also pays the fork server's start): one Ray start for both.
 """
 
 from __future__ import annotations
@@ -81,6 +105,9 @@ sys.path.insert(0, str(REPO))  # run as a script from anywhere: import orchestra
 
 from orchestrator.analysis import stats  # noqa: E402
 from orchestrator.store import Q, Reader  # noqa: E402
+from orchestrator.store.queries import Query  # noqa: E402
+from orchestrator.sweep.planner import plan_runs  # noqa: E402
+from orchestrator.sweep.spec import parse_spec  # noqa: E402
 
 TRIALS = 5
 """Trials (one run per arm each); 5 is the fewest the verdict's bootstrap interval accepts."""
@@ -95,6 +122,15 @@ TARGET = 0.05
 """The acceptance target: linksweep's median step within 5% of bare torchrun's."""
 RUN_TIMEOUT_S = 900
 """Hang guard per command; a CPU run of this size takes well under a minute."""
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp")
+"""The start-up sweep's strategies, DDP first: the reference every other one is divided by."""
+STARTUP_REPEATS = 2
+"""Runs per strategy in the start-up sweep: the first run of the sweep also starts the fork
+server, so with 2 every strategy has a run after it (its last one gives the figures)."""
+STARTUP_GOAL = 2.0
+"""The goal: every strategy's per-run overhead within 2x DDP's, measured in the same sweep."""
+STEP_PHASES = ("warmup", "timed_steps", "profiled_pass")
+"""The ``run_phases`` that are training steps; the rest of a run's wall is overhead."""
 
 FIGURES = (
     "summary.linksweep.median_step_time_s",
@@ -108,6 +144,28 @@ FIGURES = (
     "summary.linksweep.startup_s",
     "summary.linksweep.first_run_startup_s",
     "summary.linksweep.torchrun_startup_s",
+    "startup.load_before",
+    "startup.load_after",
+    "startup.per_strategy.ddp.overhead_s",
+    "startup.per_strategy.ddp.phases.strategy_init",
+    "startup.per_strategy.zero1.overhead_s",
+    "startup.per_strategy.zero1.ratio_to_ddp",
+    "startup.per_strategy.zero1.within_2x_ddp",
+    "startup.per_strategy.zero2.overhead_s",
+    "startup.per_strategy.zero2.ratio_to_ddp",
+    "startup.per_strategy.zero2.within_2x_ddp",
+    "startup.per_strategy.zero3.overhead_s",
+    "startup.per_strategy.zero3.ratio_to_ddp",
+    "startup.per_strategy.zero3.within_2x_ddp",
+    "startup.per_strategy.zero3.phases.strategy_init",
+    "startup.per_strategy.fsdp.overhead_s",
+    "startup.per_strategy.fsdp.ratio_to_ddp",
+    "startup.per_strategy.fsdp.within_2x_ddp",
+    "startup.per_strategy.hsdp.overhead_s",
+    "startup.per_strategy.hsdp.ratio_to_ddp",
+    "startup.per_strategy.hsdp.within_2x_ddp",
+    "startup.per_strategy.hsdp.wall_s",
+    "startup.per_strategy.hsdp.steps_s",
 )
 """The ``--json`` keys (dotted) every run, ``--smoke`` too, writes (arm ``linksweep``: fork)."""
 
@@ -146,6 +204,8 @@ def _env(**extra: str) -> dict[str, str]:
     )
     env.pop("RAY_ADDRESS", None)  # the comparison is on this machine: embedded Ray
     env.pop("RAY_worker_niceness", None)  # Ray's default unless an arm asks otherwise
+    # this checkout's code, also where the script is a copy in another one (before/after)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.update(extra)
     return env
 
@@ -155,8 +215,9 @@ def _check(proc: subprocess.CompletedProcess, what: str) -> None:
         raise RuntimeError(f"{what} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
 
 
-def run_linksweep(sweep: Path, work: Path, trial: int, **env: str) -> dict:
-    """(a) ``linksweep run`` into a fresh database; the run's figure and start-up from the store."""
+def run_linksweep(sweep: Path, work: Path, trial: int, pick: int = -1, **env: str) -> dict:
+    """(a) ``linksweep run`` into a fresh database; the figure and start-up of its run number
+    ``pick`` (in run order; default the last: what every run after the first pays)."""
     db = work / f"ls-{trial}-{len(list(work.glob('ls-*.duckdb')))}.duckdb"
     t0 = time.time()
     proc = subprocess.run(
@@ -173,7 +234,7 @@ def run_linksweep(sweep: Path, work: Path, trial: int, **env: str) -> dict:
         rows = reader.rows(Q.BENCH_RUNS)
     if not rows or any(x["status"] != "ok" for x in rows):
         raise RuntimeError(f"linksweep run: expected ok runs, got {rows}")
-    r = rows[-1]  # the sweep's last run: what every run after the first pays
+    r = rows[pick]
     return {
         "median_step_time_s": r["median_step_time_s"],
         "p10_step_time_s": r["p10_step_time_s"],
@@ -181,6 +242,7 @@ def run_linksweep(sweep: Path, work: Path, trial: int, **env: str) -> dict:
         "first_run_startup_s": rows[0]["startup_s"],
         "wall_s": wall,
         "n_steps": r["n_steps"],
+        "db": str(db),
     }
 
 
@@ -222,6 +284,128 @@ def run_torchrun(sweep: Path, work: Path, trial: int) -> dict:
         "n_steps": len(timed[0]),
         "omp_num_threads": sorted({r["omp_num_threads"] for r in doc["ranks"]}),
     }
+
+
+# --- start-up per strategy ------------------------------------------------------------------
+RUN_PHASES = Query(
+    "bench_overhead_run_phases",
+    """SELECT r.seq, r.strategy, r."repeat", r.status,
+              epoch(r.finished_at) - epoch(r.started_at) AS wall_s, ph.phase, max(ph.seconds) AS s
+       FROM runs r LEFT JOIN run_phases ph ON ph.run_id = r.run_id
+       GROUP BY r.seq, r.strategy, r."repeat", r.status, r.started_at, r.finished_at, ph.phase
+       ORDER BY r.seq""",
+)
+"""Every run of a one-sweep database with each phase's seconds (the slowest rank's; the
+driver's phases have one row per run)."""
+
+
+def startup_doc(steps: int, warmup: int, repeats: int, seq_len: int) -> dict:
+    """The start-up sweep: the benchmarked workload with every strategy, fork launcher."""
+    doc = sweep_doc(steps, warmup, repeats, "fork", seq_len)
+    return {**doc, "name": "bench-startup", "grid": {**doc["grid"], "strategy": list(STRATEGIES)}}
+
+
+def last_ddp_index(doc: dict) -> int:
+    """Index (in run order) of the sweep's last DDP run: the ``linksweep`` arm's figure when
+    the arm runs the start-up sweep (``--smoke``)."""
+    runs = plan_runs(parse_spec(doc))
+    return max(i for i, run in enumerate(runs) if run.variant.strategy == "ddp")
+
+
+def per_run(rows: list[dict]) -> list[dict]:
+    """``RUN_PHASES`` rows (one per run and phase) -> one dict per run: strategy, repeat,
+    status, wall_s, phases, steps_s (the step phases) and overhead_s (wall_s - steps_s). Pure."""
+    runs: dict[int, dict] = {}
+    for row in rows:
+        run = runs.setdefault(row["seq"], {
+            "seq": row["seq"], "strategy": row["strategy"], "repeat": row["repeat"],
+            "status": row["status"], "wall_s": row["wall_s"], "phases": {},
+        })  # fmt: skip
+        if row["phase"] is not None:
+            run["phases"][row["phase"]] = row["s"]
+    for run in runs.values():
+        run["steps_s"] = sum(run["phases"].get(p, 0.0) for p in STEP_PHASES)
+        run["overhead_s"] = run["wall_s"] - run["steps_s"] if run["wall_s"] is not None else None
+    return [runs[k] for k in sorted(runs)]
+
+
+def startup_summary(runs: list[dict], goal: float = STARTUP_GOAL) -> dict:
+    """Per strategy, its last ok run's figures (the sweep's first run also starts the fork
+    server), the ratio of its overhead to DDP's in the same sweep and whether that is within
+    ``goal``. Pure."""
+    last: dict[str, dict] = {}
+    for run in runs:
+        if run["status"] == "ok" and run["overhead_s"] is not None:
+            last[run["strategy"]] = run  # runs are in order: the last one stays
+    ddp = last.get("ddp", {}).get("overhead_s")
+    out = {}
+    for strategy in [st for st in STRATEGIES if st in last]:
+        run = last[strategy]
+        ratio = run["overhead_s"] / ddp if ddp else None
+        out[strategy] = {
+            "seq": run["seq"],
+            "repeat": run["repeat"],
+            "overhead_s": run["overhead_s"],
+            "wall_s": run["wall_s"],
+            "steps_s": run["steps_s"],
+            "phases": run["phases"],
+            "ratio_to_ddp": ratio,
+            "within_2x_ddp": ratio is not None and ratio <= goal,
+        }
+    return out
+
+
+def read_startup(db: str, load_before: float) -> dict:
+    """The start-up sweep's figures from its database, with the machine's load around it."""
+    with Reader(db) as reader:
+        runs = per_run(reader.rows(RUN_PHASES))
+    return {
+        "runs": runs,
+        "per_strategy": startup_summary(runs),
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+    }
+
+
+def run_startup(doc: dict, work: Path) -> dict:
+    """Run the start-up sweep (``linksweep run``, fork launcher) and read its figures."""
+    sweep = work / "sweep-startup.yaml"
+    sweep.write_text(yaml.safe_dump(doc, sort_keys=False))
+    load_before = os.getloadavg()[0]
+    r = run_linksweep(sweep, work, 0)
+    return {**read_startup(r["db"], load_before), "command_wall_s": r["wall_s"]}
+
+
+PHASE_COLUMNS = ("placement", "process_start", "imports", "pg_init", "model_data_build",
+                 "strategy_init", "rank_teardown", "teardown", "commit")  # fmt: skip
+"""The non-step phases, in the order a run passes them (``workloads.contract.PHASES``)."""
+
+
+def report_startup(startup: dict) -> None:
+    from orchestrator.ui import print_table
+
+    per = startup["per_strategy"]
+    cols = ["strategy", "seq", "wall_s", "steps_s", "overhead_s", "ratio_to_ddp", "within_2x",
+            *PHASE_COLUMNS]  # fmt: skip
+    rows = [
+        (st, f["seq"], f["wall_s"], f["steps_s"], f["overhead_s"], f["ratio_to_ddp"],
+         "yes" if f["within_2x_ddp"] else "NO", *(f["phases"].get(p) for p in PHASE_COLUMNS))
+        for st, f in per.items()
+    ]  # fmt: skip
+    print_table(
+        cols,
+        rows,
+        title=f"\nstart-up per strategy (one sweep; each strategy's last run; overhead = wall "
+        f"- {' - '.join(STEP_PHASES)}; phases: slowest rank, s)",
+        digits=3,
+    )
+    missing = [st for st in STRATEGIES if st not in per]
+    failed = [st for st, f in per.items() if not f["within_2x_ddp"]]
+    print(
+        f"goal: every strategy's overhead within {STARTUP_GOAL:g}x DDP's: "
+        + ("met" if not failed and not missing else f"NOT met ({', '.join(failed + missing)})")
+        + f"; load (1 min) {startup['load_before']:.2f} before, {startup['load_after']:.2f} after"
+    )
 
 
 VERDICT_WORDS = {
@@ -366,15 +550,29 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="leave out arm linksweep_actors (fork and torchrun only: shorter trials)",
     )
+    p.add_argument(
+        "--startup-repeats",
+        type=int,
+        default=STARTUP_REPEATS,
+        help="runs per strategy in the start-up sweep (default %(default)s; 0: no start-up sweep)",
+    )
+    p.add_argument(
+        "--startup-only", action="store_true", help="only the start-up sweep (no trials)"
+    )
     p.add_argument("--smoke", action="store_true", help="1 short trial, fork and torchrun only")
     p.add_argument("--json", help="write trials, summary and context here")
     p.add_argument("--keep", action="store_true", help="keep the temp folder (dbs, JSON)")
     args = p.parse_args(argv)
     if args.smoke:
         args.trials, args.steps, args.warmup, args.without_actors = 1, 1, 1, True
+        args.startup_repeats, args.startup_only = 1, False
     seq_len = SMOKE_SEQ_LEN if args.smoke else SEQ_LEN
-    if args.trials < 1 or args.steps < 1 or args.warmup < 0:
-        p.error("--trials and --steps must be >= 1, --warmup >= 0")
+    if args.startup_only:
+        args.trials = 0
+    if args.trials < 0 or args.steps < 1 or args.warmup < 0 or args.startup_repeats < 0:
+        p.error("--trials, --startup-repeats and --warmup must be >= 0, --steps >= 1")
+    if args.startup_only and args.startup_repeats < 1:
+        p.error("--startup-only needs --startup-repeats >= 1")
 
     from orchestrator.provenance import context as provenance
 
@@ -394,6 +592,9 @@ def main(argv: list[str] | None = None) -> int:
     actors.write_text(
         yaml.safe_dump(sweep_doc(args.steps, args.warmup, 2, "actors", seq_len), sort_keys=False)
     )
+    startup_sweep = startup_doc(args.steps, args.warmup, args.startup_repeats, seq_len)
+    context["startup_sweep"] = startup_sweep
+    startup: dict = {}
     arms = {
         "linksweep": lambda i: run_linksweep(fork, work, i),
         "torchrun": lambda i: run_torchrun(sweep, work, i),
@@ -403,9 +604,15 @@ def main(argv: list[str] | None = None) -> int:
         del arms["linksweep_actors"]
     if args.with_nice0:
         arms["linksweep_nice0"] = lambda i: run_linksweep(actors, work, i, RAY_worker_niceness="0")
+    if args.smoke:  # one Ray start for both: the arm's figure is the start-up sweep's DDP run
+        smoke_sweep = work / "sweep-startup.yaml"
+        smoke_sweep.write_text(yaml.safe_dump(startup_sweep, sort_keys=False))
+        ddp_at = last_ddp_index(startup_sweep)
+        arms["linksweep"] = lambda i: run_linksweep(smoke_sweep, work, i, pick=ddp_at)
     context["arms"] = list(arms)
     trials: list[dict] = []
     interrupted = False
+    load_before = os.getloadavg()[0]
     try:
         for i in range(1, args.trials + 1):  # arms interleaved: A, B, (C), A, B, (C)...
             trial: dict = {"trial": i}
@@ -423,6 +630,14 @@ def main(argv: list[str] | None = None) -> int:
                     f"start-up {r['startup_s']:.2f} s, wall {r['wall_s']:.1f} s",
                     flush=True,
                 )
+                if args.smoke and arm == "linksweep":
+                    startup = read_startup(r["db"], load_before)
+        if args.startup_repeats and not args.smoke:
+            try:
+                startup = run_startup(startup_sweep, work)
+            except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+                startup = {"error": str(exc)}
+                print(f"start-up sweep: FAILED: {exc}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         interrupted = True
         print("interrupted: reporting the finished trials", file=sys.stderr)
@@ -430,15 +645,17 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     summary = summarize(trials)
-    report(trials, summary, list(arms))
+    if trials:
+        report(trials, summary, list(arms))
+    if startup.get("per_strategy"):
+        report_startup(startup)
     if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {"context": context, "trials": trials, "summary": summary}, indent=1, default=str
-            )
-        )
+        doc = {"context": context, "trials": trials, "summary": summary, "startup": startup}
+        Path(args.json).write_text(json.dumps(doc, indent=1, default=str))
     if interrupted:
         return 130
+    if args.startup_only:
+        return 0 if startup.get("per_strategy") else 1
     return 0 if summary else 1  # 1: no trial completed a linksweep/torchrun pair
 
 
