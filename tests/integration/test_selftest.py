@@ -3,7 +3,8 @@ embedded Ray (no --address, no RAY_ADDRESS), so it never touches the session tes
 
 One run (about 2.5 min on 2 cores) checks the exit code, the folder's files, the database it
 wrote, and that every check needing CUDA reads ``not run: no CUDA`` while every other passed;
-the fleet check on the embedded one-node cluster (no pairs: intra-node, compute probe, health).
+the fleet check on the embedded one-node cluster (no pairs: intra-node, compute probe, health);
+the FSDP2 run's stored bytes against the theory and its accumulation check.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.analysis.fsdp_theory import expected_fsdp, gpt2_sharded_by_name
 from orchestrator.selftest import plan
 from orchestrator.selftest.plan_text import plan_text
 from orchestrator.store import read_query
@@ -59,7 +61,8 @@ def test_cpu_selftest_exits_0_and_says_not_run_for_every_gpu_check(selftest_out)
         c = planned[r["check"]]
         expected = ("pass",) if c.run else ("not run", c.why_not)
         assert (r["result"], r["detail"])[: len(expected)] == expected, r
-        assert c.run == (not needs[r["check"]]), r  # on CPU: every GPU check, and only they
+        # on CPU: every GPU check is not run, and only they (FSDP2's two ranks are gloo's)
+        assert c.run == (needs[r["check"]] in ("", "2 devices")), r
     assert "not run: no CUDA" in p.stdout and "nvme_offload" in p.stdout
 
 
@@ -105,6 +108,7 @@ def test_the_folder_holds_captures_sweeps_and_the_database(selftest_out):
         "GROUP BY ALL ORDER BY ALL",
     )
     assert rows == [
+        ("selftest-fsdp2", "ok", 1),
         ("selftest-hang", "failed", 1),
         ("selftest-nvme", "ok", 1),
         ("selftest-one_rank", "ok", 1),
@@ -133,3 +137,27 @@ def test_the_fleet_check_ran_on_the_one_node_and_its_summary_is_in_fleet_txt(sel
     text = (out / "fleet.txt").read_text()
     assert f"fleet check {fleet_id}" in text
     print(f"fleet check wall_s {wall_s:.1f}")  # what the fleet adds to the selftest (-s shows it)
+
+
+def test_the_fsdp2_run_sent_what_the_theory_says_and_kept_its_accumulation_promise(selftest_out):
+    """The stored FSDP2 run, read back as the verdict reads it: two gloo ranks at grad_accum 2,
+    bytes per step equal ``fsdp_theory``'s, and the non-final micro-batch sent what
+    ``grad_sync: last`` promises (all-gathers, no reduce-scatter)."""
+    _, out = selftest_out
+    _, rows = read_query(
+        str(out / "results.duckdb"),
+        "SELECT r.strategy, r.grad_accum, r.grad_sync, r.world_size, r.backend, "
+        "r.comm_bytes_per_step, r.expected_comm_bytes_per_step, r.accum_check, "
+        "r.promised_non_final_bytes, epoch(r.finished_at - r.started_at) "
+        "FROM runs r JOIN sweeps s USING (sweep_id) WHERE s.name = 'selftest-fsdp2'",
+    )
+    ((strategy, ga, sync, world, backend, measured, expected, check, promised, wall_s),) = rows
+    assert (strategy, ga, sync, world, backend) == ("fsdp", 2, "last", 2, "gloo")
+    theory = expected_fsdp("fsdp", "last", True, 2, 2, gpt2_sharded_by_name("gpt2-tiny"))
+    assert measured == expected == sum(theory.per_step.values())
+    assert check == "ok" and json.loads(promised) == theory.non_final
+    assert "reduce_scatter" not in theory.non_final
+    with open(out / "checks.csv", newline="") as f:
+        fsdp2 = next(r for r in csv.DictReader(f) if r["check"] == "fsdp2")
+    assert fsdp2["result"] == "pass" and "= theory, accum_check ok" in fsdp2["detail"], fsdp2
+    print(f"fsdp2 run wall_s {wall_s:.1f}")  # what the FSDP2 check adds (-s shows it)
