@@ -1,7 +1,16 @@
 """A sweep's launchers: one ``workloads.launcher.Launcher`` actor per node, started the first
 time a run needs that node, whose fork server then forks the ranks of every run placed there
-(``launcher: fork``; ``runs.execute_run`` with ``launchers``). Started once per sweep, so the
-imports (torch, transformers, deepspeed) are paid once per node, not once per run.
+(``launcher: fork``; ``runs.execute_run`` with ``launchers``). Started once per node and kept
+for the driver's next sweep, so the imports (torch, transformers, deepspeed: 4-6 s a node on 2
+cores) are paid once per node per driver process, not once per run nor once per sweep: a
+``selftest`` runs five sweeps, a Python caller or a test session many.
+
+Between sweeps a kept launcher has no process left (:func:`stop_launchers` ends every run's
+ranks and waits until they are gone) and holds no resource (``num_cpus=0``; its fork server
+never touched CUDA). Before a later sweep uses it, it must answer a fork (``warm``) within
+:data:`REUSE_CHECK_TIMEOUT_S`, else it is killed and a new one started. Kept launchers are keyed
+by Ray job and node: a new ``ray.init`` (another job, maybe another cluster) never sees the old
+ones, and they die with the driver that owns them (Ray's fate sharing of actors).
 
 May import: ray, workloads.launcher.
 """
@@ -14,26 +23,54 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 LAUNCHER_START_TIMEOUT_S = 600.0  # a cold node imports torch, transformers, deepspeed once
+REUSE_CHECK_TIMEOUT_S = 60.0
+"""A kept launcher forks a child and hears back within this, or it is replaced."""
+_kept: dict[tuple[str, str], object] = {}
+"""Launchers kept after a sweep, by (Ray job id, node id), for this driver's next sweep."""
+
+
+def _job_id() -> str:
+    return ray.get_runtime_context().get_job_id()
+
+
+def _new_launcher(node_id: str):
+    from workloads.launcher import Launcher
+
+    remote_cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1024)(Launcher)
+    actor = remote_cls.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+        runtime_env={"env_vars": {"RAY_worker_niceness": "0"}},
+    ).remote()
+    ray.get(actor.warm.remote(), timeout=LAUNCHER_START_TIMEOUT_S)
+    return actor
+
+
+def _kept_launcher(node_id: str):
+    """The launcher an earlier sweep of this driver kept on the node, if it still forks; None
+    when there is none or it did not answer (then it is killed)."""
+    actor = _kept.pop((_job_id(), node_id), None)
+    if actor is None:
+        return None
+    try:
+        ray.get(actor.warm.remote(), timeout=REUSE_CHECK_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - dead node, dead actor, a hung fork server: start anew
+        with contextlib.suppress(Exception):
+            ray.kill(actor, no_restart=True)
+        return None
+    return actor
 
 
 class LauncherPool:
-    """This sweep's launcher actors (``workloads.launcher.Launcher``), one per node, each started
-    (and its fork server warmed: imports done) the first time a run needs that node."""
+    """This sweep's launcher actors (``workloads.launcher.Launcher``), one per node, each got
+    (kept from an earlier sweep, else started and its fork server warmed: imports done) the
+    first time a run needs that node."""
 
     def __init__(self) -> None:
         self.actors: dict[str, object] = {}
 
     def get(self, node_id: str):
         if node_id not in self.actors:
-            from workloads.launcher import Launcher
-
-            remote_cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1024)(Launcher)
-            actor = remote_cls.options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-                runtime_env={"env_vars": {"RAY_worker_niceness": "0"}},
-            ).remote()
-            self.actors[node_id] = actor
-            ray.get(actor.warm.remote(), timeout=LAUNCHER_START_TIMEOUT_S)
+            self.actors[node_id] = _kept_launcher(node_id) or _new_launcher(node_id)
         return self.actors[node_id]
 
     def values(self):
@@ -50,7 +87,17 @@ def start_launchers() -> LauncherPool:
 
 
 def stop_launchers(launchers: LauncherPool | None) -> None:
-    """Kill the launcher actors: their fork servers exit, and any rank left dies with them."""
-    for a in list(launchers.values()) if launchers is not None else []:
-        with contextlib.suppress(Exception):
-            ray.kill(a, no_restart=True)
+    """The sweep is over: every run's ranks on each launcher are ended and waited for, and the
+    launcher is kept for this driver's next sweep. One that does not answer within 30 s is
+    killed (its fork server exits, and any rank left dies with it)."""
+    if launchers is None:
+        return
+    job = _job_id()
+    for node_id, actor in list(launchers.actors.items()):
+        try:
+            ray.get(actor.kill_all.remote(), timeout=30)
+        except Exception:  # noqa: BLE001 - dead or hung: not kept
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
+            continue
+        _kept[(job, node_id)] = actor

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
+
+import pytest
 
 from orchestrator.store import read_query
 
@@ -147,3 +150,45 @@ def test_forked_rank_0_progress_reaches_the_driver_through_its_launcher(ray_clus
         stop_launchers(launchers)
     assert seen == {"run_id": "run-p", "step": 3, "total": 5, "warmup": False}
     assert after == {}  # the run's call is over: nothing stale for the next poll
+
+
+def test_a_later_sweep_reuses_the_launcher_and_finds_no_process_of_the_last(ray_cluster, tmp_path):
+    """A sweep's end ends every run's processes and keeps the launcher; the driver's next sweep
+    gets that launcher (same pid: no second import of torch and DeepSpeed). A kept launcher
+    that died is replaced by a new one."""
+    import ray
+
+    from orchestrator.raycluster.launchers import start_launchers, stop_launchers
+
+    node = ray.get_runtime_context().get_node_id()
+    forever = (exec, ("import time\nwhile True: time.sleep(1)\n",))
+    first = start_launchers()
+    try:
+        launcher = first.get(node)
+        pid = ray.get(launcher.node_info.remote()).pid
+        left = launcher.call.remote({}, *forever, "run-left")  # a rank the sweep left running
+        deadline = time.monotonic() + 60
+        while not (rank_pids := ray.get(launcher.pids.remote("run-left"))):
+            assert time.monotonic() < deadline, "the forked process never started"
+            time.sleep(0.02)
+    finally:
+        stop_launchers(first)
+    with pytest.raises(ray.exceptions.RayTaskError, match="killed by signal SIGKILL"):
+        ray.get(left, timeout=60)  # ended at the sweep's end, and waited for
+    assert not os.path.exists(f"/proc/{rank_pids[0]}")
+
+    second = start_launchers()
+    try:
+        kept = second.get(node)
+        assert ray.get(kept.node_info.remote()).pid == pid
+        assert ray.get(kept.pids.remote("run-left")) == []
+    finally:
+        stop_launchers(second)
+    ray.kill(kept, no_restart=True)  # dies while kept: the next sweep starts another
+    third = start_launchers()
+    try:
+        fresh = third.get(node)
+        assert ray.get(fresh.node_info.remote()).pid != pid
+        assert ray.get(fresh.call.remote({}, os.getpid, ())) > 0
+    finally:
+        stop_launchers(third)
