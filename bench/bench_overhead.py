@@ -65,7 +65,8 @@ repeat: with the default 2, one run each, every one after the fork server is war
 the median run (by overhead) of those, ``n_runs`` of them. Per run: ``wall_s``
 (``runs.started_at`` -> ``finished_at``), ``steps_s`` (the ``run_phases`` ``warmup``, ``timed_steps`` and
 ``profiled_pass``, each the slowest rank's), ``overhead_s`` = wall_s - steps_s, and every phase's
-seconds (``run_phases``, the slowest rank's; the driver's placement, teardown, commit). Per
+seconds (``run_phases``, the slowest rank's): placement, process_start, imports, pg_init,
+model_data_build, ``strategy_init``, rank_teardown, teardown, commit. Per
 strategy: ``ratio_to_ddp`` (its overhead_s / DDP's, same sweep) and ``within_2x_ddp`` (the goal:
 ratio_to_ddp <= 2). The machine's 1-minute load average before and after the sweep is kept
 (``load_before``, ``load_after``): on a shared machine, repeat when it moved.
