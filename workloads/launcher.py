@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import importlib
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.spawn as mp_spawn
@@ -42,8 +43,7 @@ from collections.abc import Callable
 from workloads.contract import NodeInfo, RankRecord
 from workloads.cpu_policy import idle_process, normal_self
 
-PRELOAD = [
-    "workloads.forkserver_preload",
+LAZY_PRELOAD = (
     # What DeepSpeed imports lazily inside ``deepspeed.initialize``, so every ZeRO rank paid it
     # (0.8 s idle, 2.4 s under load, on 2 cores): the optimizer check imports the Muon module,
     # whose ``torch.compile`` decorators pull in torch._dynamo and torch._inductor; the
@@ -67,10 +67,28 @@ PRELOAD = [
     "workloads.telemetry",
     "workloads.ds_effective",
     "workloads.fsdp",
-]
+)
+"""What a run would import lazily, imported once in the fork server by
+``workloads.forkserver_lazy`` through :func:`import_quietly`."""
+PRELOAD = ["workloads.forkserver_preload", "workloads.forkserver_lazy"]
 """Imported once in the fork server, in this order: torch, transformers, deepspeed, datasets, the
-workload (``forkserver_preload``), then what a run would import lazily. The fork server skips a
-name whose import raises ImportError (DeepSpeed absent: its entries cost nothing)."""
+workload (``forkserver_preload``), then :data:`LAZY_PRELOAD`. multiprocessing's fork server
+skips a name only when its import raises ImportError; any other error would end the server and
+fail every run, DDP's too. So the lazy names go through :func:`import_quietly`, which skips a
+name whatever its import raises (a DeepSpeed built for another CUDA, a broken setuptools)."""
+
+
+def import_quietly(names) -> dict[str, str]:
+    """Import each of ``names``; one whose import raises anything is skipped. Returns the
+    skipped names with what they raised (the rank then imports them itself, and fails there,
+    as its own run, if it needs them)."""
+    skipped = {}
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - a preload must never end the fork server
+            skipped[name] = f"{type(exc).__name__}: {exc}"
+    return skipped
 
 
 def _no_main(get_preparation_data: Callable) -> Callable:

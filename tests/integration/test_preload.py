@@ -6,7 +6,8 @@ whatever it guarded (a lock, a queue) was copied mid-use; a CUDA context cannot 
 all. So importing the list, in a fresh interpreter set up as the fork server is, must leave the
 threads as ``workloads.forkserver_preload`` (torch, transformers, deepspeed, datasets) leaves
 them, and CUDA uninitialised. Each name must also import: the server skips a name whose import
-raises ImportError, so a module DeepSpeed moved would silently stop being preloaded.
+raises (``launcher.import_quietly``), so a module DeepSpeed moved would silently stop being
+preloaded.
 
 This module imports only the standard library and pytest at its top: a forked child imports it
 to run :func:`forked_view`, and must find the preloaded modules already there.
@@ -27,7 +28,7 @@ SERVER_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TOKENIZERS_PARALLELISM": "f
 _IMPORT_PRELOAD = """
 import importlib, json, os, sys, threading
 sys.path.insert(0, {repo!r})
-from workloads.launcher import PRELOAD
+from workloads.launcher import LAZY_PRELOAD, PRELOAD
 
 def counts():
     return {{"threads": threading.active_count(), "tasks": len(os.listdir("/proc/self/task"))}}
@@ -36,14 +37,15 @@ first = counts()
 importlib.import_module(PRELOAD[0])  # the base: torch, transformers, deepspeed, datasets
 base = counts()
 failed = {{}}
-for name in PRELOAD[1:]:  # as multiprocessing.forkserver does: ImportError skips a name
+for name in LAZY_PRELOAD:  # each must import here (this environment has DeepSpeed)
     try:
         importlib.import_module(name)
-    except ImportError as exc:
+    except Exception as exc:
         failed[name] = repr(exc)
 import torch
 print(json.dumps({{"first": first, "base": base, "after": counts(), "failed": failed,
-                  "cuda": torch.cuda.is_initialized(), "preload": PRELOAD}}))
+                  "cuda": torch.cuda.is_initialized(), "preload": PRELOAD,
+                  "lazy": list(LAZY_PRELOAD)}}))
 """
 
 
@@ -65,7 +67,8 @@ def test_importing_the_preload_list_starts_no_thread_and_no_cuda_context():
     assert r["cuda"] is False
     # every name imports here (this environment has DeepSpeed): none was renamed or moved
     assert r["failed"] == {}, r["failed"]
-    assert len(r["preload"]) > 1 and r["preload"][0] == "workloads.forkserver_preload"
+    assert r["preload"] == ["workloads.forkserver_preload", "workloads.forkserver_lazy"]
+    assert len(r["lazy"]) > 1
 
 
 def forked_view() -> dict:
@@ -73,10 +76,10 @@ def forked_view() -> dict:
     import gc
     import threading
 
-    from workloads.launcher import PRELOAD
+    from workloads.launcher import LAZY_PRELOAD, PRELOAD
 
     return {
-        "missing": [m for m in PRELOAD if m not in sys.modules],
+        "missing": [m for m in [*PRELOAD, *LAZY_PRELOAD] if m not in sys.modules],
         "frozen": gc.get_freeze_count(),
         "threads": threading.active_count(),
         "cuda": sys.modules["torch"].cuda.is_initialized(),
