@@ -3,7 +3,12 @@
 Pure: facts in (``SweepFacts``: one sweep's rows, as ``orchestrator/store/snapshot.py`` reads
 them), a ``Comparison`` out (``comparison_json`` is the stable JSON of ``linksweep compare``).
 
-What is compared, per matched variant (``stats.VARIANT_KEY``; links by name or ``link_map``):
+What is compared, per matched variant (``stats.VARIANT_KEY``; links by name or ``link_map``).
+The key holds the flavour (``grad_sync``, ``reshard_after_forward``), so two FSDP2 flavours are
+two variants, never matched to each other nor pooled. A run stored without a flavour (a database
+before schema v8, or a NULL) is its strategy's default flavour (``flavours.with_flavour``: DDP
+``last``, FSDP2 ``each`` with reshard, ZeRO ``n/a``), so an old DDP or ZeRO sweep still matches
+a new one that ran the defaults.
 
 - ``variants``: the run figures (``runs.median_step_time_s``, one number per run) of the runs that
   count (``stats.included``); ratio candidate / baseline of their medians.
@@ -27,7 +32,7 @@ The test (``verdict``), honest at small n (docs/compare.md has the reasoning):
   when a side has no figure. A regression is a variant ``slower`` or a slowdown ``slower``
   (grew); ``regressions`` counts them and ``linksweep compare`` exits 1 when there is one.
 
-May import: fingerprint, orchestrator.analysis.stats, numpy.
+May import: fingerprint, orchestrator.analysis.flavours, orchestrator.analysis.stats, numpy.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.analysis.flavours import with_flavour
 from orchestrator.analysis.stats import (
     MIN_RUNS_FOR_CI,
     VARIANT_KEY,
@@ -223,6 +229,8 @@ class SweepFacts:
 
 
 def _key(run: Mapping, link_map: Mapping[str, str] | None = None) -> tuple:
+    """The run's ``VARIANT_KEY`` values, flavour included (a missing one: the default)."""
+    run = with_flavour(run)
     key = tuple(run.get(k) for k in VARIANT_KEY)
     if link_map:
         at = VARIANT_KEY.index("link")

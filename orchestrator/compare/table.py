@@ -1,13 +1,19 @@
 """``linksweep compare`` as text: a terminal table, or markdown for a CI comment (a short verdict
 line, then a table). Pure: a ``compare.Comparison`` in, a string out.
 
-May import: comparison, orchestrator.analysis.stats, orchestrator.ui.
+The strategy column names the flavour (``flavours.flavoured_strategy``): ``fsdp (reshard, sync
+each)``, ``hsdp (no reshard, sync replicate_last)``, ``ddp (sync each)``; plain ``ddp`` and
+``zero3`` where there is none to name. ``grad_sync`` and ``reshard_after_forward`` then need no
+columns of their own; the unmatched tables and ``--format json`` keep every key as stored.
+
+May import: comparison, orchestrator.analysis.flavours, orchestrator.analysis.stats, orchestrator.ui.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.analysis.flavours import FLAVOUR_KEYS, flavoured_strategy
 from orchestrator.analysis.stats import VARIANT_KEY, varying
 from orchestrator.compare.comparison import FASTER, NO_CHANGE, SLOWER, Comparison
 from orchestrator.ui import fmt_cell, format_table
@@ -26,10 +32,15 @@ def _pct(threshold: float) -> str:
 
 
 def key_columns(c: Comparison) -> list[str]:
-    """The variant-key columns worth printing: those that vary, and always strategy and link."""
+    """The variant-key columns worth printing: those that vary, and always strategy and link;
+    never the flavour keys, which the strategy column names."""
     keys = [r["key"] for r in (*c.variants, *c.slowdowns)]
-    shown = varying(keys) | {"strategy", "link"}
+    shown = (varying(keys) | {"strategy", "link"}) - set(FLAVOUR_KEYS)
     return [k for k in VARIANT_KEY if k in shown]
+
+
+def _key_cell(key: dict, name: str) -> Any:
+    return flavoured_strategy(key) if name == "strategy" else key.get(name)
 
 
 def verdict_line(c: Comparison) -> str:
@@ -71,7 +82,7 @@ def figure_rows(c: Comparison, rows: list[dict], keys: list[str]) -> tuple[list[
     out = []
     for r in rows:
         out.append(
-            tuple(r["key"].get(k) for k in keys)
+            tuple(_key_cell(r["key"], k) for k in keys)
             + (
                 _num(r["baseline_median_s"]),
                 _num(r["candidate_median_s"]),
