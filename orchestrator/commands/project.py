@@ -5,7 +5,13 @@ and its links' bus bandwidth through the named queries, and prints
 ``orchestrator.analysis.linkmodel.project_sweep``'s rows, one per variant group (``stats.GROUP_KEY``) and
 bandwidth. The computation is in ``linkmodel`` (pure); this module is arguments -> rows -> text.
 
-May import: shared, orchestrator.cli_help, orchestrator.errors, orchestrator.analysis.linkmodel,
+Each variant group is fitted with its flavour (``grad_sync``, ``reshard_after_forward``), so two
+FSDP2 flavours are two rows. The table names it in the strategy column
+(``flavours.flavoured_strategy``: ``fsdp (reshard, sync each)``, ``ddp (sync each)``) in place
+of the two key columns; ``csv`` and ``json`` keep every key as stored, one column each.
+
+May import: shared, orchestrator.cli_help, orchestrator.errors, orchestrator.analysis.flavours,
+orchestrator.analysis.linkmodel,
 orchestrator.report.reading, orchestrator.analysis.stats, orchestrator.store, orchestrator.ui.
 """
 
@@ -100,6 +106,19 @@ def columns() -> tuple[tuple[str, str], ...]:
     return (*((k, SHORT.get(k, k)) for k in GROUP_KEY), *FIGURE_COLUMNS)
 
 
+def table_cells(rows: list[dict]) -> tuple[list[str], list[tuple]]:
+    """(column names, rows) of the text table: the strategy named with its flavour
+    (``flavoured_strategy``), the flavour keys' own columns left out, the rest as ``columns``."""
+    from orchestrator.analysis.flavours import FLAVOUR_KEYS, flavoured_strategy
+
+    cols = [(name, short) for name, short in columns() if name not in FLAVOUR_KEYS]
+    cells = [
+        tuple(flavoured_strategy(r) if name == "strategy" else r[name] for name, _ in cols)
+        for r in rows
+    ]
+    return [short for _, short in cols], cells
+
+
 def _print(rows: list[dict], fmt: str, sweep_id: str) -> None:
     cols = columns()
     out = [{short: r[name] for name, short in cols} for r in rows]
@@ -112,11 +131,8 @@ def _print(rows: list[dict], fmt: str, sweep_id: str) -> None:
         write_csv([short for _, short in cols], [tuple(r.values()) for r in out])
         return
 
-    print_table(
-        [short for _, short in cols],
-        [tuple(r.values()) for r in out],
-        title=f"projected step time per variant (sweep {sweep_id})",
-    )
+    names, cells = table_cells(rows)
+    print_table(names, cells, title=f"projected step time per variant (sweep {sweep_id})")
     print(
         "step_s = compute_s + exposure x comm_s; comm_s is scaled from the measured link "
         "`scaled_from` (nearest bus bandwidth: all_reduce busbw at its largest message; each op keeps its efficiency there); "

@@ -123,18 +123,20 @@ LINK_BUSBW = _q(
 )
 LINK_MODEL_EXPOSURE_TABLE = _q(
     "link_model_exposure_table",
-    """SELECT strategy, offload, overlap_comm AS overlap, grad_accum AS ga, bucket_mb AS bucket,
-              placement, n_links AS links, exposure, exposure_ci_low AS ci_low,
-              exposure_ci_high AS ci_high, compute_s, quality AS fit
+    """SELECT strategy, offload, overlap_comm AS overlap, ddp_grad_dtype AS grads,
+              grad_sync AS sync, reshard_after_forward AS reshard, grad_accum AS ga,
+              bucket_mb AS bucket, placement, n_links AS links, exposure,
+              exposure_ci_low AS ci_low, exposure_ci_high AS ci_high, compute_s, quality AS fit
        FROM link_model WHERE sweep_id = $sweep_id AND n_links >= 2
-       ORDER BY strategy, offload, overlap_comm, grad_accum, bucket_mb, placement""",
+       ORDER BY strategy, offload, overlap_comm, ddp_grad_dtype, grad_sync,
+                reshard_after_forward, grad_accum, bucket_mb, placement""",
 )
 REPORT_LINK_MODEL = _q("report_link_model", "SELECT * FROM link_model WHERE sweep_id = $sweep_id")
 REPORT_LINK_MODEL_CHECK = _q(
     "report_link_model_check",
     """SELECT * FROM link_model_check WHERE sweep_id = $sweep_id
-       ORDER BY strategy, offload, overlap_comm, grad_accum, bucket_mb, placement,
-                predicted_comm_s""",
+       ORDER BY strategy, offload, overlap_comm, ddp_grad_dtype, grad_sync,
+                reshard_after_forward, grad_accum, bucket_mb, placement, predicted_comm_s""",
 )
 
 # --- `linksweep run` summary ----------------------------------------------------------------
