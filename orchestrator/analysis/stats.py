@@ -383,15 +383,15 @@ def variant_and_sensitivity_rows(
     return variant_rows, sens_rows
 
 
-PER_STRATEGY = ("bucket_mb", "ddp_grad_dtype")
+PER_STRATEGY = ("bucket_mb", "ddp_grad_dtype", "grad_sync", "reshard_after_forward")
 """Variant keys whose value a strategy implies unless the grid sets several for it."""
 
 
 def varying(rows: Iterable[Mapping[str, Any]], keys: Sequence[str] = VARIANT_KEY) -> set[str]:
     """The keys that take more than one value over ``rows`` (the rest need no label).
-    ``bucket_mb`` and ``ddp_grad_dtype`` vary only where one strategy has several: each
-    framework's own default bucket (DDP 25 MiB, DeepSpeed's) and DDP's fp32 against ZeRO's
-    ``n/a`` are implied by the strategy's name."""
+    :data:`PER_STRATEGY` keys vary only where one strategy has several: each framework's own
+    default bucket (DDP 25 MiB, DeepSpeed's), DDP's fp32 against ZeRO's ``n/a``, DDP's sync
+    ``last`` against FSDP2's ``each`` and ZeRO's ``n/a`` are implied by the strategy's name."""
     rows = list(rows)
     out = {k for k in keys if k not in PER_STRATEGY and len({r.get(k) for r in rows}) > 1}
     for key in PER_STRATEGY:

@@ -408,3 +408,24 @@ def test_ddp_grad_dtype_varies_only_when_ddp_has_several():
     assert varying(mixed) == {"strategy"}
     both = [*mixed, {"strategy": "ddp", "ddp_grad_dtype": "bf16", "link": "fast"}]
     assert varying(both) == {"strategy", "ddp_grad_dtype"}
+
+
+def test_a_strategys_own_sync_and_reshard_need_no_label():
+    """DDP's sync ``last`` beside ZeRO's ``n/a`` and FSDP2's ``each`` is implied by the names;
+    two syncs of one strategy are a difference to label."""
+    from orchestrator.analysis.stats import varying
+
+    defaults = [
+        {"strategy": "ddp", "grad_sync": "last", "reshard_after_forward": "n/a"},
+        {"strategy": "zero3", "grad_sync": "n/a", "reshard_after_forward": "n/a"},
+        {"strategy": "fsdp", "grad_sync": "each", "reshard_after_forward": "true"},
+    ]
+    keys = ("strategy", "grad_sync", "reshard_after_forward")
+    assert varying(defaults, keys) == {"strategy"}
+    both = [*defaults, {"strategy": "ddp", "grad_sync": "each", "reshard_after_forward": "n/a"}]
+    assert varying(both, keys) == {"strategy", "grad_sync"}
+    flavours = [
+        *defaults,
+        {"strategy": "fsdp", "grad_sync": "each", "reshard_after_forward": "false"},
+    ]
+    assert varying(flavours, keys) == {"strategy", "reshard_after_forward"}
