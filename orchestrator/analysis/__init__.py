@@ -10,6 +10,9 @@ One module per job:
     rated       a link's rated rate in the unit of busbw.
     links       what each link of a sweep physically is.
     headline    what a sweep found, in a sentence or two per link.
+    flavours    a variant's sync and reshard flavour: the strategy's default where unstored.
+    fsdp_theory FSDP2's and HSDP's bytes per step and per non-final micro-batch.
+    zero_promise what DeepSpeed's ZeRO stage sends on a non-final micro-batch.
 
 May import: nothing.
 """
