@@ -121,7 +121,7 @@ print(json.dumps(out))
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_emulated_cluster_shapes_links_and_cleans_up(root_netns, state_dir):
+def test_emulated_cluster_shapes_links_and_cleans_up(root_netns, state_dir, tmp_path):
     before = _snapshot()
     pids: list[int] = []
     try:
@@ -153,8 +153,8 @@ def test_emulated_cluster_shapes_links_and_cleans_up(root_netns, state_dir):
         print(f"link check (slow, fast) in {time.monotonic() - t1:.1f} s")
 
         # A real linksweep sweep on the emulated cluster: link microbenchmark + DDP, spread.
-        sweep = state_dir.parent / f"{state_dir.name}-sweep.yaml"
-        db = state_dir.parent / f"{state_dir.name}-sweep.duckdb"
+        sweep = tmp_path / "sweep.yaml"  # not beside the state folder: /tmp keeps nothing
+        db = tmp_path / "sweep.duckdb"
         sweep.write_text(SWEEP)
         t1 = time.monotonic()
         run = subprocess.run(
