@@ -4,6 +4,7 @@ readably, and the "why" gives each its measured bytes per step (synthetic view r
 from __future__ import annotations
 
 from orchestrator.analysis.headline import build_headline, extra_vs_predicted, strategy_name
+from tests.unit.test_headline import OVERVIEW  # the same two links, fast and slow at 500mbit
 
 KEY = {"offload": "none", "bucket_mb": 25, "placement": "spread", "overlap_comm": "default"}
 DDP = {"strategy": "ddp", "ddp_grad_dtype": "fp32", "grad_sync": "last"}
@@ -16,12 +17,6 @@ FSDP_LAST |= {"reshard_after_forward": "false"}
 DDP |= {"reshard_after_forward": "n/a"}
 ZERO3 |= {"reshard_after_forward": "n/a"}
 PARAM_B = 498e6  # gpt2's parameters in fp32, one full copy
-OVERVIEW = [
-    {"link": "fast", "kind": "emulated", "rate": None, "rated_gbps": None,
-     "measured_busbw_gbps": 0.21},
-    {"link": "slow", "kind": "emulated", "rate": "500mbit", "rated_gbps": 0.0625,
-     "measured_busbw_gbps": 0.0601},
-]  # fmt: skip
 
 
 def _sens(variant, ga, slowdown, lo, hi):
