@@ -90,8 +90,8 @@ def stop_launchers(launchers: LauncherPool | None) -> None:
     """The sweep is over: every run's ranks on each launcher are ended and waited for, and the
     launcher is kept for this driver's next sweep. One that does not answer within 30 s is
     killed (its fork server exits, and any rank left dies with it)."""
-    if launchers is None:
-        return
+    if launchers is None or not launchers.actors or not ray.is_initialized():
+        return  # nothing started, or Ray already shut down (its actors went with it)
     job = _job_id()
     for node_id, actor in list(launchers.actors.items()):
         try:
