@@ -1,4 +1,7 @@
-"""The headline: what a sweep found, in one or two generated sentences per link. Pure.
+"""The headline: what a sweep found, in a few generated sentences per link. Pure.
+
+One job: the words of the headline, from the slowdowns, their intervals and the bytes behind
+them; the rules below are what each word needs from the numbers, so they read in one place.
 
 ``build_headline(sensitivity, variants, overview)`` takes rows of the ``link_sensitivity``,
 ``variant_summary`` and ``link_overview`` views (dicts keyed by column) and answers, per
@@ -10,13 +13,33 @@ parameter). Nothing is hard-coded: every word follows from the numbers and
 their intervals, with these rules:
 
 - a slowdown is *beyond the spread* when its interval lies above 1 (``ci_low > 1``);
-- a strategy is *hurt most* at a grad_accum when its slowdown is the largest there and its
-  interval lies above every other strategy's interval; it is named when that holds at one or more
-  grad_accum values (the one that leads at the most values; ties: the larger slowdown);
+- at each grad_accum the strategies split into a group *hurt most* and a group *hurt least*
+  where their intervals allow it: in order of slowdown, the most hurt group is the fewest series
+  from the top whose intervals all lie above the intervals of every series outside it, so it holds
+  the top series, every series whose interval overlaps the top's, every one overlapping one of
+  those, and so on (transitively: where intervals chain, no cut between them is beyond the
+  spread); the least hurt group likewise from the bottom; a series without an interval there
+  overlaps every other (its spread is unknown). With two series this is the top's interval lying
+  above the other's. The rule it replaced asked the top alone to clear every other series, which
+  read two overlapping leaders among seven series as "no difference" even where the least hurt lay
+  far below both; the groups say what the intervals do separate;
+- a single strategy is named *hurt most* where it is the most hurt group alone at one or more
+  grad_accum values (the one that is at the most values; ties: the larger slowdown); with three
+  or more series each grad_accum that splits gets a sentence naming both groups with their
+  slowdowns and intervals (where one cut splits them, the larger side by its span of slowdowns
+  only, the series between two cuts by their slowdowns) and, in a most hurt group of several,
+  which members the top's interval still lies above and which overlap it (*within its spread*);
+- where the sweep has FSDP2 (or HSDP) and ZeRO-3 or DDP, one sentence compares each FSDP2 flavour
+  with each of them per grad_accum: *hurt more* (*less*) where the FSDP2 interval lies above
+  (below) the other's (*intervals apart*), otherwise *within its spread*;
 - a slowdown *grows* (*falls*) with grad_accum when its interval at the largest grad_accum lies
   above (below) its interval at the smallest; otherwise it stays the same within the spread;
-- when no interval lies above 1, or the strategies' intervals overlap at every grad_accum, the
-  sentence says "no difference beyond the spread";
+- when no interval lies above 1, or every interval overlaps every other at every grad_accum, the
+  sentence says "no difference beyond the spread"; so does a grad_accum without a split where
+  another one splits and every interval overlaps every other. Where no cut splits the intervals
+  but two of them lie apart (they chain, each overlapping another's), it says "no group of
+  strategies lies apart from the rest" instead: the ends do differ, which the FSDP2 sentence
+  may say, but no group does;
 - a slowdown from one run a side has no interval (a point says nothing of spread); when no
   slowdown has one, the sentence says there is no finding yet.
 
@@ -64,6 +87,8 @@ DDP_DEFAULT_SYNC = "last"
 """DDP's own flavour (``no_sync`` until the last micro-batch; ``spec.DEFAULT_SYNC``): plain
 ``DDP`` means it, so only ``each`` is named."""
 NO_DIFFERENCE = "no difference beyond the spread"
+CHAINED = "no group of strategies lies apart from the rest"
+"""Where no cut splits the intervals but two of them lie apart: they chain, end to end."""
 OVERLAP_NAME = {"default": " (overlap default)", "true": " (overlap on)", "false": " (overlap off)"}
 OVERLAP_WORDS = {
     "default": "at each framework's default overlap",
@@ -195,20 +220,6 @@ def _trend(cells: dict[int, Cell]) -> str:
     return "same"
 
 
-def _leader(cells: dict[str, dict[int, Cell]], ga: int) -> tuple[str | None, bool]:
-    """(the series with the largest slowdown at ga, whether its interval clears the others')."""
-    here = {s: c[ga] for s, c in cells.items() if ga in c}
-    if not here:
-        return None, False
-    top = max(here, key=lambda s: here[s].slowdown)
-    others = [c for s, c in here.items() if s != top]
-    if not others:
-        return top, True
-    t = here[top]
-    clear = t.low is not None and all(o.high is not None and t.low > o.high for o in others)
-    return top, clear
-
-
 def _path(cells: dict[int, Cell], base: str | None = None) -> str:
     """``2.29× at grad_accum 1 and 3.15× at 8`` (with ``as long as on BASE`` after the first)."""
     gas = sorted(cells)
@@ -234,6 +245,177 @@ _TREND_WORDS = {
     "falls": "and less as grad_accum grows",
     "same": "about as much at every grad_accum (within the spread)",
 }
+
+
+def _groups(cells: dict[str, dict[int, Cell]], ga: int) -> tuple[list[str], list[str]] | None:
+    """(the most hurt group, the least hurt group) at ga, each largest slowdown first; None where
+    the intervals allow no split (module doc). A cut after the k-th series in order of slowdown
+    is beyond the spread when every interval above it lies above every interval below it; the
+    most hurt group ends at the first such cut, the least hurt begins at the last. A series
+    without an interval at ga overlaps everything: its spread is unknown."""
+    here = sorted(((s, c[ga]) for s, c in cells.items() if ga in c), key=lambda x: -x[1].slowdown)
+    lows = [float("-inf") if c.low is None else c.low for _, c in here]
+    highs = [float("inf") if c.high is None else c.high for _, c in here]
+    cuts = [k for k in range(1, len(here)) if min(lows[:k]) > max(highs[k:])]
+    if not cuts:
+        return None
+    names = [s for s, _ in here]
+    return names[: cuts[0]], names[cuts[-1] :]
+
+
+def _some_apart(cells: dict[str, dict[int, Cell]], ga: int) -> bool:
+    """Whether any two series' intervals at ga lie apart (where no cut splits them all: they
+    chain, which is not "no difference")."""
+    here = [c[ga] for c in cells.values() if ga in c]
+    return any(_apart(a, b) for a in here for b in here)
+
+
+def _apart(hi: Cell, lo: Cell) -> bool:
+    """``hi``'s interval lies above ``lo``'s (both known)."""
+    return hi.low is not None and lo.high is not None and hi.low > lo.high
+
+
+def _join(parts: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" and {parts[-1]}"
+
+
+def _who(cells: dict[str, dict[int, Cell]], ga: int, names: Sequence[str]) -> str:
+    """``A 2.94× [2.80–3.08] and B 2.80× [2.55–3.10] are``: names with their cells and verb."""
+    return _join([f"{s} {cells[s][ga].text()}" for s in names]) + (
+        " is" if len(names) == 1 else " are"
+    )
+
+
+def _span(cells: dict[str, dict[int, Cell]], ga: int, names: Sequence[str]) -> str:
+    """``1.92×–2.94×``: the slowdowns of several series at ga, smallest to largest."""
+    xs = sorted(cells[s][ga].slowdown for s in names)
+    return f"{xs[0]:.2f}×–{xs[-1]:.2f}×"
+
+
+def _number(n: int) -> str:
+    words = ("two", "three", "four", "five", "six", "seven", "eight", "nine")
+    return words[n - 2] if 2 <= n < 10 else str(n)
+
+
+def _split_sentence(
+    cells: dict[str, dict[int, Cell]], ga: int, most: list[str], least: list[str]
+) -> str:
+    """``at grad_accum 8, A 2.94× [2.80–3.08] is hurt most ...``: the two groups at ga (module
+    doc). Where one cut splits them, the larger side is told by its span only ("the other six
+    strategies (1.92×–2.94×)"), the smaller named with its intervals; then, inside a most hurt
+    group of several, what the top's interval alone clears (``_top_reach``)."""
+    here = sorted((s for s in cells if ga in cells[s]), key=lambda s: -cells[s][ga].slowdown)
+    between = [s for s in here if s not in most and s not in least]
+    if between:
+        text = (
+            f"at grad_accum {ga}, {_who(cells, ga, most)} hurt most ({_its(most)} above every "
+            f"other strategy's) and {_who(cells, ga, least)} hurt least ({_its(least)} below "
+            f"every other strategy's); in between: "
+            + _join([f"{s} {_x(cells[s][ga])}" for s in between])
+        )
+    elif len(most) > len(least):
+        text = (
+            f"at grad_accum {ga}, {_who(cells, ga, least)} hurt least, {_its(least)} below "
+            f"those of the other {_number(len(most))} strategies ({_span(cells, ga, most)})"
+        )
+    elif len(most) < len(least):
+        text = (
+            f"at grad_accum {ga}, {_who(cells, ga, most)} hurt most, {_its(most)} above "
+            f"those of the other {_number(len(least))} strategies ({_span(cells, ga, least)})"
+        )
+    else:
+        text = (
+            f"at grad_accum {ga}, {_who(cells, ga, most)} hurt most and {_who(cells, ga, least)} "
+            f"hurt least, every interval of the first above every interval of the second"
+        )
+    told = len(most) > len(least) and not between  # the most hurt told by span only
+    lead = f"of those {_number(len(most))}" if told else f"of the {_number(len(most))} hurt most"
+    reach = _top_reach(cells, ga, most, lead)
+    return f"{text}; {reach}" if reach else text
+
+
+def _its(names: Sequence[str]) -> str:
+    return "its interval" if len(names) == 1 else "their intervals"
+
+
+def _top_reach(
+    cells: dict[str, dict[int, Cell]], ga: int, most: list[str], lead: str
+) -> str | None:
+    """``of the three hurt most, the top, A 2.94× [2.80–3.08], lies above B, and C 2.80× [..] is
+    within its spread``: where the most hurt group has several series and the top's interval
+    lies above some of them, which (the others overlap it: within its spread)."""
+    if len(most) < 2:
+        return None
+    top = cells[most[0]][ga]
+    below = [s for s in most[1:] if _apart(top, cells[s][ga])]
+    if not below:
+        return None
+    near = [s for s in most[1:] if s not in below]
+    return (
+        f"{lead}, the top, {most[0]} {top.text()}, lies above "
+        + _join(below)
+        + (f", and {_who(cells, ga, near)} within its spread" if near else "")
+    )
+
+
+def _verdicts(here: Mapping[str, Cell], fsdp: list[str], comp: str) -> tuple[tuple[str, ...], ...]:
+    """(FSDP2 flavours hurt more than comp, hurt less, within its spread) at one grad_accum."""
+    c = here[comp]
+    more = tuple(f for f in fsdp if _apart(here[f], c))
+    less = tuple(f for f in fsdp if _apart(c, here[f]))
+    return more, less, tuple(f for f in fsdp if f not in more + less)
+
+
+def _versus(here: Mapping[str, Cell], fsdp: list[str], comps: list[str]) -> str:
+    """``FSDP2 (a) is hurt more than ZeRO-3 (2.94× vs 2.35×, intervals apart), the other
+    flavours are within its spread (2.80× and 2.15× vs 2.35×)``: the FSDP2 flavours against
+    one or more strategies that the intervals judge alike, grouped by what they say."""
+    comp, cx = _join(comps), _join([_x(here[c]) for c in comps])
+    its, it = ("its", "it") if len(comps) == 1 else ("their", "them")
+    parts: list[str] = []
+    for key, names in zip(("more", "less", "within"), _verdicts(here, fsdp, comps[0]), strict=True):
+        if not names:
+            continue
+        words = {
+            "more": f"hurt more than {it if parts else comp}",
+            "less": f"hurt less than {it if parts else comp}",
+            "within": f"within {its} spread" if parts else f"within the spread of {comp}",
+        }[key]
+        who = "every FSDP2 flavour" if len(names) == len(fsdp) > 1 else _join(names)
+        who = "the other flavours" if key == "within" and parts and len(names) > 1 else who
+        verb = "is" if len(names) == 1 or len(names) == len(fsdp) else "are"
+        apart = "" if key == "within" else ", intervals apart"
+        xs = _join([_x(here[f]) for f in names])
+        parts.append(f"{who} {verb} {words} ({xs} vs {cx}{apart})")
+    return ", ".join(parts)
+
+
+def _fsdp_sentence(cells: dict[str, dict[int, Cell]], gas: list[int]) -> str | None:
+    """FSDP2's flavours against ZeRO-3 and DDP, per grad_accum, where both sides have intervals
+    (module doc); strategies the intervals judge alike share a clause."""
+    fsdp = [s for s in cells if s.startswith(tuple(FSDP2_NAMES.values()))]
+    comps = [s for s in cells if s.startswith("ZeRO-3")] + [s for s in cells if s.startswith("DDP")]
+    if not fsdp or not comps:
+        return None
+    clauses, used = [], set()
+    for ga in gas:
+        here = {
+            s: c[ga] for s, c in cells.items() if ga in c and None not in (c[ga].low, c[ga].high)
+        }
+        flav = sorted((f for f in fsdp if f in here), key=lambda f: -here[f].slowdown)
+        alike: dict[tuple, list[str]] = {}
+        for c in comps:
+            if c in here and flav:
+                alike.setdefault(_verdicts(here, flav, c), []).append(c)
+                used.add(c)
+        if alike:
+            per = [_versus(here, flav, group) for group in alike.values()]
+            clauses.append(f"at grad_accum {ga}, " + "; ".join(per))
+    if not clauses:
+        return None
+    names = _join([n for n in ("ZeRO-3", "DDP") if any(c.startswith(n) for c in used)])
+    return f"FSDP2 against {names}: " + "; ".join(clauses) + "."
 
 
 def _sentences(
@@ -263,15 +445,51 @@ def _sentences(
             + ("" if trend == "same" else f": the slowdown {trend} with grad_accum")
             + "."
         ]
-    leaders = {ga: _leader(cells, ga) for ga in gas}
-    clear = {ga: top for ga, (top, ok) in leaders.items() if ok and top is not None}
-    if not clear:
+    splits = {ga: g for ga in gas if (g := _groups(cells, ga)) is not None}
+    fsdp = _fsdp_sentence(cells, gas)
+    chained = [ga for ga in gas if ga not in splits and _some_apart(cells, ga)]
+    if not splits:
+        paths = "; ".join(f"{s} {_path(per)}" for s, per in cells.items())
         return [
-            f"On {label}, steps are slower than on {base}, but the strategies show "
-            f"{NO_DIFFERENCE}: their slowdown intervals overlap at every grad_accum ("
-            + "; ".join(f"{s} {_path(per)}" for s, per in cells.items())
-            + ")."
-        ]
+            f"On {label}, steps are slower than on {base}, but "
+            + (
+                f"{CHAINED} at any grad_accum: their slowdown intervals chain, each overlapping "
+                f"another's ({paths})."
+                if chained
+                else f"the strategies show {NO_DIFFERENCE}: their slowdown intervals overlap "
+                f"at every grad_accum ({paths})."
+            )
+        ] + ([fsdp] if fsdp else [])
+    lead = _lead(label, base, cells, splits)
+    groups = [_split_sentence(cells, ga, *g) for ga, g in splits.items()]
+    if lead is None:  # no one strategy alone: the first split leads
+        out = [f"On {label}, steps are slower than on {base}; {groups.pop(0)}."]
+    else:
+        out = [lead]
+    if len(cells) > 2:  # with two series the lead says it all
+        out += [f"{g[0].upper()}{g[1:]}." for g in groups]
+    tied = [str(ga) for ga in gas if ga not in splits and ga not in chained]
+    if tied:
+        out.append(f"At grad_accum {', '.join(tied)} the strategies show {NO_DIFFERENCE}.")
+    if chained:
+        at = ", ".join(str(ga) for ga in chained)
+        out.append(
+            f"At grad_accum {at} {CHAINED}: their intervals chain, each overlapping another's."
+        )
+    return out + ([fsdp] if fsdp else [])
+
+
+def _lead(
+    label: str,
+    base: str,
+    cells: dict[str, dict[int, Cell]],
+    splits: dict[int, tuple[list[str], list[str]]],
+) -> str | None:
+    """The first sentence where one strategy is the most hurt group alone at some grad_accum
+    (module doc), with every series' slowdowns; None where none is."""
+    clear = {ga: most[0] for ga, (most, _) in splits.items() if len(most) == 1}
+    if not clear:
+        return None
     wins = {s: sum(1 for t in clear.values() if t == s) for s in set(clear.values())}
     most = max(wins, key=lambda s: (wins[s], max(c.slowdown for c in cells[s].values())))
     first = (
@@ -280,13 +498,7 @@ def _sentences(
     )
     others = [s for s in cells if s != most]
     rest = "; ".join(f"{s}'s take {_path(cells[s])}{_aside(cells[s])}" for s in others)
-    out = [f"{first}; {rest}."]
-    tied = [ga for ga in gas if ga not in clear]
-    if tied:
-        out.append(
-            f"At grad_accum {', '.join(str(g) for g in tied)} the strategies show {NO_DIFFERENCE}."
-        )
-    return out
+    return f"{first}; {rest}."
 
 
 def fmt_mb(b: float) -> str:
