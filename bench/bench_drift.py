@@ -1,7 +1,7 @@
 """How far this machine drifts: one sweep file run twice, and a slower link beside it.
 
     sudo .venv/bin/python bench/bench_drift.py [--repeats 3] [--steps 4] [--json OUT] [--keep]
-    sudo .venv/bin/python bench/bench_drift.py --smoke [--json OUT]
+    sudo .venv/bin/python bench/bench_drift.py --smoke [--json OUT] [--address A --state-dir D]
 
 ``linksweep compare`` judges a candidate sweep against a baseline; on a shared machine the same
 sweep file does not give the same step times twice, and a gate must know by how much. This bench
@@ -22,8 +22,11 @@ the machine did to both links alike, which is why a gate on a drifting machine s
 
 What it runs: ``linksweep cluster up --emulated`` in-process (2 nodes of 1 CPU, prefix ``lsd``)
 with the links ``fast``, ``s500=500mbit`` and ``s200=200mbit`` (a sweep's ``slow`` names the
-interface ``ls-s500`` or ``ls-s200``), three ``linksweep run`` against it, then the cluster down
-(also on Ctrl-C or a failure). The cluster's state goes in linksweep's default state folder, so
+interface ``ls-s500`` or ``ls-s200``), three ``linksweep run`` against it in this process on one
+connection (the nodes' launchers start once), then the cluster down (also on Ctrl-C or a
+failure). ``--address ADDR --state-dir DIR``: a running emulated cluster with those links
+instead (the test suite's shared one), neither brought up nor down; its nodes past the first
+two are excluded, and its links' tc rates are stored only when DIR is linksweep's default. The cluster's state goes in linksweep's default state folder, so
 each sweep stores the tc rate of its links (``link_overview``); with a cluster already recorded
 there the bench exits 77. The full run (3 repeats, 4 timed steps, the link microbenchmark up to
 2 MiB) took 18 min on 2 cores under load 2-8 from other jobs (each sweep 5.3-7 min);
@@ -58,7 +61,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -210,16 +212,40 @@ def unavailable() -> str | None:
     return None
 
 
-def _linksweep() -> list[str]:
-    exe = Path(sys.executable).with_name("linksweep")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "orchestrator"]
-
-
 def linksweep_run(sweep: Path, db: Path, address: str) -> int:
-    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1", TOKENIZERS_PARALLELISM="false")
-    env.pop("RAY_ADDRESS", None)
-    cmd = [*_linksweep(), "run", str(sweep), "--db", str(db), "--address", address]
-    return subprocess.run(cmd, cwd=REPO, env=env).returncode
+    """``linksweep run`` in this process, inside :func:`run_sweeps`' hold on the cluster."""
+    from orchestrator import cli
+
+    return cli.main(["run", str(sweep), "--db", str(db), "--address", address])
+
+
+def run_sweeps(plan, files, work: Path, address: str, t0: float) -> tuple[dict, list[dict]]:
+    """The plan's sweeps one after another, in this process, on one connection: the nodes'
+    launchers (torch and DeepSpeed imported) start once, not once per sweep, and no sweep pays
+    a Python start and a join (a user's ``linksweep run`` in a shell pays both: the figures
+    here are about the runs, which are the same either way)."""
+    from orchestrator.raycluster import session
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    codes: dict[str, int] = {}
+    sweeps: list[dict] = []
+    with session.held(address):
+        for label, doc_name in plan:
+            db = work / f"{label}.duckdb"
+            start = time.monotonic()
+            codes[label] = linksweep_run(files[doc_name], db, address)
+            sweeps.append(
+                {"label": label, "db": str(db), "wall_s": time.monotonic() - start,
+                 "started_s": start - t0}
+            )  # fmt: skip
+    return codes, sweeps
+
+
+def other_nodes(state_dir: str) -> list[str]:
+    """The IPs of a recorded emulated cluster's nodes past the first two (the sweeps keep off
+    them: a sweep starts a launcher on every node it may place a rank on)."""
+    state = json.loads((Path(state_dir) / STATE_FILE).read_text())
+    return [n["ip"] for n in state.get("plan", {}).get("nodes", [])[2:]]
 
 
 def read_facts(db: str) -> dict:
@@ -298,12 +324,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=None, help=f"timed steps, default {STEPS}")
     p.add_argument("--json", help="write the figures (FIGURES) here")
     p.add_argument("--keep", action="store_true", help="keep the temp folder (sweeps, databases)")
+    p.add_argument(
+        "--address",
+        help="a running emulated cluster's Ray address (with the links fast, s500, s200), "
+        "recorded in --state-dir: used as it is, not brought up or down; its nodes past the "
+        "first two are excluded",
+    )
+    p.add_argument(
+        "--state-dir",
+        default=DEFAULT_STATE_DIR,
+        help=f"with --address (default {DEFAULT_STATE_DIR})",
+    )
     args = p.parse_args(argv)
     repeats = args.repeats or (1 if args.smoke else REPEATS)
     steps = args.steps or (2 if args.smoke else STEPS)
     if repeats < 1 or steps < 1:
         p.error("--repeats and --steps must be >= 1")
-    if why := unavailable():
+    if args.address is None and (why := unavailable()):
         print(f"bench_drift: skipped: {why}", file=sys.stderr)
         return SKIPPED
 
@@ -315,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": sweep_doc(BASELINE_SLOW, strategies, repeats, steps, not args.smoke),
         "candidate": sweep_doc(CANDIDATE_SLOW, strategies, repeats, steps, not args.smoke),
     }
+    if args.address is not None and (others := other_nodes(args.state_dir)):
+        for doc in docs.values():
+            doc["exclude_nodes"] = others
     context = {**provenance(), "sweeps": docs, "smoke": args.smoke}
     print(f"bench_drift: {context['date']} cpus={context['cpus']} {context['versions']}")
     work = Path(tempfile.mkdtemp(prefix="linksweep-bench-drift-"))
@@ -328,26 +368,17 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     interrupted = False
     try:
-        address = up(
-            2, [parse_link_arg(s) for s in CLUSTER_LINKS], DEFAULT_STATE_DIR, prefix=PREFIX
-        )
-        try:
-            for label, doc_name in plan:
-                db = work / f"{label}.duckdb"
-                start = time.monotonic()
-                codes[label] = linksweep_run(files[doc_name], db, address)
-                sweeps.append(
-                    {
-                        "label": label,
-                        "db": str(db),
-                        "wall_s": time.monotonic() - start,
-                        "started_s": start - t0,
-                    }
-                )
-        finally:
-            leftovers = down(DEFAULT_STATE_DIR)
-            if leftovers:
-                print(f"bench_drift: cluster down left {leftovers}", file=sys.stderr)
+        if args.address is not None:
+            codes, sweeps = run_sweeps(plan, files, work, args.address, t0)
+        else:
+            links = [parse_link_arg(s) for s in CLUSTER_LINKS]
+            address = up(2, links, DEFAULT_STATE_DIR, prefix=PREFIX)
+            try:
+                codes, sweeps = run_sweeps(plan, files, work, address, t0)
+            finally:
+                leftovers = down(DEFAULT_STATE_DIR)
+                if leftovers:
+                    print(f"bench_drift: cluster down left {leftovers}", file=sys.stderr)
     except KeyboardInterrupt:
         interrupted = True
     wall_s = time.monotonic() - t0
@@ -359,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
         for s in sweeps:
             s["sweep_id"] = facts[s["label"]]["sweep_id"]
         tables = drift_tables(facts)
-        print(f"\nbench_drift: {wall_s:.0f} s (cluster up, three sweeps, cluster down)")
+        what = "three sweeps" if args.address else "cluster up, three sweeps, cluster down"
+        print(f"\nbench_drift: {wall_s:.0f} s ({what})")
         for s in sweeps:
             print(f"  {s['label']}: sweep {s['sweep_id']}, started at +{s['started_s']:.0f} s, "
                   f"{s['wall_s']:.0f} s")  # fmt: skip

@@ -1,7 +1,7 @@
 """The link model's two measured claims, on an emulated 2-node cluster with tc-shaped links.
 
     sudo .venv/bin/python bench/bench_link_model.py [--repeats 2] [--steps 5] [--json OUT] [--keep]
-    sudo .venv/bin/python bench/bench_link_model.py --smoke [--json OUT]
+    sudo .venv/bin/python bench/bench_link_model.py --smoke [--json OUT] [--address A --state-dir D]
 
 The link model (docs/link-model.md) fits ``step_time = compute_s + exposure x
 predicted_comm_s(link)`` per variant over the links it was measured on. Two claims about it need
@@ -23,8 +23,10 @@ the cluster down (also on Ctrl-C or a failure). The sweep: gpt2-tiny on CPU (glo
 seq_len 32, micro-batch 1, strategy [ddp, zero3] x grad_accum [1, 8], spread placement (one rank
 per node, so every collective crosses the link), the link microbenchmark on (it prices each
 run's collectives), repeats interleaved round robin. ~6-7 min on 2 cores. ``--smoke``: three
-links (r500, r1g, r2g), grad_accum 1, 1 repeat, 2 timed steps, microbenchmark up to 1 MB, ~1.5
+links (s500, r1g, r2g), grad_accum 1, 1 repeat, 2 timed steps, microbenchmark up to 1 MB, ~1.5
 min; it checks that the bench runs, its figures mean nothing (claim 2 is judged at grad_accum 1).
+``--address ADDR --state-dir DIR``: a running emulated cluster with those links instead (the
+test suite's shared one), neither brought up nor down; its nodes past the first two excluded.
 
 Needs root, ``ip`` and ``tc`` (network namespaces), and the subnet 198.18.0.0/24 free (no other
 emulated cluster up): otherwise it says why and exits 77 (skipped). Exit 0 when every run
@@ -37,7 +39,7 @@ element):
 
 - ``context``: date, CPU count, git sha and dirty flag, versions, the sweep, smoke or not;
 - ``linksweep_exit_code``: ``linksweep run``'s (1: some run failed, stored and left out);
-- ``wall_s``: cluster up + sweep + cluster down, seconds;
+- ``wall_s``: cluster up + sweep + cluster down (with ``--address``: the sweep), seconds;
 - ``links``: per link its ``name``, its tc ``shape`` and ``busbw_gbps``, the microbenchmark's
   all_reduce bus bandwidth at its largest message (GB/s, 1 GB = 1e9 B);
 - ``link_model``: one row per (strategy, grad_accum): n_links, n_runs, n_excluded, ``compute_s``,
@@ -73,6 +75,7 @@ sys.path.insert(0, str(REPO))  # run as a script from anywhere: import orchestra
 
 from orchestrator.emulated import (  # noqa: E402
     IFACE_PREFIX,
+    STATE_FILE,
     cluster_unavailable,
     parse_link_arg,
 )
@@ -103,8 +106,10 @@ PREFIX = "lsb"
 LINKS = ("r500=500mbit", "r700=700mbit", "r1g=1gbit", "r2g=2gbit")
 """The links of runs B-M. Not slower: over 100 mbit-1 gbit DDP at grad_accum 8 is a hinge, not a
 line (it hides up to ~0.25 s of communication; docs/link-model.md)."""
-SMOKE_LINKS = ("r500=500mbit", "r1g=1gbit", "r2g=2gbit")
-"""The fewest for a leave-one-out check: a line needs two links, a left-out link two others."""
+SMOKE_LINKS = ("s500=500mbit", "r1g=1gbit", "r2g=2gbit")
+"""The fewest for a leave-one-out check: a line needs two links, a left-out link two others.
+``s500``: the name bench_drift and the test suite's shared emulated cluster give 500mbit, so the
+smoke run can use that cluster (``--address``)."""
 GRAD_ACCUM = [1, 8]
 """8: DDP all-reduces once per 8 micro-steps of compute, ZeRO-3 gathers on every micro-step."""
 REPEATS = 2
@@ -188,21 +193,33 @@ def _linksweep() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "orchestrator"]
 
 
+def linksweep_run(sweep: Path, db: Path, address: str) -> int:
+    """``linksweep run`` against ``address``; its exit code. Its progress and its end-of-run
+    link-model table go to this terminal."""
+    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1", TOKENIZERS_PARALLELISM="false")
+    env.pop("RAY_ADDRESS", None)
+    cmd = [*_linksweep(), "run", str(sweep), "--db", str(db), "--address", address]
+    return subprocess.run(cmd, cwd=REPO, env=env).returncode
+
+
 def run_sweep(links: tuple[str, ...], sweep: Path, db: Path, state_dir: Path) -> int:
     """Cluster up, ``linksweep run`` against it, cluster down (always); linksweep's exit code."""
     from orchestrator.emulated import down, up
 
     address = up(2, [parse_link_arg(s) for s in links], state_dir, prefix=PREFIX)
     try:
-        env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1", TOKENIZERS_PARALLELISM="false")
-        env.pop("RAY_ADDRESS", None)
-        # linksweep's progress and its end-of-run link-model table go to this terminal.
-        cmd = [*_linksweep(), "run", str(sweep), "--db", str(db), "--address", address]
-        return subprocess.run(cmd, cwd=REPO, env=env).returncode
+        return linksweep_run(sweep, db, address)
     finally:
         leftovers = down(state_dir)
         if leftovers:
             print(f"bench_link_model: cluster down left {leftovers}", file=sys.stderr)
+
+
+def other_nodes(state_dir: str) -> list[str]:
+    """The IPs of a recorded emulated cluster's nodes past the first two (the sweep keeps off
+    them: a sweep starts a launcher on every node it may place a rank on)."""
+    state = json.loads((Path(state_dir) / STATE_FILE).read_text())
+    return [n["ip"] for n in state["plan"]["nodes"][2:]]
 
 
 def read_tables(db: str) -> tuple[dict, list[dict], list[dict]]:
@@ -292,13 +309,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=None, help=f"timed steps, default {STEPS}")
     p.add_argument("--json", help="write the figures (FIGURES) here")
     p.add_argument("--keep", action="store_true", help="keep the temp folder (sweep, database)")
+    p.add_argument(
+        "--address",
+        help="a running emulated cluster's Ray address, with the links' interfaces (ls-NAME), "
+        "recorded in --state-dir: used as it is, not brought up or down; its nodes past the "
+        "first two are excluded",
+    )
+    p.add_argument("--state-dir", help="with --address: the folder its state is recorded in")
     args = p.parse_args(argv)
     repeats = args.repeats or (1 if args.smoke else REPEATS)
     steps = args.steps or (2 if args.smoke else STEPS)
     if repeats < 1 or steps < 1:
         p.error("--repeats and --steps must be >= 1")
 
-    why = cluster_unavailable()
+    if args.address is not None and args.state_dir is None:
+        p.error("--address needs --state-dir")
+    why = None if args.address is not None else cluster_unavailable()
     if why is not None:
         print(f"bench_link_model: skipped: {why}", file=sys.stderr)
         return SKIPPED
@@ -310,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     names = [parse_link_arg(s).name for s in links]
     max_mb = SMOKE_LINKBENCH_MAX_MB if args.smoke else LINKBENCH_MAX_MB
     doc = sweep_doc(names, grad_accum, repeats, steps, max_mb)
+    if args.address is not None and (others := other_nodes(args.state_dir)):
+        doc["exclude_nodes"] = others
     context = {**provenance(), "sweep": doc, "smoke": args.smoke}
     print(f"bench_link_model: {context['date']} cpus={context['cpus']} {context['versions']}")
     work = Path(tempfile.mkdtemp(prefix="linksweep-bench-link-model-"))
@@ -319,7 +347,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     interrupted = False
     try:
-        rc = run_sweep(links, sweep, db, state_dir)
+        if args.address is not None:
+            rc = linksweep_run(sweep, db, args.address)
+        else:
+            rc = run_sweep(links, sweep, db, state_dir)
     except KeyboardInterrupt:
         interrupted, rc = True, 130
     wall_s = time.monotonic() - t0

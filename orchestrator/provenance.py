@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import platform
 import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -53,14 +55,37 @@ def versions() -> dict[str, str | None]:
         except importlib.metadata.PackageNotFoundError:
             out[pkg] = None
     try:
-        import torch
+        out["cuda"] = torch_cuda_build()
+        if out["cuda"] and gpu_device_files():  # a CUDA torch where a GPU may be: ask torch
+            import torch
 
-        out["cuda"] = torch.version.cuda
-        if torch.cuda.is_available():
-            out["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
+            if torch.cuda.is_available():
+                out["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
     except Exception:  # noqa: BLE001 - provenance must never fail a sweep
         pass
     return out
+
+
+def torch_cuda_build() -> str | None:
+    """``torch.version.cuda`` without importing torch: its ``version.py`` is a file of constants
+    (importing torch costs a driver about a second, for one string; it is imported only where
+    it has a GPU to ask about). None without torch, or for a CPU build."""
+    spec = importlib.util.find_spec("torch")  # finds the package, imports nothing of it
+    if spec is None or spec.origin is None:
+        return None
+    if "torch" in sys.modules:  # already imported here: its answer
+        return sys.modules["torch"].version.cuda
+    path = Path(spec.origin).with_name("version.py")
+    loaded = importlib.util.spec_from_file_location("_linksweep_torch_version", path)
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    return module.cuda
+
+
+def gpu_device_files() -> bool:
+    """An NVIDIA device file exists: a GPU may be present (without one, ``torch.cuda`` would
+    find none, and no NCCL version is recorded)."""
+    return any(Path(p).exists() for p in ("/dev/nvidiactl", "/dev/nvidia0"))
 
 
 def context() -> dict:

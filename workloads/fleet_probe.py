@@ -1,5 +1,8 @@
 """The fleet check's worker side: a node's health, its compute probe, and one all_reduce rank.
 
+One job: what a fleet check runs on a node, kept in one module because one actor
+(:class:`FleetRank`) runs both the link measurements and the compute probe.
+
 Runs in Ray workers that ``orchestrator/raycluster/pinned_probes.py`` pins to nodes; every answer is a
 frozen record of ``workloads.fleet_contract``. Three jobs, each a plain function or method:
 
@@ -9,7 +12,8 @@ frozen record of ``workloads.fleet_contract``. Three jobs, each a plain function
   driver or our permissions do not give is None, never an error; the clock reasons go through
   ``workloads.telemetry``'s fallbacks (the new call, the old name of the same bits, else None).
   The NVML module is injectable (``nvml=``), so unit tests pass ``tests/unit/fake_nvml.py``.
-- **Compute probe** (:func:`compute_probe`): a fixed short gpt2 training run on one rank, the
+- **Compute probe** (:func:`compute_probe`, run by :meth:`FleetRank.compute` on a node's first
+  rank after its link's measurements): a fixed short gpt2 training run on one rank, the
   same on every node so nodes compare like with like (:data:`CPU_PROBE`, :data:`GPU_PROBE`):
   synthetic tokens, AdamW, warmup steps excluded, the device synchronised before each clock read;
   tokens/s = micro_batch x seq_len / median step time. On a GPU the node's health is read once,
@@ -263,8 +267,9 @@ def gpu_precision() -> str:
 def compute_probe(node_gpu_ids: Sequence[str] = ()) -> ComputeRecord:
     """Run the fixed probe on this rank's device and return its record (see module docstring).
 
-    ``node_gpu_ids``: the GPU ids Ray gave this task (``ray.get_gpu_ids()``); empty: CPU.
-    Raises on failure (OOM, no CUDA in this torch): the driver stores the error text.
+    ``node_gpu_ids``: the GPUs this process sees (:meth:`FleetRank.compute`: its link's GPUs on
+    the node), device 0 being this rank's; empty: CPU. Raises on failure (OOM, no CUDA in this
+    torch): the driver stores the error text.
     """
     from workloads.device import choose_device, sync, visible_devices
 
@@ -362,13 +367,6 @@ def node_health_task(expect_gpus: bool) -> HealthRecord:
     return read_node_health(expect_gpus=expect_gpus)
 
 
-def compute_probe_task() -> ComputeRecord:
-    """A Ray task's body: the compute probe on the GPU Ray gave this task (none: CPU)."""
-    import ray  # this process is a Ray worker
-
-    return compute_probe(tuple(str(g) for g in ray.get_gpu_ids()))
-
-
 # --- one all_reduce rank ------------------------------------------------------------------------
 
 
@@ -394,6 +392,27 @@ class FleetRank:
             "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
             "pid": os.getpid(),
         }
+
+    def _see_gpus(self, node_gpu_ids: Sequence[str]) -> None:
+        """Every GPU of this link's actors on the node visible, as Ray Train does; once per
+        process (CUDA reads ``CUDA_VISIBLE_DEVICES`` when it starts), the same set every time."""
+        from workloads.device import visible_devices
+
+        cvd = visible_devices(node_gpu_ids)
+        if self._visible is None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = self._visible = cvd
+        elif cvd != self._visible:
+            raise RuntimeError(f"GPU ids changed from {self._visible} to {cvd}: new actor")
+
+    def compute(self, node_gpu_ids: Sequence[str]) -> ComputeRecord:
+        """The node's compute probe on its first rank, after the link's measurements: torch is
+        imported here already, so the probe costs its steps, not a fresh worker's imports. GPU:
+        ``node_gpu_ids`` are the link's GPUs on the node (as in :meth:`all_reduce`), device 0
+        this rank's. Nothing the probe built outlives the actor, killed when its link is done."""
+        gpus = tuple(g for g in node_gpu_ids if g)
+        if gpus:
+            self._see_gpus(gpus)
+        return compute_probe(gpus)
 
     def free_port(self) -> int:
         """A TCP port free on this node's Ray IP now (rank 0's rendezvous port)."""
@@ -443,16 +462,12 @@ class FleetRank:
         import torch
         import torch.distributed as dist
 
-        from workloads.device import choose_device, visible_devices
+        from workloads.device import choose_device
         from workloads.linkbench import run_linkbench
 
         ifname = None
         if use_gpu:
-            cvd = visible_devices(node_gpu_ids)
-            if self._visible is None:  # once per process: CUDA reads it when it starts
-                os.environ["CUDA_VISIBLE_DEVICES"] = self._visible = cvd
-            elif cvd != self._visible:
-                raise RuntimeError(f"GPU ids changed from {self._visible} to {cvd}: new actor")
+            self._see_gpus(node_gpu_ids)
             decision = choose_device(
                 list(node_gpu_ids),
                 local_rank,

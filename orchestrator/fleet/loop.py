@@ -1,5 +1,5 @@
 """The fleet check loop (``linksweep fleet``): nodes -> health -> groups -> per link: intra-node,
-then rounds of pairs -> compute probe -> verdict -> rows -> store.
+then rounds of pairs; compute probe on the last link's ranks -> verdict -> rows -> store.
 
 Reads top to bottom; each step is one call into the module named for it: ``raycluster.fleet``
 (Ray: pin probes to nodes and measure), ``fleet_plan`` (which pairs, in which rounds),
@@ -149,10 +149,8 @@ def verdict_of(nodes: Sequence, measured: _Measured, groups: _Groups) -> Verdict
     )
 
 
-def _measure_link(
+def _measure_links(
     fleet_id: str,
-    link: str,
-    env: dict[str, str],
     nodes: Sequence,
     rounds: list[list[tuple[str, str]]],
     groups: _Groups,
@@ -160,35 +158,46 @@ def _measure_link(
     measured: _Measured,
     say: Callable[[str], None],
 ) -> None:
+    """Each link with a fresh set of ranks (NCCL reads its env once per process); the last
+    link's ranks then run the compute probe, wave by wave (torch is imported there already)."""
     from orchestrator.raycluster.pinned_probes import LinkProbes
 
-    env = {**link_env_defaults(env), **env}  # the link's own values win, as in a sweep
-    with LinkProbes(list(nodes), env, timeout_s=opts.timeout_s) as probes:
+    for i, (link, env) in enumerate(opts.links.items()):
+        env = {**link_env_defaults(env), **env}  # the link's own values win, as in a sweep
+        with LinkProbes(list(nodes), env, timeout_s=opts.timeout_s) as probes:
+            _measure_link(fleet_id, link, probes, nodes, rounds, groups, measured, say)
+            if i == len(opts.links) - 1:
+                say("compute probe on every node")
+                _measure_compute(fleet_id, nodes, probes, opts, measured)
+
+
+def _measure_link(fleet_id, link, probes, nodes, rounds, groups, measured, say) -> None:
+    """One link: its ranks started, intra-node checks wave by wave, rounds of pairs, rechecks."""
+    t0 = time.perf_counter()
+    broken = probes.start()  # every rank's process up first: no round times start-up
+    wall = time.perf_counter() - t0
+    measured.rounds.append(tables.round_row(fleet_id, link, "start", 0, len(nodes), wall))
+    for node_id, why in broken.items():
+        say(f"link {link}: ranks on node {node_id} did not start: {why}")
+    for w, wave in enumerate(tables.waves(nodes)):
         t0 = time.perf_counter()
-        broken = probes.start()  # every rank's process up first: no round times start-up
+        ids = [n.node_id for n in wave]
+        results = probes.intra(ids, groups.node_sizes(ids), ITERS, WARMUP)
         wall = time.perf_counter() - t0
-        measured.rounds.append(tables.round_row(fleet_id, link, "start", 0, len(nodes), wall))
-        for node_id, why in broken.items():
-            say(f"link {link}: ranks on node {node_id} did not start: {why}")
-        for w, wave in enumerate(tables.waves(nodes)):
-            t0 = time.perf_counter()
-            ids = [n.node_id for n in wave]
-            results = probes.intra(ids, groups.node_sizes(ids), ITERS, WARMUP)
-            wall = time.perf_counter() - t0
-            measured.pairs += [tables.pair_row(fleet_id, link, r, None) for r in results]
-            measured.rounds.append(tables.round_row(fleet_id, link, "intra", w, len(wave), wall))
-        for i, pairs in enumerate(rounds):
-            t0 = time.perf_counter()
-            results = probes.round(pairs, groups.pair_sizes(pairs), ITERS, WARMUP)
-            wall = time.perf_counter() - t0
-            measured.pairs += [tables.pair_row(fleet_id, link, r, i) for r in results]
-            measured.rounds.append(tables.round_row(fleet_id, link, "inter", i, len(pairs), wall))
-            failed = sum(r.status != "ok" for r in results)
-            say(
-                f"link {link}: round {i + 1}/{len(rounds)}, {len(pairs)} pair(s) in {wall:.1f} s"
-                + (f", {failed} failed" if failed else "")
-            )
-        _recheck(fleet_id, link, nodes, probes, groups, measured, say)
+        measured.pairs += [tables.pair_row(fleet_id, link, r, None) for r in results]
+        measured.rounds.append(tables.round_row(fleet_id, link, "intra", w, len(wave), wall))
+    for i, pairs in enumerate(rounds):
+        t0 = time.perf_counter()
+        results = probes.round(pairs, groups.pair_sizes(pairs), ITERS, WARMUP)
+        wall = time.perf_counter() - t0
+        measured.pairs += [tables.pair_row(fleet_id, link, r, i) for r in results]
+        measured.rounds.append(tables.round_row(fleet_id, link, "inter", i, len(pairs), wall))
+        failed = sum(r.status != "ok" for r in results)
+        say(
+            f"link {link}: round {i + 1}/{len(rounds)}, {len(pairs)} pair(s) in {wall:.1f} s"
+            + (f", {failed} failed" if failed else "")
+        )
+    _recheck(fleet_id, link, nodes, probes, groups, measured, say)
 
 
 def _recheck(fleet_id, link, nodes, probes, groups: _Groups, measured: _Measured, say) -> None:
@@ -229,14 +238,11 @@ def _read_health(fleet_id: str, nodes: Sequence, opts: FleetOptions, measured: _
     )
 
 
-def _measure_compute(
-    fleet_id: str, nodes: Sequence, opts: FleetOptions, measured: _Measured
-) -> None:
-    from orchestrator.raycluster.pinned_probes import compute_probe
-
+def _measure_compute(fleet_id: str, nodes: Sequence, probes, opts: FleetOptions, measured) -> None:
     for w, wave in enumerate(tables.waves(nodes)):
         t0 = time.perf_counter()
-        measured.compute.update(compute_probe(list(wave), timeout_s=max(opts.timeout_s, 300.0)))
+        ids = [n.node_id for n in wave]
+        measured.compute.update(probes.compute(ids, timeout_s=max(opts.timeout_s, 300.0)))
         wall = time.perf_counter() - t0
         measured.rounds.append(tables.round_row(fleet_id, None, "compute", w, len(wave), wall))
 
@@ -311,10 +317,7 @@ def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None
         _read_health(fleet_id, nodes, opts, measured)
         groups = plan_groups(nodes, measured.health, opts)
         say("groups (judged apart): " + tables.groups_text(groups.of))
-        for link, env in opts.links.items():
-            _measure_link(fleet_id, link, env, nodes, rounds, groups, opts, measured, say)
-        say("compute probe on every node")
-        _measure_compute(fleet_id, nodes, opts, measured)
+        _measure_links(fleet_id, nodes, rounds, groups, opts, measured, say)
         verdict = verdict_of(nodes, measured, groups)
     except KeyboardInterrupt:
         status, error = "interrupted", "stopped before the end: measured rows kept, no verdict"

@@ -13,8 +13,9 @@ records; the measurements become ``fleet_rows.BenchResult`` here, with bandwidth
   :meth:`LinkProbes.intra` and :meth:`LinkProbes.round`. A group of ranks that fails or does not
   answer within ``timeout_s`` becomes a ``failed`` result, never an exception, and its nodes'
   actors are killed, to be restarted by the next call that needs them.
-- :func:`compute_probe` and :func:`read_health`: one task per node, all at once; a compute
-  probe's worker exits after it (``task_options``), a GPU rank's actor when its link is done.
+- :meth:`LinkProbes.compute`: the compute probe, on each node's first rank of the last link
+  (torch is imported there already; a fresh worker per node cost 4-5 s of imports each).
+- :func:`read_health`: one task per node, all at once.
 
 May import: nodes, orchestrator.analysis.comm_model, orchestrator.errors, orchestrator.fleet.tables,
 orchestrator.sweep.planner, workloads.fleet_contract,
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import ray
@@ -39,7 +40,6 @@ from orchestrator.sweep.planner import link_env_defaults, rank_env_for
 from workloads.fleet_contract import CollectiveTimes, ComputeRecord, HealthRecord
 from workloads.fleet_probe import (
     FleetRank,
-    compute_probe_task,
     max_over_ranks,
     median_s,
     node_health_task,
@@ -286,6 +286,32 @@ class LinkProbes:
             groups.append(_Group("inter", a, b, ranks, gpu, False, size[(a, b)]))
         return self._measure(groups, iters, warmup)
 
+    def compute(
+        self, node_ids: list[str], timeout_s: float = 300.0
+    ) -> dict[str, ComputeRecord | str]:
+        """The compute probe on each given node's first rank, all at once; per node id its
+        record or the error text (ranks that did not start, a raise, no answer within
+        ``timeout_s``). Run it after the link's measurements: the ranks are idle then."""
+        self._check(node_ids, [], 1, 0)
+        self._start(set(node_ids))
+        out: dict[str, ComputeRecord | str] = {
+            n: self._broken[n] for n in node_ids if n in self._broken
+        }
+        refs = {
+            n: self._actors[n][0].compute.remote(self._gpu_ids[n]) for n in node_ids if n not in out
+        }
+        if refs:
+            ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+        for node_id, ref in refs.items():
+            try:
+                out[node_id] = ray.get(ref, timeout=0)
+            except ray.exceptions.GetTimeoutError:
+                self._kill(node_id)  # a probe still running: its rank goes, not the answer
+                out[node_id] = f"no answer within {timeout_s:g} s"
+            except Exception as exc:  # noqa: BLE001 - this node's answer is its error
+                out[node_id] = first_line(exc)
+        return {n: out[n] for n in node_ids}
+
     def _measure(
         self, groups: list[_Group | BenchResult], iters: int, warmup: int
     ) -> list[BenchResult]:
@@ -405,85 +431,34 @@ class LinkProbes:
         )
 
 
-def task_options(single_use: bool) -> dict[str, object]:
-    """``ray.remote``'s options for a fleet task. ``single_use``: the worker process exits after
-    this one call (``max_calls=1``), taking with it what the call left in the process (a CUDA
-    context and the caching allocator's memory; ``torch.set_num_threads``; the environment).
-
-    It has to be said here, in the decorator: Ray 2.60 makes a GPU task's worker single-use by
-    itself only when ``num_gpus`` is in the decorator (``RemoteFunction.__init__``), and refuses
-    ``max_calls`` in ``.options()`` (``validate_task_options``: "Setting 'max_calls' is not
-    supported in '.options()'"), where the fleet asks for its GPU node by node."""
-    return {"max_retries": 0, **({"max_calls": 1} if single_use else {})}
-
-
-def call_options(node_id: str, gpu: bool) -> dict[str, object]:
-    """``.options()`` of one fleet task: pinned to its node, no CPU (a fleet check runs alone),
-    one GPU where ``gpu``, and the env a sweep's ranks get."""
-    return {
-        "scheduling_strategy": _pin(node_id),
-        "num_cpus": 0,
-        "num_gpus": 1 if gpu else 0,
-        "runtime_env": {"env_vars": link_env_defaults({})},
-    }
-
-
-def _on_each_node(
-    nodes: list[FleetNode],
-    fn: Callable,
-    args: Callable[[FleetNode], tuple],
-    gpu: Callable[[FleetNode], bool],
-    timeout_s: float,
-    single_use: bool,
-) -> dict[str, object]:
-    """``fn(*args(node))`` as one task pinned to each node, all at once; per node id the result
-    or the error text (a raise, a dead node, no answer within ``timeout_s``). ``single_use``:
-    each task's worker exits after it (``task_options``)."""
-    remote = ray.remote(**task_options(single_use))(fn)
+def read_health(nodes: list[FleetNode], timeout_s: float = 60.0) -> dict[str, HealthRecord]:
+    """Every node's health at idle, one task pinned to each node, all at once; a node that fails
+    to answer (a raise, a dead node, nothing within ``timeout_s``) gets ``HealthRecord(error=...)``.
+    NVML only: no GPU asked for, no CUDA context, nothing stays in the worker after it. No CPU
+    asked for either: a fleet check runs alone."""
+    remote = ray.remote(max_retries=0)(node_health_task)
+    env = {"env_vars": link_env_defaults({})}  # the env a sweep's ranks get
     refs = {
-        n.node_id: remote.options(**call_options(n.node_id, gpu(n))).remote(*args(n)) for n in nodes
+        n.node_id: remote.options(
+            scheduling_strategy=_pin(n.node_id), num_cpus=0, num_gpus=0, runtime_env=env
+        ).remote(n.gpus > 0)
+        for n in nodes
     }
     if refs:
         ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
-    out: dict[str, object] = {}
+    out: dict[str, HealthRecord] = {}
     for node_id, ref in refs.items():
         try:
-            out[node_id] = ray.get(ref, timeout=0)
+            answer = ray.get(ref, timeout=0)
         except ray.exceptions.GetTimeoutError:
             with contextlib.suppress(Exception):
                 ray.cancel(ref, force=True)
-            out[node_id] = f"no answer within {timeout_s:g} s"
+            answer = f"no answer within {timeout_s:g} s"
         except Exception as exc:  # noqa: BLE001 - this node's answer is its error
-            out[node_id] = first_line(exc)
+            answer = first_line(exc)
+        out[node_id] = (
+            answer
+            if isinstance(answer, HealthRecord)
+            else HealthRecord(error=f"health not read: {answer}")
+        )
     return out
-
-
-def compute_probe(
-    nodes: list[FleetNode], timeout_s: float = 300.0
-) -> dict[str, ComputeRecord | str]:
-    """The fixed compute probe on one rank per node (a GPU where the node has one), all nodes
-    at once; per node id its record or the error text. Run it outside a :class:`LinkProbes`
-    (whose actors hold the GPUs). Each probe's worker exits after it: on a GPU its CUDA context
-    and cached memory would otherwise stay on the GPU for the rest of the job (selftest runs
-    its sweeps after the fleet, on the same GPUs); on a CPU its one thread and its
-    ``CUDA_VISIBLE_DEVICES`` would stay with the next task the worker runs."""
-    return _on_each_node(
-        nodes,
-        compute_probe_task,
-        lambda n: (),
-        lambda n: _gpu_count(n) > 0,
-        timeout_s,
-        single_use=True,
-    )  # type: ignore[return-value]
-
-
-def read_health(nodes: list[FleetNode], timeout_s: float = 60.0) -> dict[str, HealthRecord]:
-    """Every node's health at idle; a node that fails to answer gets ``HealthRecord(error=...)``."""
-    # NVML only (no GPU asked for, no CUDA context) and shut down after: nothing stays behind
-    answers = _on_each_node(
-        nodes, node_health_task, lambda n: (n.gpus > 0,), lambda n: False, timeout_s, False
-    )
-    return {
-        node_id: a if isinstance(a, HealthRecord) else HealthRecord(error=f"health not read: {a}")
-        for node_id, a in answers.items()
-    }

@@ -6,7 +6,9 @@ driver leaves no Ray process behind) and its daemons under ``SCHED_IDLE``
 (``orchestrator/daemons.py``). A join that fails raises :class:`ClusterUnreachable` with one line
 naming the address and the likely cause, within a bounded wait, without Ray's log lines.
 :func:`disconnect` undoes what :func:`connect` did, and only that: a connection the caller made
-itself (the tests' session cluster) is left alone.
+itself (the tests' session cluster) is left alone. :func:`held` keeps one connection for several
+commands run in this process (a bench's sweeps): their launchers are kept from one to the next,
+and each command's ``disconnect`` leaves it alone until the hold ends.
 
 May import: reach, orchestrator.daemons, orchestrator.watchdog, ray.
 """
@@ -50,6 +52,7 @@ class Session:
 
 
 _session: Session | None = None  # set when connect() called ray.init; None otherwise
+_holding = False  # inside held(): disconnect() waits for its end
 
 
 def connect(address: str | None) -> str:
@@ -104,10 +107,26 @@ def _start_embedded() -> str:
     return "embedded"
 
 
+@contextlib.contextmanager
+def held(address: str | None) -> Iterator[str]:
+    """:func:`connect` once for every command run inside (each one's :func:`disconnect` does
+    nothing until the end); :func:`disconnect` on the way out. Yields the label."""
+    global _holding
+    label = connect(address)
+    _holding = True
+    try:
+        yield label
+    finally:
+        _holding = False
+        disconnect()
+
+
 def disconnect() -> None:
     """Leave Ray; for the embedded cluster, stop it and wait until none of its processes is
-    left (the watchdog reaps any straggler)."""
+    left (the watchdog reaps any straggler). Nothing inside :func:`held`."""
     global _session
+    if _holding:
+        return
     session, _session = _session, None
     if session is None:
         return

@@ -2,14 +2,15 @@
 
 Bringing an emulated cluster up and down costs 12-20 s on 2 quiet cores (several Ray processes
 per node start at once), more under load, so the tests that only *use* a cluster share one:
-``emulated_cluster`` (4 nodes, prefix ``lsx``, the links ``fast``, ``s500=500mbit`` and
-``s200=200mbit``, no dashboard). Its users: the compare acceptance (on nodes 0 and 1, the
-others excluded: a sweep starts a fork launcher on every node it places a rank on, 5-10 s each)
-and both fleet checks (every node, over ctl; the slow node is planted on the running cluster
-with ``plant_faults``, the same tc as ``up --slow-node`` would create, and cleared afterwards
+``emulated_cluster`` (4 nodes, prefix ``lsx``, the links ``fast``, ``s500=500mbit``,
+``s200=200mbit``, ``r1g=1gbit`` and ``r2g=2gbit``, no dashboard). Its users: the compare
+acceptance, bench_drift's smoke run and the link model's (on nodes 0 and 1, the others excluded:
+a sweep starts a fork launcher on every node it places a rank on, 5-10 s each), and both fleet
+checks (every node, over ctl; the slow node is planted on the running cluster with
+``plant_faults``, the same tc as ``up --slow-node`` would create, and cleared afterwards
 whatever happens). The tests whose subject is ``up``, ``down`` or ``status``
-(tests/integration/test_emulated.py, test_emulated_faults.py, test_long_sweeps.py) and the
-benches that bring up their own (bench_drift, bench_link_model) keep their own clusters.
+(tests/integration/test_emulated.py, test_emulated_faults.py, test_long_sweeps.py) keep their
+own clusters; both benches still bring up their own when run without ``--address``.
 
 Every emulated cluster holds 198.18.0.0/24 in the root namespace, so two can never be up at
 once: the tests using ``emulated_cluster`` are run one after another (moved, in their order,
@@ -35,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 SHARED = "emulated_cluster"
 """The fixture's name, as the collection hook finds its users."""
 SHARED_NODES = 4
-SHARED_LINKS = ("fast", "s500=500mbit", "s200=200mbit")
+SHARED_LINKS = ("fast", "s500=500mbit", "s200=200mbit", "r1g=1gbit", "r2g=2gbit")
 SHARED_PREFIX = "lsx"  # not "ls" (a user's cluster) nor another test's or bench's prefix
 
 

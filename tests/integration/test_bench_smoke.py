@@ -66,10 +66,10 @@ def smoke_env() -> dict[str, str]:
     return env
 
 
-def _run(script: Path, out: Path) -> tuple[int, str]:
+def _run(script: Path, out: Path, extra: tuple[str, ...] = ()) -> tuple[int, str]:
     env = smoke_env()
     proc = subprocess.Popen(
-        [sys.executable, str(script), "--smoke", "--json", str(out)],
+        [sys.executable, str(script), "--smoke", "--json", str(out), *extra],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -91,20 +91,21 @@ def test_the_glob_finds_the_benchmarks():
 
 
 SMOKED_ELSEWHERE = {
-    "bench_link_model": "tests/integration/test_link_model_emulated.py asserts on its smoke JSON"
+    "bench_link_model": "tests/integration/test_link_model_emulated.py asserts on its smoke JSON",
+    "bench_drift": "test_drift_smoke_on_the_shared_emulated_cluster runs it on the shared cluster",
 }
 """Scripts whose smoke run another test makes (through ``smoke_figures``): run once, not twice."""
 
 
-def smoke_figures(script: Path, tmp_path: Path) -> dict:
-    """Run ``script --smoke --json``; check exit 0 and every ``FIGURES`` key present and not
-    None; return the JSON. Skips the test on exit 77."""
+def smoke_figures(script: Path, tmp_path: Path, *extra: str) -> dict:
+    """Run ``script --smoke --json`` (and ``extra`` arguments); check exit 0 and every
+    ``FIGURES`` key present and not None; return the JSON. Skips the test on exit 77."""
     figures, doc = read_figures(script)
     assert figures and all(isinstance(f, str) for f in figures), "FIGURES: a tuple of keys"
     undocumented = [f for f in figures if f.split(".")[-1] not in doc]
     assert undocumented == [], f"{script.name}: FIGURES not named in its docstring"
     out = tmp_path / "figures.json"
-    rc, output = _run(script, out)
+    rc, output = _run(script, out, extra)
     if rc == SKIPPED:
         pytest.skip(f"{script.name} --smoke skipped: {output.strip().splitlines()[-1:]}")
     assert rc == 0, f"{script.name} --smoke exited {rc}:\n{output[-4000:]}"
@@ -128,3 +129,15 @@ def test_smoke_mode_writes_every_figure(script, tmp_path):
     if script.stem in SMOKED_ELSEWHERE:
         pytest.skip(SMOKED_ELSEWHERE[script.stem])
     smoke_figures(script, tmp_path)
+
+
+@pytest.mark.root
+def test_drift_smoke_on_the_shared_emulated_cluster(emulated_cluster, tmp_path):
+    """bench_drift's three sweeps on the session's shared emulated cluster (the links it brings
+    up itself: fast, s500, s200), not on a cluster of its own: the same code, less a cluster's
+    up and down. Its own cluster is the default; ``bench_drift.py --smoke`` alone runs that."""
+    script = REPO / "bench" / "bench_drift.py"
+    address, state = emulated_cluster.address, str(emulated_cluster.state_dir)
+    out = smoke_figures(script, tmp_path, "--address", address, "--state-dir", state)
+    assert [s["label"] for s in out["sweeps"]] == ["a1", "candidate", "a2"]
+    assert out["linksweep_exit_codes"] == {"a1": 0, "candidate": 0, "a2": 0}

@@ -6,7 +6,8 @@ unshaped ``fast`` link beside it. One cluster serves both: the session's shared 
 (tests/integration/conftest.py; its nodes 0 and 1, the others excluded), which has the links
 ``fast``, ``s500=500mbit`` and ``s200=200mbit``; each sweep's ``slow`` names ``ls-s500`` or
 ``ls-s200``. The baseline runs into ``both.duckdb``, which is then copied to ``base.duckdb``;
-the candidate runs into ``both.duckdb`` too. So one pair of sweeps gives both cases:
+the candidate runs into ``both.duckdb`` too (both in one driver process: one join, one launcher
+per node). So one pair of sweeps gives both cases:
 
 - across two database files: ``compare base.duckdb both.duckdb`` (a file's newest sweep);
 - within one file: ``compare BASE_ID CAND_ID --db both.duckdb``, and ``PATH:SWEEP_ID`` on both
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -73,17 +73,36 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run_sweep(doc: dict, path: Path, db: Path, address: str) -> None:
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    cmd = [sys.executable, "-m", "orchestrator", "run", str(path), "--db", str(db)]
+BOTH_SWEEPS = """
+import shutil, sys
+from pathlib import Path
+from orchestrator import cli
+from orchestrator.raycluster import session
+base_yaml, cand_yaml, both, base, address = sys.argv[1:]
+with session.held(address):  # one join, one launcher per node for both sweeps
+    rc = cli.main(["run", base_yaml, "--db", both, "--address", address])
+    if rc == 0:
+        for suffix in ("", ".wal"):  # the baseline alone, as its own file
+            if Path(both + suffix).exists():
+                shutil.copy(both + suffix, base + suffix)
+        rc = cli.main(["run", cand_yaml, "--db", both, "--address", address])
+sys.exit(rc)
+"""
+"""Both sweeps, one after the other, in one process (not this one: it keeps the session's Ray
+connection): the second reuses the first's join and its launchers, as a user's script running
+``cli.main`` twice would."""
+
+
+def _run_sweeps(docs: tuple[dict, dict], work: Path, both: Path, base: Path, address: str):
+    files = []
+    for doc in docs:
+        files.append(work / f"{doc['name']}.yaml")
+        files[-1].write_text(yaml.safe_dump(doc, sort_keys=False))
+    argv = [*map(str, files), str(both), str(base), address]
     proc = subprocess.run(
-        [*cmd, "--address", address],
-        cwd=REPO,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+        [sys.executable, "-c", BOTH_SWEEPS, *argv], cwd=REPO, env=_env(),
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 
 
@@ -94,11 +113,8 @@ def sweeps(tmp_path_factory, emulated_cluster):
     address, others = emulated_cluster.address, emulated_cluster.node_ips()[2:]
     t0 = time.monotonic()
     both, base = work / "both.duckdb", work / "base.duckdb"
-    _run_sweep(sweep_doc("compare-base", "s500", others), work / "base.yaml", both, address)
-    for suffix in ("", ".wal"):  # the baseline alone, as its own file
-        if Path(f"{both}{suffix}").exists():
-            shutil.copy(f"{both}{suffix}", f"{base}{suffix}")
-    _run_sweep(sweep_doc("compare-cand", "s200", others), work / "cand.yaml", both, address)
+    docs = (sweep_doc("compare-base", "s500", others), sweep_doc("compare-cand", "s200", others))
+    _run_sweeps(docs, work, both, base, address)
     took_s = time.monotonic() - t0
     print(f"two sweeps: {took_s:.0f} s")
     _, rows = read_query(str(both), "SELECT sweep_id, name FROM sweeps ORDER BY started_at")

@@ -5,7 +5,8 @@
   node and no other; ``report --fleet`` draws its heatmap; a sweep run with
   ``--exclude-suspects FLEET_ID`` places no rank on it (from the stored placements) and records
   the exclusion.
-- With no planted fault, three checks in a row exit 0 and name no suspect.
+- With no planted fault, three checks in a row (one driver process) exit 0 and name no
+  suspect.
 
 Both run on the session's shared emulated cluster of 4 nodes (tests/integration/conftest.py):
 the slow node is planted on it with ``plant_faults`` (the tc ``up --slow-node`` would create)
@@ -181,14 +182,30 @@ def test_fleet_names_the_planted_slow_node_and_a_sweep_avoids_it(work, emulated_
     assert len(placed) >= 2 and suspects[0]["node_id"] not in placed, placed
 
 
+THREE_CHECKS = """
+import sys
+from orchestrator import cli
+from orchestrator.raycluster import session
+db, address = sys.argv[1:]
+with session.held(address):  # one join for the three checks; each starts its own probes
+    codes = [cli.main(["fleet", "--db", db, "--address", address]) for _ in range(3)]
+print("exit codes", codes)
+sys.exit(max(codes))
+"""
+"""Three ``linksweep fleet`` in a row, in one process (not this one: it keeps the session's Ray
+connection)."""
+
+
 @pytest.mark.root
 @pytest.mark.slow
 def test_no_planted_fault_three_checks_name_no_suspect(work, emulated_cluster):
     db = work / "clean.duckdb"
     t0 = time.monotonic()
-    for i in range(3):
-        rc, fleet_id, out = fleet(db, emulated_cluster.address)
-        print(timings(db, fleet_id))
-        suspects = rows(db, f"SELECT * FROM fleet_suspects WHERE fleet_id = '{fleet_id}'")
-        assert (rc, suspects) == (0, []), f"check {i + 1}: {out}"
+    proc = _run(["-c", THREE_CHECKS, str(db), emulated_cluster.address])
     print(f"three checks: {time.monotonic() - t0:.0f} s")
+    checks = rows(db, "SELECT fleet_id, status, n_suspects FROM fleet_checks ORDER BY started_at")
+    for c in checks:
+        print(timings(db, c["fleet_id"]))
+    assert [(c["status"], c["n_suspects"]) for c in checks] == [("ok", 0)] * 3, proc.stdout[-6000:]
+    assert rows(db, "SELECT * FROM fleet_suspects") == []
+    assert proc.returncode == 0 and "exit codes [0, 0, 0]" in proc.stdout, proc.stderr[-3000:]

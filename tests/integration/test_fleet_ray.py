@@ -15,7 +15,6 @@ from orchestrator.raycluster.pinned_probes import (
     BenchResult,
     FleetNode,
     LinkProbes,
-    compute_probe,
     fleet_nodes,
     read_health,
 )
@@ -72,9 +71,9 @@ def test_links_compute_and_health_on_two_cpu_nodes(nodes):
         (again,) = probes.round([(b, a)], MSG_BYTES, iters=3, warmup=1)  # actors reused
         t = _stage("round again (actors reused)", t)
         _ok(again, "inter", 2)
+        records = probes.compute([a, b], timeout_s=300)  # on each node's first rank
+        t = _stage("compute probe (both nodes at once, on the link's ranks)", t)
 
-    records = compute_probe(nodes, timeout_s=300)
-    t = _stage("compute probe (both nodes at once)", t)
     print({k[:8]: round(v.tokens_per_s, 1) for k, v in records.items() if not isinstance(v, str)})
     assert set(records) == {a, b}
     for rec in records.values():

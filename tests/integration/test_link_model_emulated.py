@@ -1,5 +1,6 @@
-"""The link model end to end (root only), through ``bench/bench_link_model.py --smoke``: an
-emulated 2-node cluster with three tc-shaped links (r500, r1g, r2g), DDP and ZeRO-3 at
+"""The link model end to end (root only), through ``bench/bench_link_model.py --smoke``: 2
+nodes of the session's shared emulated cluster (tests/integration/conftest.py; the bench's
+``--address``, its other nodes excluded) with three tc-shaped links (s500, r1g, r2g), DDP and ZeRO-3 at
 grad_accum 1, spread placement, the link microbenchmark on; the bench writes the ``link_model``
 and ``link_model_check`` rows to its JSON. The bench's smoke run is made here, once, and checked
 both ways: every figure it documents is written (the bench convention, ``test_bench_smoke``,
@@ -23,18 +24,21 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest import SHARED_LINKS
 from tests.integration.test_bench_smoke import smoke_figures
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_link_model.py"
-LINK_NAMES = ["r500", "r1g", "r2g"]  # the bench's SMOKE_LINKS: a factor of 2 apart
+LINK_NAMES = ["s500", "r1g", "r2g"]  # the bench's SMOKE_LINKS: a factor of 2 apart
 
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_link_model_on_three_emulated_links(tmp_path):
+def test_link_model_on_three_emulated_links(tmp_path, emulated_cluster):
     """Every variant fitted on every link, its interval around its estimate, every link left out
     once and predicted within a factor of two."""
-    out = smoke_figures(BENCH, tmp_path)  # skips without root or netns (exit 77)
+    assert {"s500=500mbit", "r1g=1gbit", "r2g=2gbit"} <= set(SHARED_LINKS)  # SMOKE_LINKS
+    address, state = emulated_cluster.address, str(emulated_cluster.state_dir)
+    out = smoke_figures(BENCH, tmp_path, "--address", address, "--state-dir", state)
     assert sorted(link["name"] for link in out["links"]) == sorted(LINK_NAMES)
     model = {(m["strategy"], m["grad_accum"]): m for m in out["link_model"]}
     checks = out["link_model_check"]

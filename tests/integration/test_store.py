@@ -88,7 +88,10 @@ sys.stdin.readline()
 """
 
 
-def test_query_while_locked_gives_clear_message(tmp_path, capsys):
+def test_query_while_locked_gives_clear_message(tmp_path, capsys, monkeypatch):
+    from orchestrator.store import db as store_db
+
+    monkeypatch.setattr(store_db, "READ_WAIT_S", 1.0)  # the message, not the 10 s wait for it
     db = str(tmp_path / "r.duckdb")
     Store(db).close()
     holder = subprocess.Popen(

@@ -105,14 +105,14 @@ def fake_ray_side(
                 )
             return out
 
-    def compute_probe(wave, timeout_s=300.0):
-        log.append(("compute", tuple(n.node_id for n in wave)))
-        return {
-            n.node_id: ComputeRecord(
-                "cpu", "gpt2-tiny", "fp32", 128, 4, 2, (0.5,) * 6, tokens.get(n.node_id, 1024.0)
-            )
-            for n in wave
-        }
+        def compute(self, node_ids, timeout_s=300.0):
+            log.append(("compute", tuple(node_ids)))
+            return {
+                n: ComputeRecord(
+                    "cpu", "gpt2-tiny", "fp32", 128, 4, 2, (0.5,) * 6, tokens.get(n, 1024.0)
+                )
+                for n in node_ids
+            }
 
     def read_health(nodes_, timeout_s=60.0):
         log.append(("health", tuple(n.node_id for n in nodes_)))
@@ -125,7 +125,7 @@ def fake_ray_side(
 
     mod = types.ModuleType("orchestrator.raycluster.pinned_probes")
     mod.fleet_nodes = lambda: (list(nodes), [{"node_id": "head", "why": "0 CPUs"}])
-    mod.LinkProbes, mod.compute_probe, mod.read_health = LinkProbes, compute_probe, read_health
+    mod.LinkProbes, mod.read_health = LinkProbes, read_health
     return mod, log
 
 
@@ -189,6 +189,9 @@ def test_each_link_is_measured_with_a_fresh_set_of_ranks_and_its_env(monkeypatch
     db, fleet_id, log, _ = check(monkeypatch, tmp_path, four(), links=links)
     envs = [e[2] for e in log if e[0] == "probes"]
     assert len(envs) == 2 and log.count(("closed",)) == 2
+    # the compute probe once, on the last link's ranks, before they are killed
+    steps = [e[0] for e in log if e[0] in ("probes", "compute", "closed")]
+    assert steps == ["probes", "closed", "probes", "compute", "closed"]
     assert envs[1]["NCCL_P2P_DISABLE"] == "1" and envs[1]["NCCL_NVLS_ENABLE"] == "0"
     assert all(e["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" for e in envs)
     got = load_fleet(db, fleet_id)

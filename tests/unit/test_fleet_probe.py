@@ -229,31 +229,77 @@ class _RecordingRay:
         return ref
 
 
-def test_a_compute_probe_worker_exits_after_its_call_and_a_health_reader_is_reused(monkeypatch):
-    """Ray 2.60 makes a GPU task's worker single-use only when num_gpus is in the decorator, and
-    refuses max_calls in .options(): the fleet asks for the GPU in .options(), so max_calls=1
-    must be in the decorator, or the probe's CUDA context stays on the GPU for the whole job."""
+class _Actor:
+    """A FleetRank stand-in: ``compute`` answers, raises or is refused per node."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.compute = SimpleNamespace(remote=self._call)
+        self.calls: list = []
+
+    def _call(self, gpu_ids):
+        self.calls.append(list(gpu_ids))
+        return self.answer  # the "ref": _RaisingRay.get raises it when it is an error
+
+
+class _RaisingRay(_RecordingRay):
+    def get(self, ref, timeout=None):
+        if isinstance(ref, Exception):
+            raise ref
+        return ref
+
+
+def test_health_tasks_are_pinned_ask_for_nothing_and_an_error_is_a_record(monkeypatch):
+    """NVML only: no CPU, no GPU asked for (a fleet check runs alone), one task per node, pinned;
+    a node whose task raises gets a HealthRecord with the error, not an exception."""
     from orchestrator.raycluster import pinned_probes as ray_side
 
-    fake = _RecordingRay()
+    fake = _RaisingRay()
     monkeypatch.setattr(ray_side, "ray", fake)
-    monkeypatch.setattr(ray_side, "compute_probe_task", lambda: "probed")
-    monkeypatch.setattr(ray_side, "node_health_task", lambda gpus: HealthRecord(note=str(gpus)))
+
+    def health(gpus):  # the fake's "ref" is the answer; an error is raised by ray.get
+        return HealthRecord(note=str(gpus)) if gpus else RuntimeError("nvml gone\nsecond line")
+
+    monkeypatch.setattr(ray_side, "node_health_task", health)
     nodes = [
         ray_side.FleetNode("a" * 56, "10.0.0.1", "h1", cpus=8.0, gpus=1.0),
         ray_side.FleetNode("b" * 56, "10.0.0.2", "h2", cpus=8.0, gpus=0.0),
     ]
     g, c = (n.node_id for n in nodes)  # Ray checks a node id is 28 bytes of hex
-    assert ray_side.compute_probe(nodes) == {g: "probed", c: "probed"}
-    assert fake.decorated == [{"max_retries": 0, "max_calls": 1}]
-    assert [c["num_gpus"] for c in fake.called] == [1, 0]
-    assert not any("max_calls" in c for c in fake.called)  # Ray raises on it there
-    assert all(c["num_cpus"] == 0 for c in fake.called)
-    fake.decorated.clear()
-    health = ray_side.read_health(nodes)
-    assert {k: v.note for k, v in health.items()} == {g: "True", c: "False"}
-    assert fake.decorated == [{"max_retries": 0}]  # NVML only: nothing stays in the worker
-    assert ray_side.task_options(single_use=True)["max_calls"] == 1
+    got = ray_side.read_health(nodes)
+    assert got[g].note == "True"
+    assert got[c].error == "health not read: RuntimeError: nvml gone"
+    assert fake.decorated == [{"max_retries": 0}]
+    assert [(x["num_cpus"], x["num_gpus"]) for x in fake.called] == [(0, 0), (0, 0)]
+    assert [x["scheduling_strategy"].node_id for x in fake.called] == [g, c]
+
+
+def test_compute_runs_on_each_nodes_first_rank_with_the_nodes_gpus(monkeypatch):
+    """The compute probe goes to the first rank of each asked node (torch imported there), with
+    every GPU of the link's ranks on that node; a node whose ranks did not start gets the reason,
+    one that raises gets its error's first line; the answers come in the nodes' order."""
+    from orchestrator.raycluster import pinned_probes as ray_side
+
+    monkeypatch.setattr(ray_side, "ray", _RaisingRay())
+    nodes = [
+        ray_side.FleetNode(x * 56, f"10.0.0.{i}", "h", cpus=8.0, gpus=2.0)
+        for i, x in enumerate("abc")
+    ]
+    a, b, c = (n.node_id for n in nodes)
+    probes = ray_side.LinkProbes(nodes, {})
+    first, second = _Actor("record a"), _Actor("never")
+    probes._actors = {a: [first, second], b: [_Actor(RuntimeError("OOM\nmore"))]}
+    probes._gpu_ids = {a: ["3", "5"], b: ["0"]}
+    probes._broken = {c: "actors on the node did not start: boom"}
+    probes._start = lambda ids: None  # c stays broken
+    got = probes.compute([c, a, b])
+    assert list(got) == [c, a, b]
+    assert got == {
+        c: "actors on the node did not start: boom",
+        a: "record a",
+        b: "RuntimeError: OOM",
+    }
+    assert first.calls == [["3", "5"]] and second.calls == []
 
 
 @pytest.mark.parametrize(

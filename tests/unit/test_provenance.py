@@ -1,8 +1,10 @@
 """Where a run's git sha comes from: the checkout's git, or the commit an installed bundle
-wheel was built from (``orchestrator/_built_from.py``, written by ``scripts/bundle``)."""
+wheel was built from (``orchestrator/_built_from.py``, written by ``scripts/bundle``); and
+torch's CUDA build read without importing torch (in a subprocess: this one has torch)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import types
 
@@ -22,3 +24,20 @@ def test_a_checkout_asks_git(monkeypatch, tmp_path):
     sha, _dirty = provenance.git_info()
     assert sha is None or len(sha) == 40  # a clean clone in CI has git; a tarball has none
     assert provenance.git_info(tmp_path) == (None, None)  # not a repository
+
+
+def test_the_cuda_build_is_read_without_importing_torch():
+    """A driver records torch's CUDA build from ``torch/version.py`` alone (importing torch costs
+    it about a second): the same answer as ``torch.version.cuda``, and torch not imported."""
+    code = (
+        "import sys\n"
+        "from orchestrator import provenance\n"
+        "cuda = provenance.torch_cuda_build()\n"
+        "print('imported' if 'torch' in sys.modules else 'not imported')\n"
+        "import torch\n"
+        "print(cuda == torch.version.cuda)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    ).stdout.splitlines()
+    assert out == ["not imported", "True"]
