@@ -245,10 +245,11 @@ class ProbeConfig:
     timed_steps: int
 
 
-CPU_PROBE = ProbeConfig("gpt2-tiny", seq_len=64, micro_batch_size=2, warmup_steps=2, timed_steps=10)
-"""About 0.2 s a step on one thread (2 shared cores, 2026-11-24: steps 0.17-0.22 s, 650 tokens/s,
-the same tokens/s as seq 128 batch 4 at 0.8 s a step): enough to tell a 2x slower CPU node, and
-2.4 s where seq 128 batch 4 (2+6 steps) took 6.5 s of every node's turn."""
+CPU_PROBE = ProbeConfig("gpt2-tiny", seq_len=64, micro_batch_size=2, warmup_steps=2, timed_steps=5)
+"""About 0.2 s a step on one thread (2 shared cores: steps 0.17-0.22 s, 650 tokens/s, the same
+tokens/s as seq 128 batch 4 at 0.8 s a step): the median of 5 tells a 2x slower CPU node (its
+steps spread by a few percent, not by 2x), and a node's turn takes 1.4 s of steps, not 2.4 s
+with 10: nodes of one machine take turns, so an emulated cluster of 4 paid 4 of them a check."""
 GPU_PROBE = ProbeConfig("gpt2", seq_len=1024, micro_batch_size=8, warmup_steps=5, timed_steps=20)
 """Real gpt2 at full context: compute-bound, so a throttled or slower GPU shows in tokens/s."""
 PROBE_SEED = 0

@@ -196,7 +196,7 @@ def test_median_s():
 
 def test_probe_configs_are_the_fixed_ones():
     assert (CPU_PROBE.model, CPU_PROBE.seq_len, CPU_PROBE.micro_batch_size) == ("gpt2-tiny", 64, 2)
-    assert (CPU_PROBE.warmup_steps, CPU_PROBE.timed_steps) == (2, 10)
+    assert (CPU_PROBE.warmup_steps, CPU_PROBE.timed_steps) == (2, 5)
     assert (GPU_PROBE.model, GPU_PROBE.seq_len, GPU_PROBE.micro_batch_size) == ("gpt2", 1024, 8)
     assert (GPU_PROBE.warmup_steps, GPU_PROBE.timed_steps) == (5, 20)
 
