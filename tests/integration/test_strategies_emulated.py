@@ -1,0 +1,87 @@
+"""A 2-variant copy of ``sweeps/strategies-emulated.yaml`` on the session's shared emulated cluster
+(root only): DDP and FSDP2, both at grad_accum 4 with sync on the last micro-batch only, over the
+unshaped ``fast`` link and a 500mbit ``slow`` one, spread over 2 nodes (the others excluded).
+
+The sweep file is read and only narrowed (its grid to two variants, one repeat, the slow link
+to the shared cluster's ``ls-s500``), so the copy follows the file: a key it gains or loses
+changes this run too. What it checks, from the database and the command's own output: every
+run ok; FSDP2's measured bytes per step equal the theory (``fsdp_theory``) and DDP's its own
+expectation; every accumulation check ``ok``; a slowdown on the slow link for both strategies;
+and the headline ``linksweep run`` prints names FSDP2 and DDP with how each is hurt. The full
+sweep (56 runs, ~10 min) runs outside the suite; its table is
+docs/measurements/2026-11-27-strategies-emulated.md.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.analysis.fsdp_theory import expected_fsdp, gpt2_sharded_by_name
+from orchestrator.store import read_query
+
+REPO = Path(__file__).resolve().parents[2]
+SWEEP = REPO / "sweeps" / "strategies-emulated.yaml"
+GRAD_ACCUM = 4
+
+
+def narrowed(doc: dict, others: list[str]) -> dict:
+    """The sweep file cut to its 2-variant copy (every other key as the file has it)."""
+    doc = dict(doc)
+    doc["grid"] = {
+        **doc["grid"],
+        "strategy": ["ddp", "fsdp"],
+        "grad_accum": [GRAD_ACCUM],
+        "grad_sync": ["last"],
+        "reshard_after_forward": [True],
+    }
+    doc["links"] = {**doc["links"], "slow": {"GLOO_SOCKET_IFNAME": "ls-s500"}}
+    return {**doc, "repeats": 1, "steps": 2, "exclude_nodes": others}
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_two_variant_copy_of_the_strategies_sweep(emulated_cluster, tmp_path):
+    others = emulated_cluster.node_ips()[2:]
+    doc = narrowed(yaml.safe_load(SWEEP.read_text()), others)
+    assert set(doc["grid"]) >= {"strategy", "grad_accum", "grad_sync", "link", "placement"}
+    path, db = tmp_path / "strategies.yaml", tmp_path / "strategies.duckdb"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    env = dict(os.environ, PYTHONPATH=str(REPO), RAY_DISABLE_USAGE_STATS="1")
+    env.pop("RAY_ADDRESS", None)
+    cmd = [sys.executable, "-m", "orchestrator", "run", str(path), "--db", str(db)]
+    proc = subprocess.run(
+        [*cmd, "--address", emulated_cluster.address],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    cols, rows = read_query(
+        str(db),
+        "SELECT strategy, link, status, error, grad_sync, comm_bytes_per_step, "
+        "expected_comm_bytes_per_step, accum_check FROM runs ORDER BY seq",
+    )
+    runs = [dict(zip(cols, r, strict=True)) for r in rows]
+    assert sorted((r["strategy"], r["link"]) for r in runs) == [
+        ("ddp", "fast"), ("ddp", "slow"), ("fsdp", "fast"), ("fsdp", "slow"),
+    ]  # fmt: skip
+    fsdp = expected_fsdp("fsdp", "last", True, GRAD_ACCUM, 2, gpt2_sharded_by_name("gpt2-tiny"))
+    for r in runs:
+        assert r["status"] == "ok", r["error"]
+        assert r["accum_check"] == "ok", r
+        assert r["comm_bytes_per_step"] == r["expected_comm_bytes_per_step"], r
+        if r["strategy"] == "fsdp":
+            assert r["comm_bytes_per_step"] == sum(fsdp.per_step.values()), r
+
+    _, slowdowns = read_query(
+        str(db), "SELECT strategy, slowdown FROM link_sensitivity WHERE link = 'slow'"
+    )
+    assert sorted(s for s, _ in slowdowns) == ["ddp", "fsdp"]
+    assert all(x > 1 for _, x in slowdowns), slowdowns  # 500mbit costs both something
+    print(proc.stdout[-1500:])
+    assert "FSDP2" in proc.stdout and "DDP" in proc.stdout  # the headline names both
