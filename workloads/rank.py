@@ -28,6 +28,11 @@ from workloads.phases import PhaseClock
 if TYPE_CHECKING:
     from workloads.diag import Armed
 
+MASTER_POLL_S = 0.005
+"""How often a rank other than 0 tries rank 0's rendezvous port before its process group
+(:func:`wait_for_master`): a refused connect on a live host costs microseconds, and rank 0
+listens within one poll of the moment its ``init_process_group`` starts."""
+
 PROGRESS_EVERY_S = 2.0
 """Rank 0 reports its step for the live display at most this often (and always the last step):
 a report per step would cost a fast GPU step a remote call each time, and every report wakes
@@ -39,6 +44,31 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", 0))
         return s.getsockname()[1]
+
+
+def wait_for_master(addr: str, port: int, timeout_s: float) -> bool:
+    """Wait until ``addr:port`` accepts a TCP connection (rank 0's TCPStore listening), at most
+    ``timeout_s``; True once it did, False otherwise.
+
+    Why: a rank whose ``init_process_group`` reaches the store before rank 0 listens has its
+    connect refused, and torch retries it only after a back-off, so both ranks' ``pg_init``
+    took ~0.5 s instead of ~0.02 s in whichever run that race went the wrong way
+    (docs/measurements/2026-11-27-startup-overhead.md). Polling every ``MASTER_POLL_S`` instead
+    lets torch's first connect succeed. The probe connection closes without a byte sent: the
+    TCPStore server (libuv and classic, torch 2.13) drops it as a client that left, and counts
+    no worker for it. Only a refused or timed-out connect is waited on; any other failure (a
+    name that does not resolve, no route) returns False at once, and ``init_process_group``
+    then fails or waits as it would have."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            with socket.create_connection((addr, port), timeout=min(1.0, left)):
+                return True
+        except (ConnectionRefusedError, TimeoutError):
+            time.sleep(min(MASTER_POLL_S, max(0.0, deadline - time.monotonic())))
+        except OSError:
+            return False
+    return False
 
 
 def node_info(gpu_ids: tuple[str, ...] = ()) -> NodeInfo:
@@ -117,10 +147,8 @@ class Rank:
         )
         backend, device = decision.backend, torch.device(decision.device)
         armed = Armed(cfg.run_id, rank)  # a hang is diagnosed from this rank's stack
-        init_method = f"tcp://{master_addr}:{master_port}"
-        with _process_group(
-            decision, init_method, rank, world_size, cfg.pg_timeout_s, armed, clock
-        ):
+        master = (master_addr, master_port)
+        with _process_group(decision, master, rank, world_size, cfg.pg_timeout_s, armed, clock):
             training, linkbench = self._work(cfg, rank, world_size, device, decision, progress)
         return RankRecord(
             rank=rank,
@@ -171,7 +199,7 @@ class Rank:
 @contextlib.contextmanager
 def _process_group(
     decision: DeviceDecision,
-    init_method: str,
+    master: tuple[str, int],
     rank: int,
     world_size: int,
     timeout_s: float,
@@ -180,7 +208,12 @@ def _process_group(
 ) -> Iterator[None]:
     """The run's process group, up for the body of the ``with`` and down after it, failed or
     not, with ``armed`` (the hang diagnosis) disarmed last. A failure carries the device
-    decision in its notes: it is in the stored error, and rows.py reads it back."""
+    decision in its notes: it is in the stored error, and rows.py reads it back.
+
+    ``master``: rank 0's (address, port); rendezvous is ``tcp://`` there, rank 0 hosting the
+    store. A rank other than 0 first waits (:func:`wait_for_master`, inside ``pg_init``) for
+    that port to listen; the wait is bounded by ``timeout_s``, and the group's own timeout
+    then applies as before (the driver's run deadline, shorter, comes first)."""
     import torch.distributed as dist
 
     from workloads.device import pg_init_kwargs
@@ -188,9 +221,11 @@ def _process_group(
     accepts_device_id = "device_id" in inspect.signature(dist.init_process_group).parameters
     try:
         with clock.phase("pg_init"):
+            if rank != 0:
+                wait_for_master(*master, timeout_s)
             dist.init_process_group(
                 decision.backend,
-                init_method=init_method,
+                init_method=f"tcp://{master[0]}:{master[1]}",
                 rank=rank,
                 world_size=world_size,
                 timeout=datetime.timedelta(seconds=timeout_s),
