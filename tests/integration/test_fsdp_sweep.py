@@ -157,3 +157,44 @@ def test_hsdp_runs_ok_on_its_sub_groups_and_measured_bytes_equal_theory(hsdp_swe
     assert rc == 0 and len(rows) == 1
     by_op = dict(q(db, "SELECT op, max(group_size) FROM comms GROUP BY op"))
     assert by_op == {"all_gather": 2, "reduce_scatter": 2, "all_reduce": 2}
+
+
+@pytest.fixture(scope="module")
+def fsdp_bf16_offload_sweep(run_sweep, tmp_path_factory):
+    """FSDP2 as people train it on a GPU, through the whole path (spec, planner, rank, rows):
+    bf16 (``MixedPrecisionPolicy``: bf16 parameters, fp32 reduction), parameters offloaded to
+    the CPU (``CPUOffloadPolicy``, unpinned without CUDA), grad_accum 2, FSDP2's default sync."""
+    spec = {
+        "name": "fsdp-bf16-offload-it",
+        **BASE,
+        "precision": "bf16",
+        "world_size": 2,
+        "grid": {"strategy": ["fsdp"], "grad_accum": [2], "offload": ["cpu"]},
+    }
+    return run_sweep(tmp_path_factory.mktemp("fsdp-bf16"), spec)
+
+
+def test_fsdp_in_bf16_with_cpu_offload_gathers_bf16_and_reduces_fp32(fsdp_bf16_offload_sweep):
+    rc, db = fsdp_bf16_offload_sweep
+    ((run_id, status, error, precision, offload, sync, measured, expected, verdict),) = q(
+        db,
+        "SELECT run_id, status, error, precision, offload, grad_sync, comm_bytes_per_step, "
+        "expected_comm_bytes_per_step, accum_check FROM runs",
+    )
+    assert rc == 0 and status == "ok", error
+    assert (precision, offload, sync, verdict) == ("bf16", "cpu", "each", "ok")
+    assert measured == expected
+    dtypes = q(
+        db,
+        f"SELECT op, dtype, sum(msg_bytes * count) FROM comms WHERE run_id = '{run_id}' "
+        "AND rank = 0 GROUP BY op, dtype ORDER BY op",
+    )
+    assert [(op, dtype) for op, dtype, _ in dtypes] == [
+        ("all_gather", "bf16"),
+        ("reduce_scatter", "fp32"),
+    ]
+    # the same parameters: half the bytes gathered in bf16 as the fp32 gradients reduced, per pass
+    fp32 = expected_fsdp("fsdp", "each", True, 2, 2, gpt2_sharded_by_name("gpt2-tiny"))
+    assert sum(b for _, _, b in dtypes) == measured
+    assert dtypes[1][2] == fp32.per_step["reduce_scatter"]
+    assert dtypes[0][2] * 2 == fp32.per_step["all_gather"]
