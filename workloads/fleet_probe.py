@@ -28,7 +28,7 @@ frozen record of ``workloads.fleet_contract``. Three jobs, each a plain function
   interface that holds the node's Ray IP (:func:`ifname_for_ip`), so traffic between nodes goes
   where Ray's does, not wherever gloo's hostname lookup points.
 
-May import: fleet_contract, device, linkbench, model, telemetry, psutil, pynvml, ray, torch,
+May import: fleet_contract, device, linkbench, model, rank, telemetry, psutil, pynvml, ray, torch,
 transformers.
 """
 
@@ -483,6 +483,11 @@ class FleetRank:
             backend, device = "gloo", torch.device("cpu")
             ifname = self._gloo_ifname(loopback)
             os.environ["GLOO_SOCKET_IFNAME"] = ifname  # read when the gloo group is built
+        if rank != 0:  # rank 0's store listening first: no connect back-off (rank.py)
+            from workloads.rank import wait_for_master
+
+            host, _, port = init_method.removeprefix("tcp://").rpartition(":")
+            wait_for_master(host, int(port), timeout_s)
         dist.init_process_group(
             backend,
             init_method=init_method,

@@ -97,6 +97,8 @@ def node(monkeypatch):
         raise _Stop
 
     monkeypatch.setattr(dist, "init_process_group", fake_init)
+    # no rank 0 listens here: the rank's wait for it (tests/unit/test_pg_init_order.py) is skipped
+    monkeypatch.setattr("workloads.rank.wait_for_master", lambda *a: True)
 
     def run_rank(rank: int, world_size: int, local_rank: int, node_gpu_ids: list[str]):
         from workloads.rank import Rank
