@@ -77,6 +77,7 @@ from orchestrator.emulated import (  # noqa: E402
     STATE_FILE,
     cluster_unavailable,
     parse_link_arg,
+    recorded_node_ips,
 )
 from orchestrator.store import Q, Reader  # noqa: E402
 
@@ -241,13 +242,6 @@ def run_sweeps(plan, files, work: Path, address: str, t0: float) -> tuple[dict, 
     return codes, sweeps
 
 
-def other_nodes(state_dir: str) -> list[str]:
-    """The IPs of a recorded emulated cluster's nodes past the first two (the sweeps keep off
-    them: a sweep starts a launcher on every node it may place a rank on)."""
-    state = json.loads((Path(state_dir) / STATE_FILE).read_text())
-    return [n["ip"] for n in state.get("plan", {}).get("nodes", [])[2:]]
-
-
 def read_facts(db: str) -> dict:
     """The one sweep of a database: its id, runs, variant figures and slowdowns."""
     with Reader(db) as reader:
@@ -352,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": sweep_doc(BASELINE_SLOW, strategies, repeats, steps, not args.smoke),
         "candidate": sweep_doc(CANDIDATE_SLOW, strategies, repeats, steps, not args.smoke),
     }
-    if args.address is not None and (others := other_nodes(args.state_dir)):
+    # a sweep starts a launcher on every node it may place a rank on: only the first two
+    if args.address is not None and (others := recorded_node_ips(args.state_dir)[2:]):
         for doc in docs.values():
             doc["exclude_nodes"] = others
     context = {**provenance(), "sweeps": docs, "smoke": args.smoke}

@@ -75,9 +75,9 @@ sys.path.insert(0, str(REPO))  # run as a script from anywhere: import orchestra
 
 from orchestrator.emulated import (  # noqa: E402
     IFACE_PREFIX,
-    STATE_FILE,
     cluster_unavailable,
     parse_link_arg,
+    recorded_node_ips,
 )
 from orchestrator.store import Q, Reader  # noqa: E402
 
@@ -215,13 +215,6 @@ def run_sweep(links: tuple[str, ...], sweep: Path, db: Path, state_dir: Path) ->
             print(f"bench_link_model: cluster down left {leftovers}", file=sys.stderr)
 
 
-def other_nodes(state_dir: str) -> list[str]:
-    """The IPs of a recorded emulated cluster's nodes past the first two (the sweep keeps off
-    them: a sweep starts a launcher on every node it may place a rank on)."""
-    state = json.loads((Path(state_dir) / STATE_FILE).read_text())
-    return [n["ip"] for n in state["plan"]["nodes"][2:]]
-
-
 def read_tables(db: str) -> tuple[dict, list[dict], list[dict]]:
     """Link busbw, link_model and link_model_check rows of the database's one sweep."""
     with Reader(db) as reader:
@@ -336,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     names = [parse_link_arg(s).name for s in links]
     max_mb = SMOKE_LINKBENCH_MAX_MB if args.smoke else LINKBENCH_MAX_MB
     doc = sweep_doc(names, grad_accum, repeats, steps, max_mb)
-    if args.address is not None and (others := other_nodes(args.state_dir)):
+    # a sweep starts a launcher on every node it may place a rank on: only the first two
+    if args.address is not None and (others := recorded_node_ips(args.state_dir)[2:]):
         doc["exclude_nodes"] = others
     context = {**provenance(), "sweep": doc, "smoke": args.smoke}
     print(f"bench_link_model: {context['date']} cpus={context['cpus']} {context['versions']}")

@@ -96,7 +96,7 @@ marker (`LINKSWEEP_EMULATED_ID`), by their namespace (`ip netns pids`), by the p
 start times `up` recorded, and by their process tree; never by name (`ray stop` would
 also stop every other Ray session on the machine).
 
-May import: check, faults, lifecycle, netns, blueprint, raynodes, shapes.
+May import: check, describe, faults, lifecycle, netns, blueprint, raynodes, shapes.
 """
 
 from orchestrator.emulated.blueprint import (
@@ -107,6 +107,7 @@ from orchestrator.emulated.blueprint import (
     plan_emulated,
 )
 from orchestrator.emulated.check import measure_link_busbw
+from orchestrator.emulated.describe import recorded_node_ips
 from orchestrator.emulated.faults import (
     Fault,
     egress_commands,
@@ -189,6 +190,7 @@ __all__ = [
     "planted_faults",
     "qdisc_commands",
     "ray_start_argv",
+    "recorded_node_ips",
     "require_root",
     "status",
     "subnet_in_use",

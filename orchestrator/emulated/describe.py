@@ -2,7 +2,8 @@
 
 `cluster up` writes every link's shape (tc rate, delay) into its state file before it builds
 anything; `recorded_link_shapes` reads it back so a sweep can store, next to each link's name,
-what that link physically was. Reading only: nothing here changes the cluster.
+what that link physically was; `recorded_node_ips` gives its nodes' addresses, node 0 first.
+Reading only: nothing here changes the cluster.
 
 May import: raynodes, shapes.
 """
@@ -53,3 +54,10 @@ def recorded_link_shapes(
     if str(address).split("://")[-1] != str(state["address"]):
         return {}
     return shapes_by_interface(state)
+
+
+def recorded_node_ips(state_dir: str | os.PathLike[str] = DEFAULT_STATE_DIR) -> list[str]:
+    """The Ray IPs (ctl addresses) of the emulated nodes recorded in ``state_dir``, node 0
+    first; ``[]`` when no cluster is recorded there."""
+    state = read_state(state_dir)
+    return [n["ip"] for n in state["plan"]["nodes"]] if state else []

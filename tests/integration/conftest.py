@@ -23,7 +23,6 @@ emulated test: this process keeps the session's one Ray connection (tests/confte
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -83,9 +82,10 @@ class SharedCluster:
 
     def node_ips(self) -> list[str]:
         """The emulated nodes' Ray IPs (their ctl addresses), node 0 first."""
+        from orchestrator.emulated import recorded_node_ips
+
         self.address  # noqa: B018 - up, so the state file exists
-        state = json.loads((self.state_dir / "state.json").read_text())
-        return [n["ip"] for n in state["plan"]["nodes"]]
+        return recorded_node_ips(self.state_dir)
 
     def plant(self, specs: Sequence[str]) -> None:
         """Replace the planted faults by ``--slow-node`` arguments ``specs`` (none: clear)."""

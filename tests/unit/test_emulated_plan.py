@@ -244,3 +244,14 @@ def test_link_model_sweep_names_the_four_links():
         n: f"ls-{n}" for n in names
     }
     assert spec.grid.linkbench and spec.grid.placement == ["spread"]
+
+
+def test_recorded_node_ips_reads_the_plan_up_wrote_node_0_first(tmp_path):
+    from orchestrator.emulated import recorded_node_ips
+    from orchestrator.emulated.raynodes import STATE_VERSION, state_path, write_state
+
+    assert recorded_node_ips(tmp_path) == []  # nothing recorded
+    plan = plan_emulated(3, [parse_link_arg("fast")], "lsu")
+    write_state(state_path(tmp_path), {"version": STATE_VERSION, "plan": plan.to_dict()})
+    assert recorded_node_ips(tmp_path) == [n.ip for n in plan.nodes]
+    assert recorded_node_ips(tmp_path)[0] == str(link_subnet(0).network_address + 1)
