@@ -191,11 +191,38 @@ def _destination(args: argparse.Namespace) -> tuple[list[str], list[str], dict]:
     python = venv / "bin" / "python"
     if not venv.exists():
         print(f"creating {venv} (--system-site-packages: it sees the image's torch)")
-        cmd = [args.python or sys.executable, "-m", "venv", "--system-site-packages", str(venv)]
+        maker = args.python or sys.executable
+        cmd = [maker, "-m", "venv", "--system-site-packages", str(venv)]
         _run(cmd, env, "python -m venv (Debian: apt install python3-venv)")
+        _see_parent_venv(maker, str(python), env)
     if not python.exists():
         raise Failed(f"{venv} has no bin/python; allowed: a venv, or a path that does not exist")
     return [str(python)], [str(venv / "bin" / "linksweep")], env
+
+
+_SITE = (
+    "import json, site, sys; "
+    "print(json.dumps([sys.prefix != sys.base_prefix, site.getsitepackages()]))"
+)
+PARENT_PTH = "linksweep-parent-venv.pth"
+
+
+def parent_pth(in_venv: bool, parent_sites: list[str], own_sites: list[str]) -> str:
+    """The .pth text that lets a new venv see the packages of the venv that made it; empty where
+    the maker is no venv. ``--system-site-packages`` reaches the *base* interpreter's packages:
+    a venv made by ``/opt/torch/.venv/bin/python3`` (the GPU image here) would not see that
+    venv's torch. A .pth's folders come after the venv's own, so what the bundle installs wins."""
+    if not in_venv:
+        return ""
+    return "".join(f"{d}\n" for d in parent_sites if d not in own_sites)
+
+
+def _see_parent_venv(maker: str, python: str, env: dict) -> None:
+    in_venv, parent_sites = json.loads(_run([maker, "-c", _SITE], env, "reading site folders"))
+    _, own_sites = json.loads(_run([python, "-c", _SITE], env, "reading the venv's folders"))
+    if text := parent_pth(in_venv, parent_sites, own_sites):
+        Path(own_sites[0], PARENT_PTH).write_text(text)
+        print(f"{maker} is itself a venv: its packages are seen through {PARENT_PTH}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,7 +32,14 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from bundle import build, parts  # noqa: E402
-from bundle.install import compare_versions, part_problems, unpack  # noqa: E402
+from bundle.install import (  # noqa: E402
+    PARENT_PTH,
+    _see_parent_venv,
+    compare_versions,
+    parent_pth,
+    part_problems,
+    unpack,
+)
 from bundle.target import (  # noqa: E402
     BadInput,
     expand_platforms,
@@ -191,6 +198,34 @@ def _image_wheels() -> tuple[Path, list[str]]:
         _run(cmd, "downloading the image's wheels")
         (folder / ".complete").write_text("\n".join(pins) + "\n")
     return folder, pins
+
+
+def test_a_venv_made_by_a_venvs_python_lists_that_venvs_folders_after_its_own():
+    assert parent_pth(False, ["/usr/lib/python3/dist-packages"], ["/v/lib/site-packages"]) == ""
+    text = parent_pth(True, ["/opt/torch/.venv/lib/site-packages", "/v/s"], ["/v/s"])
+    assert text == "/opt/torch/.venv/lib/site-packages\n"
+
+
+@pytest.mark.skipif(sys.prefix == sys.base_prefix, reason="needs a venv's Python to run under")
+def test_a_venv_made_by_a_venvs_python_sees_that_venvs_packages(tmp_path):
+    """The GPU image's python3 is /opt/torch/.venv/bin/python3: --system-site-packages alone
+    reaches the base interpreter's folders, not that venv's torch. duckdb is in this checkout's
+    venv only, as torch is in the image's."""
+    new = tmp_path / "v"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(new)],
+        check=True,
+    )
+    python = str(new / "bin" / "python")
+    _see_parent_venv(sys.executable, python, dict(os.environ))
+    assert list(new.glob(f"lib/python*/site-packages/{PARENT_PTH}"))
+    where = subprocess.run(
+        [python, "-c", "import duckdb, sys; print(duckdb.__file__, sys.prefix)"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert where[0].startswith(sys.prefix) and where[1] == str(new), where
 
 
 def _image_venv(node: Path) -> list[str]:
