@@ -42,6 +42,7 @@ import argparse
 import base64
 import contextlib
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -189,7 +190,7 @@ def _selftest(
         nodes=tuple(nodes),
         captures=captures,
         sweeps={
-            k: verdict.SweepFacts(s.ran, s.why_not, tuple(r for r in runs if r["sweep"] == name))
+            k: dataclasses.replace(s, runs=tuple(r for r in runs if r["sweep"] == name))
             for k, s in sweeps.items()
             for name in [plan.sweep_name(k)]
         },
@@ -352,6 +353,9 @@ def _run_sweep(out: Path, db: str, label: str, key: str, spec_dict: dict) -> ver
         store = LiveStore(db)
         store.recover()
         execute_sweep(spec, store, label, bundle, SweepUI())
+    except preflight.NodeLacks as exc:
+        err(str(exc))
+        return verdict.SweepFacts(False, " ".join(str(exc).split()), node_lacks=True)
     except (SpecError, StoreError) as exc:
         err(str(exc))
         return verdict.SweepFacts(False, " ".join(str(exc).split()))

@@ -69,6 +69,9 @@ class SweepFacts:
     why_not: str = ""
     runs: tuple[dict, ...] = ()
     """Rows of :data:`RUNS_SQL` for this sweep."""
+    node_lacks: bool = False
+    """Not run because a node lacks what it needs (``preflight.NodeLacks``: no libaio for NVMe
+    offload), not because linksweep refused or failed: its checks are ``not run``."""
 
 
 @dataclass(frozen=True)
@@ -374,11 +377,8 @@ def _decide_one(name: str, sweep_key: str | None, facts: Facts, plan: SelftestPl
         if sweep is None:
             return "fail", f"sweep {sweep_name(sweep_key)} was not run"
         if not sweep.ran:
-            # NVMe offload needs DeepSpeed's async_io (libaio): on CPU a machine without it
-            # cannot run the check; on a GPU node refusing it is the finding
-            if name == "nvme_offload" and plan.mode == "cpu":
-                return "not run", sweep.why_not
-            return "fail", sweep.why_not
+            # a node without libaio cannot run the NVMe check, as one GPU cannot run two_gpu
+            return ("not run" if sweep.node_lacks else "fail"), sweep.why_not
         runs, expected = list(sweep.runs), planned_runs(plan.sweeps[sweep_key])
     else:
         runs, expected = [], []

@@ -548,6 +548,7 @@ def test_nvme_preflight(cluster):
             got = "run"
         except SpecError as exc:
             got = f"not run: {exc}"
+            assert isinstance(exc, preflight.NodeLacks), exc  # the node's, so selftest: not run
     expected = EXPECTED[cluster.profile.name]["nvme"]
     if expected == "run":
         assert got == "run"

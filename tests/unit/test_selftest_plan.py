@@ -326,15 +326,19 @@ def test_gpu_hang_needs_the_flight_recorder_dump():
     assert "flight-recorder" in v["hang_flight_recorder"].detail
 
 
-def test_nvme_refused_is_not_run_on_cpu_but_fails_on_a_gpu_node():
+def test_nvme_is_not_run_where_a_node_lacks_libaio_and_fails_on_any_other_refusal():
+    """The first GPU node (an H200 image without libaio-dev) refused the NVMe sweep in its
+    preflight: a node's missing library, like a missing second GPU, is ``not run``, on a GPU
+    node as on CPU; any other refusal of the sweep is linksweep's and fails."""
     why = "grid.offload: 'nvme' needs DeepSpeed's async_io op, which cannot be built here"
-    refused = {"nvme": verdict.SweepFacts(False, why)}
-    cpu = cpu_facts(sweeps=cpu_facts().sweeps | refused)
-    v = by_check(decide(cpu))
-    assert (v["nvme_offload"].result, v["nvme_offload"].detail) == ("not run", why)
-    assert verdict.exit_ok(list(v.values()))
-    gpu = gpu_facts(sweeps=gpu_facts().sweeps | refused)
-    assert by_check(decide(gpu))["nvme_offload"].result == "fail"
+    lacks = {"nvme": verdict.SweepFacts(False, why, node_lacks=True)}
+    refused = {"nvme": verdict.SweepFacts(False, "nvme_path: '/x' is not a writable folder")}
+    for facts in (cpu_facts, gpu_facts):
+        v = by_check(decide(facts(sweeps=facts().sweeps | lacks)))
+        assert (v["nvme_offload"].result, v["nvme_offload"].detail) == ("not run", why)
+        assert verdict.exit_ok(list(v.values()))
+        v = by_check(decide(facts(sweeps=facts().sweeps | refused)))
+        assert v["nvme_offload"].result == "fail"
     no_swap = _with_runs(cpu_facts(), "nvme", lambda r: r | {"nvme_swap_files": 0})
     assert "no swap files" in by_check(decide(no_swap))["nvme_offload"].detail
 
