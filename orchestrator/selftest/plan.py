@@ -162,13 +162,16 @@ grad_accum 1; 0.1 s covers a loaded machine."""
 GPU_MICRO_STEP_S = 0.1
 """gpt2 bf16, seq 512, micro-batch 4 (2048 tokens, ~1.6 TFLOP fwd+bwd): ~5 ms on an H100; 0.1 s
 is a T4/A10G-class GPU at ~15 TFLOP/s achieved, the slowest the plan expects. Two ranks sharing
-a GPU take twice as long (:func:`estimate_run_s`)."""
+a GPU take twice as long (:func:`estimate_run_s`). Measured on one H200 (torch 2.11): 37 ms a
+step for one rank (MFU 4.4%: launch-bound at this size, not the datasheet's 5 ms); two ranks
+sharing it, whose NCCL talks over sockets, 0.28-0.61 s (docs/measurements/2026-11-27-first-gpu-h200)."""
 CPU_RUN_START_S = 5.0
 """A CPU run's start: ranks forked from the fork server (imports already paid), gloo rendezvous,
 model build, DeepSpeed's engine: measured 0.3-4.7 s (``runs.startup_s``), 8.2 s with NVMe."""
 GPU_RUN_START_S = 40.0
 """A GPU run's start: fresh Ray actors import torch, transformers and DeepSpeed (~15 s), CUDA and
-NCCL initialise, DeepSpeed builds its engine (~10 s); 40 s leaves room on a cold node."""
+NCCL initialise, DeepSpeed builds its engine (~10 s); 40 s leaves room on a cold node. Measured
+on one H200 (16 cores): 17-19 s for DDP, 22-27 s for ZeRO (``runs.startup_s``)."""
 SWEEP_START_S = 5.0
 """Per sweep: topology discovery (the node probe imports torch: ~2 s), the link
 microbenchmark, the fork server's start on CPU: measured ~2 s a sweep on CPU."""
