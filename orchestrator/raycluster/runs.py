@@ -165,12 +165,14 @@ def execute_run(launch: Launch, context: RunContext = RunContext()) -> RunResult
 
 
 def _placement_group(launch: Launch):
-    """The run's placement group: ``world_size`` bundles, packed or spread, off the excluded
-    nodes (asked for; :func:`execute_run` waits for it)."""
+    """The run's placement group: a bundle per rank (per ``ranks_per_bundle`` ranks, spread
+    ``ranks_per_node``), packed or spread, off the excluded nodes (asked for;
+    :func:`execute_run` waits for it)."""
     selector = label_selector(launch.excluded_ids)
-    n = launch.world_size
+    bundles = launch.bundles
+    n = len(bundles)
     return placement_group(
-        [dict(launch.bundle)] * n,
+        [dict(b) for b in bundles],
         strategy=PLACEMENT_STRATEGY[launch.placement],
         bundle_label_selector=[selector] * n if selector else None,
     )
@@ -179,8 +181,8 @@ def _placement_group(launch: Launch):
 def _unplaced(launch: Launch) -> str:
     excluded = f", {len(launch.excluded_ids)} node(s) excluded" if launch.excluded_ids else ""
     return (
-        f"placement group {PLACEMENT_STRATEGY[launch.placement]} of {launch.world_size} x "
-        f"{launch.bundle} could not be placed within {PLACEMENT_TIMEOUT_S:.0f} s (resources "
+        f"placement group {PLACEMENT_STRATEGY[launch.placement]} of {len(launch.bundles)} x "
+        f"{launch.bundles[0]} could not be placed within {PLACEMENT_TIMEOUT_S:.0f} s (resources "
         f"busy or not present in the cluster{excluded})"
     )
 
@@ -204,7 +206,7 @@ def _run_actors(
                 max_restarts=0,  # a restarted rank would break the process group
                 max_task_retries=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    pg, placement_group_bundle_index=i
+                    pg, placement_group_bundle_index=i // launch.ranks_per_bundle
                 ),
                 runtime_env={"env_vars": rank_env_for(launch.env, i)},  # {rank} filled in
             ).remote()
@@ -252,9 +254,9 @@ def _run_forked(pg, launch: Launch, context: RunContext, result: RunResult) -> l
     from ray.util.placement_group import placement_group_table
 
     launchers, run_cfg, env = context.launchers, launch.config, launch.env
-    world_size = len(pg.bundle_specs)
+    world_size = launch.world_size
     by_bundle = placement_group_table(pg)["bundles_to_node_id"]
-    nodes = [by_bundle[i] for i in range(world_size)]
+    nodes = [by_bundle[i // launch.ranks_per_bundle] for i in range(world_size)]
     result.actors_created_wall_s = time.time()
     infos = {n: launchers.get(n).node_info.remote() for n in set(nodes)}
     infos = dict(zip(infos, ray.get(list(infos.values()), timeout=60), strict=True))

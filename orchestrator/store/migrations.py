@@ -221,4 +221,10 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE runs ADD COLUMN IF NOT EXISTS promised_non_final_bytes JSON",
         "ALTER TABLE runs ADD COLUMN IF NOT EXISTS accum_check VARCHAR",
     ],
+    # v10: ranks per node. Before v10 spread put one rank on each node, pack all on one.
+    10: [
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS ranks_per_node INTEGER",
+        "UPDATE runs SET ranks_per_node = CASE WHEN placement = 'spread' THEN 1 "
+        "ELSE world_size END",
+    ],
 }

@@ -11,7 +11,7 @@ May import: nothing (the standard library only).
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 TABLES: dict[str, str] = {
     "meta": """
@@ -108,6 +108,8 @@ TABLES: dict[str, str] = {
         throttle_why VARCHAR,        -- why the run counts as throttled (excluded); NULL if not
         rank_env JSON,               -- env every rank started with on top of its node's (v4)
         ranks_per_gpu INTEGER,       -- 1, or 2: the one-GPU rehearsal (link_class shared-gpu)
+        ranks_per_node INTEGER,      -- ranks each node held: pack world_size; spread the
+                                     -- sweep's ranks_per_node, else 1 (v10)
         ddp_grad_dtype VARCHAR,      -- DDP's all_reduce dtype, fp32 | bf16 (grid axis); ZeRO: n/a
         grad_sync VARCHAR,           -- each | last | replicate_last (grid axis, v8); ZeRO: n/a
         reshard_after_forward VARCHAR,  -- FSDP2 blocks: true | false (grid axis); others: n/a

@@ -280,7 +280,7 @@ def check_capacity(
     """Reject placements the cluster can never satisfy, before any run starts.
 
     pack (STRICT_PACK) needs one node holding world_size rank bundles; spread (STRICT_SPREAD)
-    needs world_size distinct nodes holding one each. A bundle's every resource counts (a GPU
+    needs world_size / ranks_per_node distinct nodes holding ranks_per_node each. A bundle's every resource counts (a GPU
     bundle's CPUs too). ``ranks_per_gpu`` 2 needs a GPU. Excluded nodes
     (``exclusions.resolve_exclusions``) do not count; when too little is left, the error names
     them.
@@ -328,12 +328,14 @@ def _check_capacity(spec: SweepSpec, nodes: list[NodeCapacity]) -> None:
             f"node has {max(per_node)} {unit}; allowed: world_size <= {max(per_node)} or "
             "placement 'spread'"
         )
-    usable = sum(1 for c in per_node if c >= 1)
-    if "spread" in spec.grid.placement and usable < n:
+    k = spec.ranks_per_node or 1
+    usable = sum(1 for c in per_node if c >= k)
+    if "spread" in spec.grid.placement and usable < n // k:
+        how = "each of them on its own node" if k == 1 else f"{k} to a node (ranks_per_node)"
         errors.append(
-            f"grid.placement: 'spread' puts each of world_size={n} ranks on its own node, but the "
-            f"cluster has {usable} node(s) with a {kind}; allowed: world_size <= {usable} or "
-            "placement 'pack'"
+            f"grid.placement: 'spread' puts world_size={n} ranks {how}, on {n // k} nodes, but "
+            f"the cluster has {usable} node(s) with {k} {unit}; allowed: world_size <= "
+            f"{usable * k} or placement 'pack'"
         )
     if errors:
         raise SpecError(errors)
@@ -476,7 +478,7 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
 
 def hsdp_shard_size(spec: SweepSpec, v: Variant) -> int | None:
     """An hsdp run's shard group size: the variant's, else the spec's, else the ranks of one
-    node (pack: every rank); None for every other strategy. Spread without a size is refused
+    node (pack: every rank; spread: ``ranks_per_node``); None for every other strategy. Spread without a size is refused
     by the spec (a shard group of one rank shards nothing); a variant that reaches here so
     raises ValueError rather than planning such a run."""
     if v.strategy != "hsdp":
@@ -485,6 +487,8 @@ def hsdp_shard_size(spec: SweepSpec, v: Variant) -> int | None:
         return v.hsdp_shard_size
     if spec.hsdp_shard_size is not None:
         return spec.hsdp_shard_size
+    if v.placement == "spread" and spec.ranks_per_node is not None:
+        return spec.ranks_per_node
     if v.placement != "pack":
         raise ValueError(
             f"hsdp_shard_size: required for hsdp placed {v.placement!r} (the ranks of one node "
@@ -526,10 +530,20 @@ class Launch:
     timeout_s: float
     excluded_ids: tuple[str, ...] = ()
     """Node ids no bundle may land on (``exclusions.excluded_ids``)."""
+    ranks_per_bundle: int = 1
+    """Ranks sharing one placement-group bundle, hence one node: ``ranks_per_node`` for spread,
+    else 1. Rank r is in bundle ``r // ranks_per_bundle``."""
 
     @property
     def run_id(self) -> str:
         return self.config.run_id
+
+    @property
+    def bundles(self) -> list[dict[str, float]]:
+        """The placement group's bundles: one per ``ranks_per_bundle`` ranks, each holding their
+        resources together (so they land on one node)."""
+        k = self.ranks_per_bundle
+        return [{r: v * k for r, v in self.bundle.items()}] * (self.world_size // k)
 
 
 @dataclass(frozen=True)
@@ -630,8 +644,9 @@ class _Launches:
     def _launch(self, config: RunConfig | LinkbenchConfig, link: str, placement: str) -> Launch:
         s = self.spec
         env = run_env(s, link, config.run_id, int(self.bundle.get("CPU", 1)))
+        k = s.ranks_per_node if placement == "spread" and s.ranks_per_node else 1
         return Launch(config, env, s.world_size, placement, self.bundle, s.run_timeout_s,
-                      self.excluded_ids)  # fmt: skip
+                      self.excluded_ids, k)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------

@@ -480,11 +480,18 @@ def _run_row(facts: RunFacts, result: RunResult, trained: list) -> dict:
         "launcher": result.launcher,
         "rank_env": dict(facts.rank_env) if facts.rank_env is not None else None,
         "ranks_per_gpu": spec.ranks_per_gpu,
+        "ranks_per_node": ranks_per_node(spec, v.placement),
         **_comm_facts(spec, planned, trained, facts.link_algbw),
         **_accumulation_facts(spec, v, trained),
         **figures,
         **_efficiency_facts(spec, planned, trained, figures, result.placements),
     }
+
+
+def ranks_per_node(spec: SweepSpec, placement: str) -> int:
+    """The ranks each node of a run holds: all of them packed; spread, ``ranks_per_node``
+    (default one)."""
+    return spec.world_size if placement == "pack" else spec.ranks_per_node or 1
 
 
 def _nodes(placements: list, records: list[RankRecord], error: str | None = None) -> list[dict]:

@@ -211,6 +211,12 @@ class SweepSpec(BaseModel):
     pack) share one GPU, each with its own ``NCCL_HOSTID`` so NCCL treats them as two hosts and
     talks over NET; it checks the whole NCCL path on one GPU, and its runs (``link_class``
     ``shared-gpu``) are never shown as a link measurement. Needs GPUs."""
+    ranks_per_node: int | None = Field(default=None, ge=2)
+    """Placement spread: how many ranks each node takes (``world_size`` must divide by it, and
+    be larger); default one. ``world_size: 4`` with ``ranks_per_node: 2`` puts two ranks on each
+    of two nodes: the ranks of a node talk over its own links, the nodes over the network, and
+    hsdp's default shard group (the ranks of one node) keeps its replicate dimension on the
+    network. Needs 'spread' in ``grid.placement`` (pack puts every rank on one node already)."""
     links: dict[str, dict[str, str]] = Field(default_factory=lambda: {"default": {}})
     """Named connectivity variants: env vars set on every rank before start. A value may hold
     ``{rank}``, replaced by each rank's number when it starts (e.g. ``NCCL_HOSTID:
@@ -241,10 +247,11 @@ class SweepSpec(BaseModel):
     suspect nodes (``orchestrator/sweep/exclusions.py``)."""
     hsdp_shard_size: int | None = Field(default=None, ge=1)
     """hsdp: ranks per shard group (the replicate groups cross them); ``world_size`` must divide
-    by it. Default: the ranks of one node (placement pack: ``world_size``, one shard group).
-    Required with placement spread: there the ranks of one node are one rank, a shard group of
-    one would shard nothing (every rank a whole replica, DDP by another name), so the sweep is
-    refused before anything runs rather than measuring that."""
+    by it. Default: the ranks of one node (placement pack: ``world_size``, one shard group;
+    spread: ``ranks_per_node``). Required with placement spread and no ``ranks_per_node``:
+    there the ranks of one node are one rank, a shard group of one would shard nothing (every
+    rank a whole replica, DDP by another name), so the sweep is refused before anything runs
+    rather than measuring that."""
     launcher: Literal["auto", "fork", "actors"] = "auto"
     """How ranks start. fork: a launcher actor per node per sweep forks each run's ranks from a
     fork server with torch/transformers/deepspeed imported (no imports paid per run); actors:
@@ -344,6 +351,7 @@ class SweepSpec(BaseModel):
                 )
         if "spread" in self.grid.placement and self.world_size < 2:
             errors.append("grid.placement: 'spread' needs world_size >= 2")
+        errors.extend(_ranks_per_node_errors(self))
         if self.ranks_per_gpu == 2:
             if self.world_size != 2:
                 errors.append(
@@ -435,19 +443,39 @@ def _grad_sync_errors(g: Grid) -> list[str]:
     return errors
 
 
+def _ranks_per_node_errors(spec: SweepSpec) -> list[str]:
+    """ranks_per_node without 'spread', or one that does not divide world_size into 2+ nodes."""
+    k, n = spec.ranks_per_node, spec.world_size
+    if k is None:
+        return []
+    if "spread" not in spec.grid.placement:
+        return [
+            f"ranks_per_node: applies to grid.placement 'spread'; grid.placement is "
+            f"{spec.grid.placement} (add spread, or remove ranks_per_node)"
+        ]
+    if n % k or k >= n:
+        allowed = [d for d in range(2, n) if n % d == 0]
+        return [
+            f"ranks_per_node: {k} with world_size {n} does not split the ranks over two nodes or "
+            f"more; allowed with world_size {n}: {allowed or 'none (world_size is prime)'}"
+        ]
+    return []
+
+
 def _hsdp_errors(spec: SweepSpec) -> list[str]:
     """hsdp_shard_size set without hsdp, or a world size it does not divide; hsdp placed
     spread without it (the default shard group, the ranks of one node, is then one rank)."""
     size = spec.hsdp_shard_size
     divisors = [d for d in range(1, spec.world_size + 1) if spec.world_size % d == 0]
     if size is None:
-        if "hsdp" in spec.grid.strategy and "spread" in spec.grid.placement:
+        spread = "spread" in spec.grid.placement and spec.ranks_per_node is None
+        if "hsdp" in spec.grid.strategy and spread:
             return [
                 "hsdp_shard_size: required for strategy hsdp with grid.placement 'spread': the "
                 "default shard group, the ranks of one node, is one rank when every rank has a "
                 "node of its own, so nothing would be sharded; allowed: hsdp_shard_size set "
-                f"(with world_size {spec.world_size}: {divisors}), or grid.placement 'pack' "
-                "alone"
+                f"(with world_size {spec.world_size}: {divisors}), ranks_per_node set (2 or "
+                "more ranks on each node), or grid.placement 'pack' alone"
             ]
         return []
     if "hsdp" not in spec.grid.strategy:

@@ -7,6 +7,8 @@ by a DDP-only ``no_sync`` wrapper, a null context for an FSDP2 module)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from orchestrator.analysis.fsdp_theory import expected_fsdp, gpt2_sharded_by_name
@@ -57,13 +59,22 @@ def fsdp_sweep(run_sweep, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hsdp_sweep(run_sweep, tmp_path_factory):
-    """hsdp on 4 ranks, shard groups of 2 (two replicas), the cosmos fix's flavour."""
+    """hsdp on 4 ranks, two on each of the session cluster's two nodes (``ranks_per_node``):
+    shard groups of 2, the ranks of one node (the default), two replicas across the nodes; the
+    cosmos fix's flavour. Fresh rank actors, as on GPUs: each joins its node's bundle
+    (``placement_group_bundle_index`` rank // 2); the emulated-cluster test runs forked ranks."""
     spec = {
         "name": "hsdp-it",
         **BASE,
         "world_size": 4,
-        "hsdp_shard_size": 2,
-        "grid": {"strategy": ["hsdp"], "grad_accum": [2], "grad_sync": ["replicate_last"]},
+        "ranks_per_node": 2,
+        "launcher": "actors",
+        "grid": {
+            "strategy": ["hsdp"],
+            "grad_accum": [2],
+            "grad_sync": ["replicate_last"],
+            "placement": ["spread"],
+        },
     }
     return run_sweep(tmp_path_factory.mktemp("hsdp"), spec)
 
@@ -157,6 +168,10 @@ def test_hsdp_runs_ok_on_its_sub_groups_and_measured_bytes_equal_theory(hsdp_swe
     assert rc == 0 and len(rows) == 1
     by_op = dict(q(db, "SELECT op, max(group_size) FROM comms GROUP BY op"))
     assert by_op == {"all_gather": 2, "reduce_scatter": 2, "all_reduce": 2}
+    ((nodes, launcher, per_node),) = q(db, "SELECT nodes, launcher, ranks_per_node FROM runs")
+    where = [n["node_id"] for n in sorted(json.loads(nodes), key=lambda n: n["rank"])]
+    assert where[0] == where[1] != where[2] == where[3], where  # a shard group per node
+    assert (launcher, per_node) == ("actors", 2)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ docs/measurements/2026-11-27-strategies-emulated.md.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -85,3 +86,55 @@ def test_a_two_variant_copy_of_the_strategies_sweep(emulated_cluster, tmp_path):
     assert all(x > 1 for _, x in slowdowns), slowdowns  # 500mbit costs both something
     print(proc.stdout[-1500:])
     assert "FSDP2" in proc.stdout and "DDP" in proc.stdout  # the headline names both
+
+
+HSDP_SWEEP = REPO / "sweeps" / "hsdp-emulated.yaml"
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_hsdp_two_ranks_on_each_of_two_nodes_shards_inside_a_node(emulated_cluster, tmp_path):
+    """``sweeps/hsdp-emulated.yaml`` narrowed to hsdp ``replicate_last`` at grad_accum 2 on both
+    links: 4 ranks, ``ranks_per_node: 2``. Ranks 0-1 on one node and 2-3 on the other, the shard
+    group (2, the ranks of one node) inside each; measured bytes equal the theory's and the
+    accumulation check holds; the slow link costs something, through the replicate all-reduce
+    alone (the only collective that crosses it)."""
+    others = emulated_cluster.node_ips()[2:]
+    doc = yaml.safe_load(HSDP_SWEEP.read_text())
+    assert (doc["world_size"], doc["ranks_per_node"]) == (4, 2)
+    doc["grid"] = {**doc["grid"], "strategy": ["hsdp"], "grad_accum": [2]}
+    doc["grid"]["grad_sync"] = ["replicate_last"]
+    doc["links"] = {**doc["links"], "slow": {"GLOO_SOCKET_IFNAME": "ls-s500"}}
+    doc = {**doc, "repeats": 1, "steps": 2, "exclude_nodes": others}
+    path, db = tmp_path / "hsdp.yaml", tmp_path / "hsdp.duckdb"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    env = dict(os.environ, PYTHONPATH=str(REPO), RAY_DISABLE_USAGE_STATS="1")
+    env.pop("RAY_ADDRESS", None)
+    cmd = [sys.executable, "-m", "orchestrator", "run", str(path), "--db", str(db)]
+    proc = subprocess.run(
+        [*cmd, "--address", emulated_cluster.address],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    cols, rows = read_query(
+        str(db),
+        "SELECT link, status, error, nodes, hsdp_shard_size, ranks_per_node, accum_check, "
+        "comm_bytes_per_step, expected_comm_bytes_per_step, median_step_time_s FROM runs",
+    )
+    runs = {r[0]: dict(zip(cols, r, strict=True)) for r in rows}
+    assert sorted(runs) == ["fast", "slow"]
+    for r in runs.values():
+        assert r["status"] == "ok", r["error"]
+        assert (r["hsdp_shard_size"], r["ranks_per_node"]) == (2, 2)
+        hosts = [n["ip"] for n in sorted(json.loads(r["nodes"]), key=lambda n: n["rank"])]
+        assert hosts[0] == hosts[1] != hosts[2] == hosts[3], hosts  # a shard group per node
+        assert r["accum_check"] == "ok", r
+        assert r["comm_bytes_per_step"] == r["expected_comm_bytes_per_step"], r
+    _, groups = read_query(
+        str(db),
+        "SELECT DISTINCT op, group_size FROM comms JOIN runs USING (run_id) "
+        "WHERE link = 'fast' ORDER BY op",
+    )
+    assert ("all_reduce", 2) in groups and ("reduce_scatter", 2) in groups, groups
+    assert runs["slow"]["median_step_time_s"] > runs["fast"]["median_step_time_s"], runs

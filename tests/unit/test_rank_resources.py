@@ -46,7 +46,9 @@ def test_fractional_bundles_do_not_make_spread_possible():
     spec = parse_spec(
         {"name": "x", "world_size": 8, "links": {"default": {}}, "grid": {"placement": ["spread"]}}
     )
-    with pytest.raises(SpecError, match="'spread' puts each of world_size=8"):
+    with pytest.raises(
+        SpecError, match="'spread' puts world_size=8 ranks each of them on its own node"
+    ):
         check_capacity(spec, [NodeCapacity("a", cpus=2, gpus=0), NodeCapacity("b", cpus=2, gpus=0)])
 
 
