@@ -111,10 +111,9 @@ def test_sweeps_fit_the_kuberay_cluster(sweep):
     for placement in placements:
         if placement == "pack":  # all ranks in one pod
             assert max(_pod_gpus(g) for g in groups) >= world_size, (sweep.name, placement)
-        elif placement == "spread":  # one rank (1 GPU) per pod
-            assert sum(g["replicas"] for g in groups if _pod_gpus(g) >= 1) >= world_size, (
-                sweep.name,
-                placement,
-            )
+        elif placement == "spread":  # ranks_per_node ranks (1 GPU each) per pod, default 1
+            k = spec.get("ranks_per_node") or 1
+            pods = sum(g["replicas"] for g in groups if _pod_gpus(g) >= k)
+            assert pods >= world_size // k, (sweep.name, placement, k)
         else:
             pytest.fail(f"{sweep.name}: unknown placement {placement!r}")
