@@ -59,21 +59,23 @@ def fsdp_sweep(run_sweep, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hsdp_sweep(run_sweep, tmp_path_factory):
-    """hsdp on 4 ranks, two on each of the session cluster's two nodes (``ranks_per_node``):
-    shard groups of 2, the ranks of one node (the default), two replicas across the nodes; the
-    cosmos fix's flavour. Fresh rank actors, as on GPUs: each joins its node's bundle
-    (``placement_group_bundle_index`` rank // 2); the emulated-cluster test runs forked ranks."""
+    """hsdp on 4 ranks, shard groups of 2 (two replicas), the cosmos fix's flavour: packed on
+    one node, and spread two to a node over the session cluster's two nodes
+    (``ranks_per_node``: each node a shard group, the replicas across them). Fresh rank actors,
+    as on GPUs: each joins its node's bundle (``placement_group_bundle_index`` rank // 2); the
+    emulated-cluster test runs forked ranks with the shard size left to its default."""
     spec = {
         "name": "hsdp-it",
         **BASE,
         "world_size": 4,
+        "hsdp_shard_size": 2,
         "ranks_per_node": 2,
         "launcher": "actors",
         "grid": {
             "strategy": ["hsdp"],
             "grad_accum": [2],
             "grad_sync": ["replicate_last"],
-            "placement": ["spread"],
+            "placement": ["pack", "spread"],
         },
     }
     return run_sweep(tmp_path_factory.mktemp("hsdp"), spec)
@@ -165,13 +167,20 @@ def test_ddp_each_and_last_keep_their_promise(ddp_sweep):
 def test_hsdp_runs_ok_on_its_sub_groups_and_measured_bytes_equal_theory(hsdp_sweep):
     rc, db = hsdp_sweep
     rows = _check_runs(db, 4, 2)
-    assert rc == 0 and len(rows) == 1
+    assert rc == 0 and len(rows) == 2
     by_op = dict(q(db, "SELECT op, max(group_size) FROM comms GROUP BY op"))
     assert by_op == {"all_gather": 2, "reduce_scatter": 2, "all_reduce": 2}
-    ((nodes, launcher, per_node),) = q(db, "SELECT nodes, launcher, ranks_per_node FROM runs")
-    where = [n["node_id"] for n in sorted(json.loads(nodes), key=lambda n: n["rank"])]
-    assert where[0] == where[1] != where[2] == where[3], where  # a shard group per node
-    assert (launcher, per_node) == ("actors", 2)
+    placed = q(db, "SELECT placement, nodes, launcher, ranks_per_node FROM runs ORDER BY seq")
+    where = {
+        placement: [n["node_id"] for n in sorted(json.loads(nodes), key=lambda n: n["rank"])]
+        for placement, nodes, _, _ in placed
+    }
+    assert len(set(where["pack"])) == 1, where
+    assert where["spread"][0] == where["spread"][1] != where["spread"][2] == where["spread"][3]
+    assert {(p, launcher, k) for p, _, launcher, k in placed} == {
+        ("pack", "actors", 4),
+        ("spread", "actors", 2),
+    }
 
 
 @pytest.fixture(scope="module")
