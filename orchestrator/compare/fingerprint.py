@@ -19,8 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-WORKLOAD_FIELDS = ("model", "precision", "seq_len", "micro_batch_size", "world_size")
-"""What makes two sweeps' step times comparable at all (runs columns)."""
+WORKLOAD_FIELDS = (
+    "model", "precision", "seq_len", "micro_batch_size", "world_size", "ranks_per_node",
+)  # fmt: skip
+"""What makes two sweeps' step times comparable at all (runs columns). ``ranks_per_node``: 4
+ranks spread one to a node and two to a node are different runs (v10 stored it for every run
+before, so two sweeps older than it still compare)."""
 VERSION_FIELDS = ("torch", "nccl", "deepspeed", "ray", "cuda", "transformers", "python")
 
 

@@ -187,6 +187,15 @@ def test_workload_mismatch_names_the_fields():
     assert workload_mismatch(_facts("a", TIMES).runs, _facts("b", TIMES).runs) == []
 
 
+def test_four_ranks_one_to_a_node_and_two_to_a_node_are_different_workloads():
+    spread = WORK | {"world_size": 4, "ranks_per_node": 1}
+    paired = WORK | {"world_size": 4, "ranks_per_node": 2}
+    c = compare_sweeps(_facts("a", TIMES, work=spread), _facts("b", TIMES, work=paired), 0.05)
+    assert [(w["field"], w["baseline"], w["candidate"]) for w in c.workload] == [
+        ("ranks_per_node", "1", "2")
+    ]
+
+
 def test_fingerprint_diff_lists_what_differs_only():
     a = _facts("a", TIMES, versions={"torch": "2.5.1", "ray": "2.40.0", "nccl": "2.21.5"})
     b = _facts("b", TIMES, versions={"torch": "2.5.1", "ray": "2.41.0", "nccl": "2.23.4"})
