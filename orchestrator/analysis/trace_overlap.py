@@ -5,7 +5,7 @@ CPU process, and per profiled step where the trace marks steps: the time communi
 the time compute was busy, the time both were (overlapped), and the communication not covered by
 compute (exposed). Every figure is the length of a union of half-open intervals [ts, ts+dur) in
 the trace's microseconds, never a sum of durations: two collectives on two streams at once are
-busy once, as Holistic Trace Analysis and NVIDIA's Nsight recipes count them.
+busy once, as Holistic Trace Analysis (HTA) and NVIDIA's Nsight recipes count them.
 
 **GPU rule** (a trace with ``cat == "kernel"`` events), per device, the Kineto ``pid`` of the
 kernels: only complete kernel events (``ph == "X"``, ``cat == "kernel"``, ``dur > 0``) count.
@@ -53,8 +53,9 @@ needs every rank's trace on one clock (the last arrival marks where the transfer
 which one rank's trace does not have.
 
 Numbers: ``load_trace`` parses decimals as ``Decimal`` so the arithmetic is exact on the file's
-values (a float cannot hold 4458676422880.181 exactly, and 20,000 kernels' rounding adds up); a
-trace dict parsed with floats works the same, with float rounding. Figures come out as float.
+values: a float cannot hold 4458676422880.181 exactly, and over a real trace's 2,700 kernels the
+rounding moved compute by 0.004 us (115655.843 instead of 115655.847). A trace dict parsed with
+floats works the same, with float rounding. Figures come out as float.
 
 May import: nothing.
 """
