@@ -24,7 +24,8 @@ collective on its own worker threads and the profiler records it there with its 
 Compute is the union of the main thread's ops (``cpu_op`` and ``user_annotation`` events, not the
 ``ProfilerStep#N`` spans, which mark a step and would make the whole step compute) minus every
 interval of the main thread spent in a collective call or a wait: events named ``c10d::*``,
-``gloo:*`` or ``record_param_comms``, or with ``wait`` in their name (any case). A nested call is
+``_c10d_functional::*`` (DTensor's and torch.compile's collectives), ``gloo:*`` or
+``record_param_comms``, or with ``wait`` in their name (any case). A nested call is
 subtracted too: DDP's backward hook calls ``c10d::allreduce_`` inside an autograd op, and that
 time is handing work to gloo, not computing. Only the main thread computes here because the
 training loop and, on CPU, autograd's backward run on the thread that calls them. The union of the
@@ -80,7 +81,11 @@ CPU_OP_CATEGORIES = ("cpu_op", "user_annotation")
 """Main-thread events that are ops; ``python_function`` frames (with_stack) would cover the
 whole step, ``Trace`` spans the whole profile."""
 CPU_COMM = re.compile(r"^gloo:")
-CPU_NOT_COMPUTE = re.compile(r"^c10d::|^gloo:|^record_param_comms$|wait", re.IGNORECASE)
+CPU_NOT_COMPUTE = re.compile(
+    r"^c10d::|^_c10d_functional::|^gloo:|^record_param_comms$|wait", re.IGNORECASE
+)
+"""Collective calls (``c10d::*``; ``_c10d_functional::*`` from DTensor and torch.compile),
+gloo's own events, the collective's bookkeeping op, and waits: not compute."""
 
 
 class Interval(NamedTuple):

@@ -313,6 +313,7 @@ def gloo_trace():
             cpu("_c10d_functional::wait_tensor", 63, 6),
             cpu("Optimizer.step#SGD.step", 70, 20, cat="user_annotation"),
             cpu("aten::add_", 71, 9),
+            cpu("_c10d_functional::all_reduce", 90, 5),
             {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 100, "tid": 1}
             | {"ts": 50},
             cpu("gloo:all_reduce", 41, 17, tid=2),
@@ -325,8 +326,8 @@ def gloo_trace():
 def test_cpu_rule_on_a_gloo_trace_shaped_like_torchs():
     # comm: gloo [41,58) and [50,64) on two threads -> [41,64) 23 in the step; + [-10,-5) 5.
     # compute: top-level ops [5,25) [30,60) [70,90), less the nested allreduce [40,45):
-    # 20 + 25 + 20 = 65 (the allreduce_ at [60,63), the wait [63,69), the step span and the
-    # python frame are not compute). overlapped: [45,60) 15. exposed: 23 - 15 = 8 in the step.
+    # 20 + 25 + 20 = 65 (the allreduce_ at [60,63), the wait [63,69), the functional all_reduce
+    # [90,95), the step span and the python frame are not compute). overlapped: [45,60) 15. exposed: 23 - 15 = 8 in the step.
     r = only(gloo_trace())
     assert (r.rule, r.pid, r.steps_from) == ("cpu", 100, "cpu_span")
     [step] = r.steps
