@@ -342,7 +342,9 @@ COMPARE_RUNS = _q(
     "compare_runs",
     """SELECT * EXCLUDE (nodes, link_env, ds_config, variant, rank_env, error)
               REPLACE (coalesce(throttled, false) AS throttled,
-                       coalesce(ranks_per_gpu, 1) AS ranks_per_gpu)
+                       coalesce(ranks_per_gpu, 1) AS ranks_per_gpu,
+                       coalesce(ranks_per_node, CASE WHEN placement = 'spread' THEN 1
+                                                     ELSE world_size END) AS ranks_per_node)
        FROM runs WHERE sweep_id = $sweep_id AND superseded_by IS NULL ORDER BY seq""",
 )
 # The microbenchmark's busbw per link x placement x collective x size x source x in-place, every
