@@ -134,6 +134,9 @@ class RunConfig:
     reduce; None: the strategy's default (ddp last, fsdp and hsdp each). ZeRO: None."""
     hsdp_shard_size: int | None = None
     """hsdp: ranks per shard group, resolved by the planner; None for the other strategies."""
+    trace_steps: int = 0
+    """Optimizer steps traced with ``torch.profiler`` after the timed ones (0: none); never in
+    a step-time figure, never inside the profiled pass (``workloads/train.py``)."""
 
 
 @dataclass(frozen=True)
@@ -222,7 +225,8 @@ class LinkbenchRecord:
 # (actors requested -> the rank's process runs linksweep code; the driver's clock minus the rank's,
 # one machine's clock on one node), imports (torch, transformers, deepspeed), pg_init,
 # model_data_build, strategy_init (DDP wrap or deepspeed.initialize), warmup, timed_steps,
-# profiled_pass (the profiled steps, wherever they ran; warmup excludes them), rank_teardown. Measured by the driver: placement (placement group reserved),
+# profiled_pass (the profiled steps, wherever they ran; warmup excludes them), traced_steps
+# (trace: {steps: N}, under torch.profiler), rank_teardown. Measured by the driver: placement (placement group reserved),
 # teardown (actors killed, group removed), commit (the run's transaction).
 PHASES = (
     "placement",
@@ -234,6 +238,7 @@ PHASES = (
     "warmup",
     "timed_steps",
     "profiled_pass",
+    "traced_steps",
     "rank_teardown",
     "teardown",
     "commit",
@@ -246,6 +251,16 @@ class PhaseTiming:
 
     phase: str
     seconds: float
+
+
+@dataclass(frozen=True)
+class TraceRecord:
+    """The traced steps: each one's time (timed as a timed step, under the profiler) and the
+    profiler's Chrome/Perfetto trace of them, gzip-compressed; each step is a ``ProfilerStep#k``
+    span in it."""
+
+    step_times_s: tuple[float, ...]
+    chrome_trace_gz: bytes
 
 
 @dataclass(frozen=True)
@@ -280,6 +295,8 @@ class TrainingRecord:
     non_final_bytes: dict[str, int] | None = None
     """Bytes by op the non-final micro-batches of an accumulation window sent, per optimizer
     step of the profiled pass (``collectives.AccumulationProbe``); None: no profiled pass."""
+    trace: TraceRecord | None = None
+    """The traced steps (``RunConfig.trace_steps``); None: not traced."""
 
 
 @dataclass(frozen=True)

@@ -8,16 +8,21 @@ A profiled step counts every collective (op, bytes, time); it is kept out of the
 because timing a collective synchronises around it. When the run warms up for more steps than it
 profiles, the profiled steps are the last warmup steps (never the first step, which carries
 one-off work such as DDP's bucket rebuild and ZeRO-3's trace): they cost the run nothing extra.
-Otherwise they run as a separate pass after the timed steps.
+Otherwise they run as a separate pass after the timed steps. Traced steps (``trace_steps``) run
+after the timed ones and before any such pass, under ``torch.profiler`` with no counting hook
+installed (the profiled pass synchronises around every collective, so a trace of it would show
+no overlap); their own step times say what the profiler costs.
 
 May import: collectives, contract, data, device, model, phases, strategies, telemetry, torch.
 """
 
 from __future__ import annotations
 
+import gzip
 import os
 import resource
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +35,7 @@ from workloads.contract import (
     RunConfig,
     StepRecord,
     TelemetryRecord,
+    TraceRecord,
     TrainingRecord,
 )
 from workloads.data import batches, load_text, load_tokenizer, make_blocks
@@ -168,7 +174,6 @@ def run_training(
     nvml_index: int | str | None = None,
 ) -> TrainingRecord:
     """Train ``cfg.warmup_steps + cfg.steps`` optimizer steps; return this rank's records.
-
     ``nvml_index``: the GPU telemetry samples (``workloads.device.nvml_target``: an NVML index,
     or a UUID / MIG id string); None: the CUDA device's index."""
     fault = parse_fault(os.environ.get(FAULT_ENV))
@@ -213,7 +218,8 @@ def run_training(
     if timed_start is not None:
         clock.add("timed_steps", time.perf_counter() - timed_start)
     telemetry_out = telemetry.stop()
-    if profile_steps and profile_from is None:
+    trace = _traced_steps(strategy, data, device, cfg, clock) if cfg.trace_steps else None
+    if profile_steps and profile_from is None:  # after the traced steps: never inside them
         with clock.phase("profiled_pass"):
             comms = _profiled_pass(strategy, data, device, cfg.grad_accum, profile_steps)
     mem = peak_mem_bytes(device)
@@ -237,6 +243,7 @@ def run_training(
         tf32=device.type == "cuda" and bool(torch.backends.cuda.matmul.allow_tf32),
         phases=clock.records(),
         non_final_bytes=strategy.non_final_bytes,
+        trace=trace,
     )
 
 
@@ -298,3 +305,38 @@ def _profiled_pass(strategy, data, device: torch.device, ga: int, profile_steps:
         strategy.optimizer_step()
     sync(device)
     return strategy.profile_stop()
+
+
+def _traced_steps(strategy, data, device: torch.device, cfg: RunConfig, clock) -> TraceRecord:
+    """``cfg.trace_steps`` optimizer steps under ``torch.profiler`` (CPU, and CUDA where the
+    rank has a GPU), each timed as a timed step and marked as a ``ProfilerStep#k`` span (the name
+    ``prof.step()`` gives under a schedule); the trace exported as Chrome JSON and
+    gzip-compressed. The whole is the run's ``traced_steps`` phase."""
+    with clock.phase("traced_steps"):
+        return _trace(strategy, data, device, cfg)
+
+
+def _trace(strategy, data, device: torch.device, cfg: RunConfig) -> TraceRecord:
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    ga, times = cfg.grad_accum, []
+    with profile(activities=activities) as prof:
+        for k in range(cfg.trace_steps):
+            batch_list = [next(data).to(device) for _ in range(ga)]
+            sync(device)
+            t0 = time.perf_counter()
+            with record_function(f"ProfilerStep#{k}"):  # prof.step() marks none without a schedule
+                for micro in range(ga):
+                    strategy.micro_step(batch_list[micro], boundary=micro == ga - 1)
+                strategy.optimizer_step()
+                sync(device)
+            times.append(time.perf_counter() - t0)
+    with tempfile.TemporaryDirectory(prefix="linksweep-trace-") as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path, "rb") as f:
+            packed = gzip.compress(f.read())
+    return TraceRecord(tuple(times), packed)

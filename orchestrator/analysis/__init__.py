@@ -13,6 +13,7 @@ One module per job:
     flavours    a variant's sync and reshard flavour: the strategy's default where unstored.
     fsdp_theory FSDP2's and HSDP's bytes per step and per non-final micro-batch.
     zero_promise what DeepSpeed's ZeRO stage sends on a non-final micro-batch.
+    trace_overlap communication, compute, overlapped and exposed time from a profiler trace.
 
 May import: nothing.
 """

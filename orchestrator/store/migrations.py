@@ -227,4 +227,11 @@ MIGRATIONS: dict[int, list[str]] = {
         "UPDATE runs SET ranks_per_node = CASE WHEN placement = 'spread' THEN 1 "
         "ELSE world_size END",
     ],
+    # v11: traced steps. No run before v11 was traced: NULL. New tables traces and
+    # trace_overlap (created from TABLES).
+    11: [
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS trace_steps INTEGER",
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS traced_step_time_s DOUBLE",
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS trace_overhead DOUBLE",
+    ],
 }

@@ -11,7 +11,7 @@ May import: nothing (the standard library only).
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 TABLES: dict[str, str] = {
     "meta": """
@@ -117,7 +117,11 @@ TABLES: dict[str, str] = {
         -- the accumulation check (v9): bytes by op the non-final micro-batches sent per step
         non_final_bytes JSON,        -- measured (rank 0, profiled pass)
         promised_non_final_bytes JSON,  -- what the strategy and grad_sync promise
-        accum_check VARCHAR          -- ok | fail: ... | n/a: ... | unchecked: ...
+        accum_check VARCHAR,         -- ok | fail: ... | n/a: ... | unchecked: ...
+        -- traced steps (trace: {steps: N}, v11; NULL: not traced)
+        trace_steps INTEGER,         -- steps traced after the timed ones
+        traced_step_time_s DOUBLE,   -- their median (slowest rank per step), under the profiler
+        trace_overhead DOUBLE        -- traced_step_time_s / median_step_time_s
     """,
     "steps": """
         run_id VARCHAR,
@@ -225,6 +229,26 @@ TABLES: dict[str, str] = {
         source VARCHAR,              -- linksweep (our microbenchmark) | nccl-tests (imported) (v4)
         in_place BOOLEAN,            -- nccl-tests: the in-place columns; NULL for linksweep's
         wrong BIGINT                 -- nccl-tests' #wrong (or error) column; NULL: N/A or ours
+    """,
+    # Traced steps (trace: {steps: N}): each rank's profiler trace, kept as a file beside the
+    # database, and what it shows (orchestrator/analysis/trace_overlap.py).
+    "traces": """
+        run_id VARCHAR,
+        rank INTEGER,
+        path VARCHAR,                -- <db>.traces/<sweep_id>/<run_id>-rank<r>.json.gz
+        bytes BIGINT,                -- compressed
+        steps INTEGER
+    """,
+    "trace_overlap": """
+        run_id VARCHAR,
+        rank INTEGER,
+        step INTEGER,                -- the trace's ProfilerStep number; NULL: the whole trace
+        rule VARCHAR,                -- cpu (gloo events) | gpu (kernels)
+        comm_s DOUBLE,               -- union of communication intervals
+        compute_s DOUBLE,            -- union of compute intervals
+        overlapped_s DOUBLE,         -- their intersection
+        exposed_s DOUBLE,            -- comm_s - overlapped_s: communication nothing hid
+        exposed_share DOUBLE         -- exposed_s / comm_s; NULL without communication
     """,
     # Where a run's seconds go (workloads/contract.py PHASES): one row per run x rank x phase
     # for phases timed in the ranks, rank NULL for the driver's (placement, teardown, commit).

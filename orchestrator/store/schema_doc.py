@@ -29,6 +29,8 @@ TABLE_ROWS = {
     "transports": "NCCL channel of a rank (parsed NCCL_DEBUG=INFO log)",
     "nccl_logs": "NCCL log of a run (one per rank, or per leftover file of a failed run)",
     "telemetry": "NVML sample of a rank (every 0.25 s)",
+    "traces": "traced rank of a run: its profiler trace's file",
+    "trace_overlap": "traced rank x step of a run (and the whole trace): communication, compute, overlap",
     "link_bench": "link microbenchmark iteration",
     "variant_stats": "variant (stored by orchestrator/analysis/stats.py; read through variant_summary)",
     "sensitivity_stats": "variant x non-baseline link (read through link_sensitivity)",

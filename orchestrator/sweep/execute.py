@@ -10,7 +10,7 @@ run; start, resume and end of the sweep), ``stats`` (the figures of the run's va
 only), ``ui`` (progress). A failed run is a row (status ``failed`` and the error text) and the
 sweep goes on. What the sweep writes, when and by which route: ``store.writes.SWEEP_WRITES``.
 
-May import: ledger, planner, rows, spec, orchestrator.analysis.comm_model,
+May import: ledger, planner, rows, spec, trace_rows, orchestrator.analysis.comm_model,
 orchestrator.analysis.linkmodel, orchestrator.analysis.links, orchestrator.analysis.stats,
 orchestrator.emulated.describe, orchestrator.raycluster, orchestrator.store,
 orchestrator.topology.discovery.
@@ -18,6 +18,7 @@ orchestrator.topology.discovery.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -28,7 +29,7 @@ from orchestrator.analysis import linkmodel, stats
 from orchestrator.analysis.comm_model import AlgbwBySize
 from orchestrator.raycluster.result import RunResult
 from orchestrator.store import Q, SweepStore, TableStore
-from orchestrator.sweep import ledger, rows
+from orchestrator.sweep import ledger, rows, trace_rows
 from orchestrator.sweep.planner import (
     LinkbenchPlan,
     PlannedRun,
@@ -134,14 +135,35 @@ def run_and_store(sweep: SweepRun, run: RunPlan) -> None:
         topo_links=sweep.topo_links,
         gpu_uuids=sweep.gpu_uuids,
         link_algbw=sweep.link_algbw.get((v.link, v.placement)),
+        trace_dir=_trace_dir(sweep),
     )
     run_rows = rows.build_rows_safely(facts, result)
+    _keep_traces(run_rows.traces, result)
     diagnostics = ledger.diagnostic_rows(run.run_id, result)
     if ledger.commit_run(sweep.store, run.slot, run_rows, diagnostics):
         group = (sweep.store, sweep.spec, sweep.sweep_id, v)
         ledger.refresh_stats_if_free(refresh_stats, *group)
         ledger.refresh_stats_if_free(refresh_link_model, *group)
     sweep.ui.run_finished(planned, run_rows.run)
+
+
+def _trace_dir(sweep: SweepRun) -> str | None:
+    """The sweep's trace folder beside its database (None when it traces nothing)."""
+    path = getattr(sweep.store, "path", None)
+    if sweep.spec.trace is None or not path:
+        return None
+    return trace_rows.trace_dir_for(str(path), sweep.sweep_id)
+
+
+def _keep_traces(files: list[dict], result: RunResult) -> None:
+    """Write each traced rank's trace where its ``traces`` row says, before the run is committed
+    (a row never names a file that is not there)."""
+    by_rank = {r.rank: r.training.trace for r in result.rank_records if r.training is not None}
+    for f in files:
+        if f["path"] and by_rank.get(f["rank"]) is not None:
+            os.makedirs(os.path.dirname(f["path"]), exist_ok=True)
+            with open(f["path"], "wb") as out:
+                out.write(by_rank[f["rank"]].chrome_trace_gz)
 
 
 def execute_linkbench(

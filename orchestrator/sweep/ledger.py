@@ -130,6 +130,8 @@ def commit_run(
         "nccl_logs": run_rows.nccl_logs,
         "run_phases": run_rows.phases,
         "diagnostics": diagnostics,
+        "traces": run_rows.traces,
+        "trace_overlap": run_rows.trace_overlap,
     }
     updates = []
     if slot.supersedes:

@@ -473,6 +473,7 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
         reshard_after_forward=v.reshard_after_forward != "false",
         grad_sync=None if v.grad_sync == GRAD_DTYPE_NA else v.grad_sync,
         hsdp_shard_size=hsdp_shard_size(spec, v),
+        trace_steps=spec.trace.steps if spec.trace else 0,
     )
 
 

@@ -8,7 +8,7 @@ expected volumes from ``comm_model`` (FSDP2's from ``fsdp_theory``), transports 
 
 One job: a run's (or a link microbenchmark's) result as the rows of every table it fills.
 
-May import: orchestrator.analysis.comm_model, orchestrator.analysis.flops, orchestrator.analysis.fsdp_theory, orchestrator.analysis.zero_promise, orchestrator.topology.nccl_log, planner, spec, orchestrator.analysis.stats, orchestrator.topology.matrix,
+May import: orchestrator.analysis.comm_model, orchestrator.analysis.flops, orchestrator.analysis.fsdp_theory, orchestrator.analysis.zero_promise, orchestrator.topology.nccl_log, planner, spec, trace_rows, orchestrator.analysis.stats, orchestrator.topology.matrix,
 orchestrator.raycluster.result, workloads.contract, workloads.model, workloads.telemetry.
 """
 
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.analysis import comm_model, flops, fsdp_theory, stats, zero_promise
 from orchestrator.raycluster.result import RunResult
+from orchestrator.sweep import trace_rows
 from orchestrator.sweep.planner import PlannedRun
 from orchestrator.sweep.spec import SweepSpec
 from orchestrator.topology import nccl_log
@@ -49,6 +50,8 @@ class RunRows:
     telemetry: list[dict]
     phases: list[dict] = field(default_factory=list)
     nccl_logs: list[dict] = field(default_factory=list)
+    traces: list[dict] = field(default_factory=list)
+    trace_overlap: list[dict] = field(default_factory=list)
 
 
 def sweep_row(spec: SweepSpec, sweep_id: str, address: str, n_runs: int, context: dict) -> dict:
@@ -383,6 +386,8 @@ class RunFacts:
     """Each node's GPU UUIDs -> indices (:func:`gpu_uuids_by_node`), for UUID-form Ray GPU ids."""
     link_algbw: comm_model.AlgbwBySize | None = None
     """The run's link's measured algbw per (op, size); None: no communication time predicted."""
+    trace_dir: str | None = None
+    """Where the run's traces are kept (``trace_rows.trace_dir_for``); None: not kept."""
 
 
 def build_rows(facts: RunFacts, result: RunResult) -> RunRows:
@@ -400,12 +405,15 @@ def build_rows(facts: RunFacts, result: RunResult) -> RunRows:
         run_id, records, _ran_with(run, spec.links[v.link]), link_class, result.nccl_logs
     )
     telemetry, tel_facts = _telemetry_facts(run_id, trained)
-    run.update({"link_class": link_class, **t_facts, **tel_facts})
+    traces, overlap, trace_cols = trace_rows.trace_facts(
+        run_id, trained, run.get("median_step_time_s"), facts.trace_dir
+    )
+    run.update({"link_class": link_class, **t_facts, **tel_facts, **trace_cols})
     logs = [(f"rank {r.rank}", r.nccl_log) for r in records if r.nccl_log]
     logs += sorted(result.nccl_logs.items())  # a failed or hung run's, read from its nodes
     return RunRows(
         run, steps, ranks, comms, transports, telemetry, phase_rows(run_id, result),
-        [{"run_id": run_id, "source": s, "text": t} for s, t in logs],
+        [{"run_id": run_id, "source": s, "text": t} for s, t in logs], traces, overlap,
     )  # fmt: skip
 
 

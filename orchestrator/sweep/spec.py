@@ -182,6 +182,15 @@ class Grid(BaseModel):
         return values
 
 
+class Trace(BaseModel):
+    """``trace: {steps: N}``: N optimizer steps traced with ``torch.profiler`` after the timed
+    ones (``workloads/train.py``); kept out of every step-time figure."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    steps: int = Field(ge=1, le=20)
+    """Traced steps per run: enough to see a step's shape; each rank's trace grows with them."""
+
+
 class SweepSpec(BaseModel):
     """A validated sweep file."""
 
@@ -252,6 +261,12 @@ class SweepSpec(BaseModel):
     there the ranks of one node are one rank, a shard group of one would shard nothing (every
     rank a whole replica, DDP by another name), so the sweep is refused before anything runs
     rather than measuring that."""
+    trace: Trace | None = None
+    """Trace each run's rank with ``torch.profiler`` for ``steps`` extra optimizer steps after the
+    timed ones: the traces are kept beside the database (``<db>.traces/``, table ``traces``) and
+    their communication/compute overlap stored (``trace_overlap``); the traced steps' own time
+    against the timed steps' is the profiler's overhead (``runs.trace_overhead``). Off by
+    default."""
     launcher: Literal["auto", "fork", "actors"] = "auto"
     """How ranks start. fork: a launcher actor per node per sweep forks each run's ranks from a
     fork server with torch/transformers/deepspeed imported (no imports paid per run); actors:
@@ -491,7 +506,9 @@ def _hsdp_errors(spec: SweepSpec) -> list[str]:
 
 
 def _allowed_keys(loc: tuple) -> list[str]:
-    model: type[BaseModel] = Grid if loc[:1] == ("grid",) else SweepSpec
+    model: type[BaseModel] = {"grid": Grid, "trace": Trace}.get(
+        str(loc[:1][0]) if loc else "", SweepSpec
+    )
     return list(model.model_fields)
 
 

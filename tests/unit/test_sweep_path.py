@@ -9,7 +9,9 @@ from __future__ import annotations
 import ast
 import collections
 import contextlib
+import gzip
 import inspect
+import json
 import sys
 import types
 from pathlib import Path
@@ -36,6 +38,7 @@ from workloads.contract import (
     StepRecord,
     TelemetryRecord,
     TelemetrySample,
+    TraceRecord,
     TrainingRecord,
 )
 
@@ -48,8 +51,18 @@ SPEC = parse_spec(
         "warmup_steps": 1,
         "links": {"fast": {}, "slow": {"NCCL_P2P_DISABLE": "1"}},
         "grid": {"strategy": ["ddp"], "grad_accum": [1, 2], "linkbench": True},
+        "trace": {"steps": 1},
     }
 )
+TRACE = {  # one traced step: a main-thread op, a gloo collective on its worker thread
+    "traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1,
+         "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 50},
+        {"ph": "X", "cat": "cpu_op", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": 40,
+         "dur": 40},
+    ]
+}  # fmt: skip
 BUNDLE = {"CPU": 2.0}
 NCCL_LOG = "h1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct\n"
 
@@ -72,6 +85,7 @@ def _training() -> TrainingRecord:
         telemetry=TelemetryRecord("ok", (sample,)),
         nvme_swap_files=0,
         phases=(PhaseTiming("warmup", 0.1),),
+        trace=TraceRecord((0.12,), gzip.compress(json.dumps(TRACE).encode())),
     )
 
 

@@ -1,0 +1,81 @@
+"""``trace: {steps: N}`` through ``linksweep run`` on the session cluster: two DDP ranks on gloo
+trace 2 steps after their timed ones. Each rank's trace is a Chrome trace file beside the
+database, its ``ProfilerStep`` spans and gloo's collectives in it; the overlap figures from it
+(the CPU rule of ``orchestrator/analysis/trace_overlap``) are stored per rank, for the whole
+trace and per step; the traced steps stay out of ``steps`` and the step-time figures; their time
+against the timed steps' is the profiler's overhead."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import pytest
+
+from orchestrator.store import read_query
+
+
+@pytest.fixture(scope="module")
+def traced(run_sweep, tmp_path_factory):
+    spec = {
+        "name": "trace-it",
+        "seq_len": 32,
+        "micro_batch_size": 2,
+        "steps": 2,
+        "warmup_steps": 1,
+        "repeats": 1,
+        "world_size": 2,
+        "trace": {"steps": 2},
+        "grid": {"strategy": ["ddp"], "grad_accum": [2]},
+    }
+    return run_sweep(tmp_path_factory.mktemp("trace"), spec)
+
+
+def rows(db, sql: str) -> list[dict]:
+    cols, values = read_query(str(db), sql)
+    return [dict(zip(cols, v, strict=True)) for v in values]
+
+
+def test_each_ranks_trace_is_kept_beside_the_database(traced):
+    rc, db = traced
+    assert rc == 0
+    files = rows(db, "SELECT rank, path, bytes, steps FROM traces ORDER BY rank")
+    assert [f["rank"] for f in files] == [0, 1]
+    for f in files:
+        assert f["path"].startswith(str(db)[: -len(".duckdb")] + ".traces" + os.sep), f
+        with open(f["path"], "rb") as fh:
+            packed = fh.read()
+        assert len(packed) == f["bytes"] and f["steps"] == 2
+        names = {e.get("name", "") for e in json.loads(gzip.decompress(packed))["traceEvents"]}
+        assert {"ProfilerStep#0", "ProfilerStep#1"} <= names
+        assert any(n.startswith("gloo:") for n in names), sorted(names)[:20]
+
+
+def test_overlap_is_stored_per_rank_for_the_trace_and_each_step(traced):
+    _, db = traced
+    got = rows(db, "SELECT * FROM trace_overlap ORDER BY rank, step NULLS FIRST")
+    assert {(r["rank"], r["step"]) for r in got} == {(k, s) for k in (0, 1) for s in (None, 0, 1)}
+    for r in got:
+        assert r["rule"] == "cpu"
+        assert r["comm_s"] > 0 and r["compute_s"] > 0, r  # gloo's events and the model's ops
+        assert 0 <= r["overlapped_s"] <= min(r["comm_s"], r["compute_s"]) + 1e-12
+        assert r["exposed_s"] == pytest.approx(r["comm_s"] - r["overlapped_s"])
+    whole = {r["rank"]: r for r in got if r["step"] is None}
+    for rank, w in whole.items():
+        steps = [r for r in got if r["rank"] == rank and r["step"] is not None]
+        assert sum(s["comm_s"] for s in steps) <= w["comm_s"] + 1e-9
+
+
+def test_traced_steps_stay_out_of_the_figures_and_say_what_the_profiler_cost(traced):
+    _, db = traced
+    (run,) = rows(db, "SELECT run_id, trace_steps, traced_step_time_s, median_step_time_s, "
+                      "trace_overhead FROM runs")  # fmt: skip
+    assert run["trace_steps"] == 2 and run["traced_step_time_s"] > 0
+    assert run["trace_overhead"] == pytest.approx(
+        run["traced_step_time_s"] / run["median_step_time_s"]
+    )
+    counts = rows(db, "SELECT rank, count(*) AS n FROM steps GROUP BY rank ORDER BY rank")
+    assert [c["n"] for c in counts] == [3, 3]  # 1 warmup + 2 timed: no traced step
+    phases = {r["phase"] for r in rows(db, "SELECT DISTINCT phase FROM run_phases")}
+    assert "traced_steps" in phases
