@@ -454,6 +454,18 @@ TABLES: dict[str, str] = {
     """,
 }
 
+_VARIANT_KEY = (
+    "strategy", "offload", "grad_accum", "bucket_mb", "overlap_comm", "ddp_grad_dtype",
+    "grad_sync", "reshard_after_forward", "placement",
+)  # fmt: skip
+
+
+def _same(a: str, b: str) -> str:
+    return " AND ".join(f"{a}.{c} IS NOT DISTINCT FROM {b}.{c}" for c in _VARIANT_KEY)
+
+
+_KEY = ", ".join(_VARIANT_KEY)
+
 VIEWS: dict[str, str] = {
     # Per step: the slowest rank sets the pace (max over ranks), warmup excluded; for plots. The
     # run figures are computed once, by orchestrator/analysis/stats.py, and stored in runs (tested equal).
@@ -524,6 +536,37 @@ VIEWS: dict[str, str] = {
                           string_agg(DISTINCT link_class, ', ') AS link_classes,
                           string_agg(DISTINCT effective_transport, ', ') AS transports
                    FROM runs GROUP BY sweep_id, link) r USING (sweep_id, link)
+    """,
+    # Measured against fitted: per variant and link, the exposed communication seconds per
+    # step its traces measured (per traced step the slowest rank's, median over steps, then
+    # median and range over runs) beside the link model's fitted exposure x the communication
+    # time it predicts on that link (and that product at the exposure's interval ends).
+    "trace_exposure": f"""
+        WITH per_step AS (
+            SELECT run_id, step, max(exposed_s) AS exposed_s, max(comm_s) AS comm_s
+            FROM trace_overlap WHERE step IS NOT NULL GROUP BY run_id, step
+        ), per_run AS (
+            SELECT r.sweep_id, {", ".join("r." + c for c in _VARIANT_KEY)}, r.link, r.run_id,
+                   median(p.exposed_s) AS exposed_s, median(p.comm_s) AS comm_s
+            FROM per_step p JOIN runs r USING (run_id)
+            WHERE r.status = 'ok' AND r.superseded_by IS NULL
+            GROUP BY ALL
+        ), m AS (
+            SELECT sweep_id, {_KEY}, link, count(*) AS n_runs,
+                   median(exposed_s) AS measured_exposed_s, min(exposed_s) AS measured_low_s,
+                   max(exposed_s) AS measured_high_s, median(comm_s) AS measured_comm_s
+            FROM per_run GROUP BY ALL
+        )
+        SELECT m.*, c.predicted_comm_s, lm.exposure AS fitted_exposure,
+               lm.exposure * c.predicted_comm_s AS fitted_exposed_s,
+               lm.exposure_ci_low * c.predicted_comm_s AS fitted_low_s,
+               lm.exposure_ci_high * c.predicted_comm_s AS fitted_high_s,
+               m.measured_exposed_s - lm.exposure * c.predicted_comm_s AS diff_s,
+               lm.quality AS fit_quality
+        FROM m
+        LEFT JOIN link_model_check c
+            ON c.sweep_id = m.sweep_id AND c.link = m.link AND {_same("c", "m")}
+        LEFT JOIN link_model lm ON lm.sweep_id = m.sweep_id AND {_same("lm", "m")}
     """,
     # Every suspect of a fleet check, node or pair, with the addresses to exclude it by
     # (sweep key exclude_nodes, or linksweep run --exclude-suspects FLEET_ID).

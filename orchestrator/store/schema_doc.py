@@ -50,6 +50,7 @@ VIEW_ROWS = {
     "link_bandwidth": "sweep x link x placement x collective x message size",
     "link_overview": "link of a sweep: described, rated and measured",
     "fleet_suspects": "suspect of a fleet check: a node, or a single slow pair",
+    "trace_exposure": "traced variant x link: measured exposed communication beside the fit",
 }
 INTERVAL = (
     "range: min-max of the runs (fewer than 5 included runs); bootstrap95: 95% percentile "
@@ -87,6 +88,20 @@ VIEW_COLUMNS = {
     ("link_overview", "link_classes"): "topology classes of the link's runs (NV#, PHB, NET, ...)",
     ("link_overview", "transports"): "transports NCCL (or gloo) used on the link's runs",
     ("run_summary", "n_steps"): "timed steps (0 for a failed run)",
+    ("trace_exposure", "n_runs"): "traced ok runs of the variant on the link",
+    ("trace_exposure", "measured_exposed_s"): "exposed communication per step (s): per traced "
+    "step the slowest rank's, median over steps, median over runs",
+    ("trace_exposure", "measured_low_s"): "lowest run's figure (range of the runs)",
+    ("trace_exposure", "measured_high_s"): "highest run's figure",
+    ("trace_exposure", "measured_comm_s"): "communication busy per step (s), the same way",
+    ("trace_exposure", "predicted_comm_s"): "link model: communication time predicted on the "
+    "link (median over its runs)",
+    ("trace_exposure", "fitted_exposure"): "link model: fitted share of it not hidden",
+    ("trace_exposure", "fitted_exposed_s"): "fitted_exposure x predicted_comm_s",
+    ("trace_exposure", "fitted_low_s"): "the exposure interval's low end x predicted_comm_s",
+    ("trace_exposure", "fitted_high_s"): "the exposure interval's high end x predicted_comm_s",
+    ("trace_exposure", "diff_s"): "measured_exposed_s - fitted_exposed_s",
+    ("trace_exposure", "fit_quality"): "the link model's quality for the variant group",
 }
 
 
@@ -97,6 +112,7 @@ VIEW_SOURCE = {
     "link_sensitivity": "sensitivity_stats",
     "link_bandwidth": "link_bench",
     "link_overview": "link_descriptions",
+    "trace_exposure": "trace_overlap, runs, link_model, link_model_check",
 }
 COMMON = {
     "sweep_id": "the sweep (`sweeps.sweep_id`, e.g. 20261122-073748-e8d5eb)",

@@ -79,3 +79,12 @@ def test_traced_steps_stay_out_of_the_figures_and_say_what_the_profiler_cost(tra
     assert [c["n"] for c in counts] == [3, 3]  # 1 warmup + 2 timed: no traced step
     phases = {r["phase"] for r in rows(db, "SELECT DISTINCT phase FROM run_phases")}
     assert "traced_steps" in phases
+
+
+def test_trace_exposure_has_the_measured_figure_and_no_fit_from_one_link(traced):
+    _, db = traced
+    (row,) = rows(db, "SELECT * FROM trace_exposure")
+    assert (row["strategy"], row["link"], row["n_runs"]) == ("ddp", "default", 1)
+    assert 0 <= row["measured_low_s"] <= row["measured_exposed_s"] <= row["measured_high_s"]
+    assert 0 < row["measured_comm_s"]
+    assert row["fitted_exposed_s"] is None  # one link: nothing to fit an exposure from
