@@ -232,12 +232,7 @@ def _figures(
 ) -> Figures:
     """The figures of ``comm`` and ``compute`` events (compute less ``not_compute``), clipped
     to ``window``; without one, the window is the events' own extent."""
-    comm_u = union((e.start, e.end) for e in comm)
-    compute_u = subtract(union((e.start, e.end) for e in compute), union(not_compute))
-    if window is None and (comm or compute):
-        window = Interval(min(e.start for e in comm + compute), max(e.end for e in comm + compute))
-    if window is not None:
-        comm_u, compute_u = clip(comm_u, window), clip(compute_u, window)
+    window, comm_u, compute_u = _unions(comm, compute, not_compute, window)
     comm_us = length(comm_u)
     overlapped_us = length(intersect(comm_u, compute_u))
     exposed_us = comm_us - overlapped_us
@@ -254,6 +249,47 @@ def _figures(
         comm_lanes=_lanes(comm_in),
         compute_lanes=_lanes(compute_in),
     )
+
+
+def _unions(comm, compute, not_compute=(), window: Interval | None = None) -> tuple:
+    """(window, communication union, compute union less ``not_compute``), clipped to the window;
+    without one, the window is the events' own extent."""
+    comm_u = union((e.start, e.end) for e in comm)
+    compute_u = subtract(union((e.start, e.end) for e in compute), union(not_compute))
+    if window is None and (comm or compute):
+        window = Interval(min(e.start for e in comm + compute), max(e.end for e in comm + compute))
+    if window is not None:
+        comm_u, compute_u = clip(comm_u, window), clip(compute_u, window)
+    return window, comm_u, compute_u
+
+
+def step_intervals(trace: dict, step: int) -> tuple[Interval, list, list] | None:
+    """For a timeline: traced step ``step``'s window and, inside it, the communication and the
+    compute unions (trace microseconds) of the trace's first device (GPU rule) or process (CPU
+    rule), as the figures count them; None where that step is not marked."""
+    events = _complete(trace.get("traceEvents", []))
+    if any(e.get("cat") == "kernel" for e in events):
+        pid = min((e.get("pid") for e in events if e.get("cat") == "kernel"), key=str)
+        kernels = [e for e in events if e.get("cat") == "kernel" and e.get("pid") == pid]
+        comm = [e for e in kernels if is_comm_kernel(str(e.get("name", "")))]
+        compute = [e for e in kernels if is_compute_kernel(str(e.get("name", "")))]
+        windows = dict(_gpu_step_windows(events, pid, comm + compute)[0])
+        comm_ev, compute_ev, not_compute = (
+            [_event(e) for e in comm],
+            [_event(e) for e in compute],
+            [],
+        )
+    else:
+        events = [e for e in events if e.get("cat") != "Trace"]
+        pid = min((e.get("pid") for e in events), key=str, default=None)
+        mine = [e for e in events if e.get("pid") == pid]
+        main = main_thread(mine)
+        if main is None:
+            return None
+        comm_ev, compute_ev, not_compute, windows = _cpu_parts(mine, main)
+    if step not in windows:
+        return None
+    return _unions(comm_ev, compute_ev, not_compute, windows[step])
 
 
 def _complete(events) -> list[dict]:
@@ -386,7 +422,8 @@ def main_thread(events: list[dict]):
     return max(by_tid, key=lambda t: length(union(by_tid[t])))
 
 
-def _cpu_process(pid, events: list[dict], main) -> TraceOverlap:
+def _cpu_parts(events: list[dict], main) -> tuple:
+    """(communication, compute, not-compute intervals, {step: window}) of one process."""
     comm = [_event(e) for e in events if CPU_COMM.match(str(e.get("name", "")))]
     ops = [
         _event(e)
@@ -395,13 +432,21 @@ def _cpu_process(pid, events: list[dict], main) -> TraceOverlap:
     ]
     not_compute = [(e.start, e.end) for e in ops if CPU_NOT_COMPUTE.search(e.name)]
     compute = [e for e in top_level(ops) if not CPU_NOT_COMPUTE.search(e.name)]
-    step_spans = sorted(
-        (n, Interval(e["ts"], e["ts"] + e["dur"]))
-        for e in events
-        if e.get("tid") == main and (n := _step_number(e)) is not None
+    step_spans = dict(
+        sorted(
+            (n, Interval(e["ts"], e["ts"] + e["dur"]))
+            for e in events
+            if e.get("tid") == main and (n := _step_number(e)) is not None
+        )
     )
+    return comm, compute, not_compute, step_spans
+
+
+def _cpu_process(pid, events: list[dict], main) -> TraceOverlap:
+    comm, compute, not_compute, step_spans = _cpu_parts(events, main)
     steps = tuple(
-        StepFigures(n, _figures(comm, compute, not_compute, window=w)) for n, w in step_spans
+        StepFigures(n, _figures(comm, compute, not_compute, window=w))
+        for n, w in step_spans.items()
     )
     whole = _figures(comm, compute, not_compute)
     return TraceOverlap("cpu", pid, whole, steps, "cpu_span" if steps else None)

@@ -2,7 +2,7 @@
 the reason the figure is not drawn). One figure that fails to draw becomes a note, never an
 exception: the rest of the report is still written.
 
-May import: predicted, reading, draw, findings, linkmodel_view, plots, orchestrator.errors.
+May import: predicted, reading, draw, findings, linkmodel_view, plots, timeline, orchestrator.errors.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from orchestrator.report.plots import (
     plot_step_times,
 )
 from orchestrator.report.predicted import plot_extra_vs_predicted
+from orchestrator.report.timeline import plot_timeline
 
 if TYPE_CHECKING:
     from orchestrator.report.reading import ReportData
@@ -32,6 +33,7 @@ FIGURES = (
     "busbw_vs_msg_size.png",
     "extra_vs_predicted.png",
     "step_time_vs_comm.png",
+    "trace_timeline.png",
 )
 
 
@@ -62,6 +64,8 @@ def build_figures(data: ReportData) -> list[FigureResult]:
          lambda: plot_extra_vs_predicted(extra_rows(data))),
         (FIGURES[5], "Link model: step time vs predicted communication time",
          lambda: plot_link_model(data.runs, data.link_model, data.link_order)),
+        (FIGURES[6], "Traced steps: compute and communication per rank",
+         lambda: plot_timeline(data.timelines, data.link_order)),
     ]  # fmt: skip
     out = []
     for name, title, draw in plan:

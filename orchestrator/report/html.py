@@ -146,6 +146,23 @@ def _attention_box(data: ReportData) -> str:
     )
 
 
+TRACE_COLS = (
+    "strategy", "offload", "grad_accum", "grad_sync", "reshard_after_forward", "placement",
+    "link", "n_runs", "measured_exposed_s", "measured_low_s", "measured_high_s",
+    "measured_comm_s", "predicted_comm_s", "fitted_exposure", "fitted_exposed_s",
+    "fitted_low_s", "fitted_high_s", "diff_s", "fit_quality",
+)  # fmt: skip
+TRACE_NOTE = (
+    "<p class='note'>view <code>trace_exposure</code>: exposed communication per step measured "
+    "from the traced steps (per step the slowest rank's communication that no compute covered, "
+    "median over steps, median and range over runs; rules in docs/trace-overlap.md) beside the "
+    "link model's fitted exposure x the communication time it predicts on the link. The "
+    "traced steps ran after the timed ones and are in no step-time figure; "
+    "<code>runs.trace_overhead</code> says what the profiler cost. Drawn per rank in "
+    "<code>trace_timeline.png</code>.</p>"
+)
+
+
 def _report_sections(
     data: ReportData,
     figures: Sequence[FigureResult],
@@ -182,6 +199,9 @@ def _report_sections(
              "both the link and the baseline."))),
         ("linkmodel", "Link model (exposure)",
          link_model_html(data.link_model, data.link_model_check)),
+        *([("traces", "Measured overlap (traced steps) beside the link model",
+            TRACE_NOTE + html_table(data.trace_exposure, TRACE_COLS, fold=True))]
+          if data.trace_exposure else []),
         ("phases", "Where a run's seconds go", phases_html(data)),
         ("attention", "Runs needing attention", attention_html(data)),
         ("runs", "All runs",

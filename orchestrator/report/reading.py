@@ -5,13 +5,17 @@ named queries of ``orchestrator/store/queries.py`` (section "the report"); it re
 ``ReportData`` of plain rows (dicts keyed by column) that the figures and the HTML read.
 No SQL here: a new need is a new named query.
 
-May import: orchestrator.store.
+Traced runs' timelines also read each drawn rank's trace file (``traces.path``) and keep only
+the intervals the timeline draws (``orchestrator.analysis.trace_overlap.step_intervals``).
+
+May import: orchestrator.store, orchestrator.analysis.trace_overlap.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from orchestrator.analysis.trace_overlap import load_trace, step_intervals
 from orchestrator.store import Q, Reader, json_value
 
 
@@ -46,6 +50,10 @@ class ReportData:
     bandwidth_nccl_tests: list[dict] = field(default_factory=list)
     """nccl-tests' figures imported into the sweep (``link_bandwidth``, source nccl-tests);
     ``bandwidth`` holds linksweep's own only."""
+    trace_exposure: list[dict] = field(default_factory=list)
+    """view ``trace_exposure``: measured exposed communication beside the fitted one."""
+    timelines: list[dict] = field(default_factory=list)
+    """One traced step per variant x link and rank (:func:`read_timelines`)."""
 
 
 def pick_sweep(reader: Reader, sweep_id: str | None) -> dict:
@@ -87,6 +95,8 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
         link_model_check = rows(Q.REPORT_LINK_MODEL_CHECK)
         phases = rows(Q.REPORT_PHASES)
         bandwidth_nccl_tests = rows(Q.REPORT_BANDWIDTH_NCCL_TESTS)
+        trace_exposure = rows(Q.REPORT_TRACE_EXPOSURE)
+        traces = rows(Q.REPORT_TRACES)
 
     spec = json_value(sweep.get("spec")) or {}
     spec = spec if isinstance(spec, dict) else {}
@@ -124,4 +134,46 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
         link_model_check=link_model_check,
         phases=phases,
         bandwidth_nccl_tests=bandwidth_nccl_tests,
+        trace_exposure=trace_exposure,
+        timelines=read_timelines(traces),
     )
+
+
+def timeline_label(r: dict) -> str:
+    """A traced variant in the timeline's words: strategy, grad_accum, its sync flavour."""
+    words = [r["strategy"], f"ga {r['grad_accum']}"]
+    words += [f"sync {r['grad_sync']}"] if r.get("grad_sync") not in (None, "n/a") else []
+    words += ["offload " + r["offload"]] if r.get("offload") not in (None, "none") else []
+    return ", ".join(words)
+
+
+def read_timelines(traces: list[dict]) -> list[dict]:
+    """For each variant x link, its first traced run's ranks, one step each (the second traced
+    step where there are two or more: the first may carry one-off work): the step's window,
+    compute and communication intervals. A file that cannot be read is left out."""
+    first: dict[tuple, str] = {}
+    for t in traces:
+        first.setdefault((timeline_label(t), t["link"]), t["run_id"])
+    out = []
+    for t in traces:
+        key = (timeline_label(t), t["link"])
+        if first[key] != t["run_id"]:
+            continue
+        try:
+            found = step_intervals(load_trace(t["path"]), 1 if (t["steps"] or 0) > 1 else 0)
+        except (OSError, ValueError):
+            continue
+        if found is not None:
+            window, comm, compute = (_floats(x) for x in found)
+            out.append(
+                {"label": key[0], "link": key[1], "rank": t["rank"], "window": window,
+                 "comm": comm, "compute": compute}
+            )  # fmt: skip
+    return out
+
+
+def _floats(x):
+    """Intervals (the trace's exact Decimals) as floats: a figure needs no more."""
+    if isinstance(x, tuple) and len(x) == 2 and not isinstance(x[0], (tuple, list)):
+        return (float(x[0]), float(x[1]))
+    return [(float(b), float(e)) for b, e in x]

@@ -308,6 +308,21 @@ BENCH_SWEEP_WALL = _q(
 _PHASES_PER_RUN = """SELECT ph.run_id, ph.phase, max(ph.seconds) AS s
                      FROM run_phases ph JOIN runs r ON r.run_id = ph.run_id
                      WHERE {where} GROUP BY ph.run_id, ph.phase"""
+REPORT_TRACE_EXPOSURE = _q(
+    "report_trace_exposure",
+    """SELECT * FROM trace_exposure WHERE sweep_id = $sweep_id
+       ORDER BY strategy, grad_accum, grad_sync, reshard_after_forward, offload, link""",
+)
+# Each traced ok run's rank files, first run of each variant x link first (the timeline draws it).
+REPORT_TRACES = _q(
+    "report_traces",
+    """SELECT t.run_id, t.rank, t.path, t.steps, r.seq, r.strategy, r.offload, r.grad_accum,
+              r.grad_sync, r.reshard_after_forward, r.link
+       FROM traces t JOIN runs r USING (run_id)
+       WHERE r.sweep_id = $sweep_id AND r.status = 'ok' AND r.superseded_by IS NULL
+             AND t.path IS NOT NULL
+       ORDER BY r.seq, t.rank""",
+)
 REPORT_PHASES = _q(
     "report_phases",
     f"""SELECT phase, count(*) AS n_runs, median(s) AS median_s, sum(s) AS total_s

@@ -86,5 +86,19 @@ def test_trace_exposure_has_the_measured_figure_and_no_fit_from_one_link(traced)
     (row,) = rows(db, "SELECT * FROM trace_exposure")
     assert (row["strategy"], row["link"], row["n_runs"]) == ("ddp", "default", 1)
     assert 0 <= row["measured_low_s"] <= row["measured_exposed_s"] <= row["measured_high_s"]
-    assert 0 < row["measured_comm_s"]
+    assert row["measured_comm_s"] > 0
     assert row["fitted_exposed_s"] is None  # one link: nothing to fit an exposure from
+
+
+def test_the_report_draws_the_traced_step_and_tables_the_exposure(traced, tmp_path):
+    import matplotlib.image as mpimg
+
+    from orchestrator.cli import main
+
+    _, db = traced
+    out = tmp_path / "report"
+    assert main(["report", "--db", str(db), "--out", str(out)]) == 0
+    html = (out / "report.html").read_text()
+    assert "Measured overlap (traced steps)" in html and "<code>trace_exposure</code>" in html
+    img = mpimg.imread(out / "trace_timeline.png")
+    assert img.shape[0] > 100 and img.shape[1] > 100

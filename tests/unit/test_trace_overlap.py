@@ -20,6 +20,7 @@ from orchestrator.analysis.trace_overlap import (
     length,
     load_trace,
     main_thread,
+    step_intervals,
     subtract,
     top_level,
     trace_overlap,
@@ -339,6 +340,14 @@ def test_cpu_rule_on_a_gloo_trace_shaped_like_torchs():
     w = r.whole
     assert (w.comm_us, w.compute_us, w.overlapped_us, w.exposed_us) == (28, 65, 15, 13)
     assert (w.n_comm, w.window_us) == (3, (-10, 90))
+
+
+def test_a_steps_intervals_for_the_timeline_are_the_ones_its_figures_count():
+    window, comm, compute = step_intervals(gloo_trace(), 1)
+    assert window == (0, 100)
+    assert sum(e - b for b, e in comm) == 23 and sum(e - b for b, e in compute) == 65
+    assert comm == [(41, 64)]
+    assert step_intervals(gloo_trace(), 2) is None  # no such step marked
 
 
 def test_cpu_main_thread_without_step_spans_is_the_busiest_thread_with_ops_other_than_gloos():
