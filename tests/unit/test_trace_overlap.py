@@ -326,26 +326,27 @@ def gloo_trace():
 
 def test_cpu_rule_on_a_gloo_trace_shaped_like_torchs():
     # comm: gloo [41,58) and [50,64) on two threads -> [41,64) 23 in the step; + [-10,-5) 5.
-    # compute: top-level ops [5,25) [30,60) [70,90), less the nested allreduce [40,45):
-    # 20 + 25 + 20 = 65 (the allreduce_ at [60,63), the wait [63,69), the functional all_reduce
-    # [90,95), the step span and the python frame are not compute). overlapped: [45,60) 15. exposed: 23 - 15 = 8 in the step.
+    # compute: top-level ops [5,25) [30,60) [71,80), less the nested allreduce [40,45):
+    # 20 + 25 + 9 = 54 (the allreduce_ at [60,63), the wait [63,69), the functional all_reduce
+    # [90,95), the step span, the python frame and the optimizer's annotation [70,90) are not
+    # compute; the add_ inside the annotation is). overlapped: [45,60) 15. exposed: 23 - 15 = 8.
     r = only(gloo_trace())
     assert (r.rule, r.pid, r.steps_from) == ("cpu", 100, "cpu_span")
     [step] = r.steps
     s = step.figures
     assert (step.step, s.window_us) == (1, (0, 100))
-    assert (s.comm_us, s.compute_us, s.overlapped_us, s.exposed_us) == (23, 65, 15, 8)
+    assert (s.comm_us, s.compute_us, s.overlapped_us, s.exposed_us) == (23, 54, 15, 8)
     assert s.exposed_share == 8 / 23
     assert (s.n_comm, s.n_compute, s.comm_lanes, s.compute_lanes) == (2, 3, (2, 3), (1,))
     w = r.whole
-    assert (w.comm_us, w.compute_us, w.overlapped_us, w.exposed_us) == (28, 65, 15, 13)
-    assert (w.n_comm, w.window_us) == (3, (-10, 90))
+    assert (w.comm_us, w.compute_us, w.overlapped_us, w.exposed_us) == (28, 54, 15, 13)
+    assert (w.n_comm, w.window_us) == (3, (-10, 80))
 
 
 def test_a_steps_intervals_for_the_timeline_are_the_ones_its_figures_count():
     window, comm, compute = step_intervals(gloo_trace(), 1)
     assert window == (0, 100)
-    assert sum(e - b for b, e in comm) == 23 and sum(e - b for b, e in compute) == 65
+    assert sum(e - b for b, e in comm) == 23 and sum(e - b for b, e in compute) == 54
     assert comm == [(41, 64)]
     assert step_intervals(gloo_trace(), 2) is None  # no such step marked
 
