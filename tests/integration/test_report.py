@@ -310,7 +310,45 @@ def build_database(path: str, repeats: int = 3) -> dict:
                 st.insert("steps", steps)
                 st.insert("comms", [] if failed else comms)
         store_figures(st, SWEEP_ID, spec)
+        plant_traces(st, path, [run_id_for(SWEEP_ID, seq) for seq in (1, 2)])
     return facts
+
+
+def plant_traces(st: Store, db: str, run_ids: list[str]) -> None:
+    """Two traced steps per rank of ``run_ids``, as a traced sweep keeps them: a file beside the
+    database (a gloo-shaped Chrome trace: the main thread's ops, gloo's all_reduce on its own
+    thread) and its ``traces`` and ``trace_overlap`` rows."""
+    import gzip
+    import json
+
+    from orchestrator.sweep.trace_rows import overlap_rows, trace_dir_for, trace_path
+
+    folder = trace_dir_for(db, SWEEP_ID)
+    os.makedirs(folder, exist_ok=True)
+    files, overlap = [], []
+    for run_id in run_ids:
+        for rank in range(2):
+            events = []
+            for k in range(2):
+                t0 = 1000.0 * k
+                events += [
+                    {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}",
+                     "pid": 1, "tid": 1, "ts": t0, "dur": 900.0},
+                    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+                     "ts": t0 + 10, "dur": 500.0 + 50 * rank},
+                    {"ph": "X", "cat": "cpu_op", "name": "gloo:all_reduce", "pid": 1,
+                     "tid": 2, "ts": t0 + 400, "dur": 300.0},
+                ]  # fmt: skip
+            packed = gzip.compress(json.dumps({"traceEvents": events}).encode())
+            path = trace_path(folder, run_id, rank)
+            with open(path, "wb") as f:
+                f.write(packed)
+            files.append({"run_id": run_id, "rank": rank, "path": path, "bytes": len(packed),
+                          "steps": 2})  # fmt: skip
+            overlap += overlap_rows(run_id, rank, packed)
+    with st.transaction():
+        st.insert("traces", files)
+        st.insert("trace_overlap", overlap)
 
 
 @pytest.fixture(scope="module")
