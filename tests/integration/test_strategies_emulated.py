@@ -45,22 +45,29 @@ def narrowed(doc: dict, others: list[str]) -> dict:
     return {**doc, "repeats": 1, "steps": 2, "exclude_nodes": others}
 
 
+def run_on(address: str, doc: dict, stem: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    """``linksweep run`` of the sweep ``doc`` (written to ``stem``.yaml) on the cluster at
+    ``address``, into ``stem``.duckdb; asserts exit 0."""
+    path, db = stem.with_suffix(".yaml"), stem.with_suffix(".duckdb")
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    env = dict(os.environ, PYTHONPATH=str(REPO), RAY_DISABLE_USAGE_STATS="1")
+    env.pop("RAY_ADDRESS", None)
+    cmd = [sys.executable, "-m", "orchestrator", "run", str(path), "--db", str(db)]
+    proc = subprocess.run(
+        [*cmd, "--address", address],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, db
+
+
 @pytest.mark.root
 @pytest.mark.slow
 def test_a_two_variant_copy_of_the_strategies_sweep(emulated_cluster, tmp_path):
     others = emulated_cluster.node_ips()[2:]
     doc = narrowed(yaml.safe_load(SWEEP.read_text()), others)
     assert set(doc["grid"]) >= {"strategy", "grad_accum", "grad_sync", "link", "placement"}
-    path, db = tmp_path / "strategies.yaml", tmp_path / "strategies.duckdb"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    env = dict(os.environ, PYTHONPATH=str(REPO), RAY_DISABLE_USAGE_STATS="1")
-    env.pop("RAY_ADDRESS", None)
-    cmd = [sys.executable, "-m", "orchestrator", "run", str(path), "--db", str(db)]
-    proc = subprocess.run(
-        [*cmd, "--address", emulated_cluster.address],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc, db = run_on(emulated_cluster.address, doc, tmp_path / "strategies")
 
     cols, rows = read_query(
         str(db),
@@ -97,8 +104,9 @@ def test_hsdp_two_ranks_on_each_of_two_nodes_shards_inside_a_node(emulated_clust
     """``sweeps/hsdp-emulated.yaml`` narrowed to hsdp ``replicate_last`` at grad_accum 2 on both
     links: 4 ranks, ``ranks_per_node: 2``. Ranks 0-1 on one node and 2-3 on the other, the shard
     group (2, the ranks of one node) inside each; measured bytes equal the theory's and the
-    accumulation check holds; the slow link costs something, through the replicate all-reduce
-    alone (the only collective that crosses it)."""
+    accumulation check holds. No timing is asserted: at grad_accum 2 only the replicate
+    all-reduce crosses the link (a few MB a step), within two steps' noise; the slowdowns are
+    docs/measurements/2026-11-27-hsdp-emulated.md's."""
     others = emulated_cluster.node_ips()[2:]
     doc = yaml.safe_load(HSDP_SWEEP.read_text())
     assert (doc["world_size"], doc["ranks_per_node"]) == (4, 2)
@@ -106,16 +114,7 @@ def test_hsdp_two_ranks_on_each_of_two_nodes_shards_inside_a_node(emulated_clust
     doc["grid"]["grad_sync"] = ["replicate_last"]
     doc["links"] = {**doc["links"], "slow": {"GLOO_SOCKET_IFNAME": "ls-s500"}}
     doc = {**doc, "repeats": 1, "steps": 2, "exclude_nodes": others}
-    path, db = tmp_path / "hsdp.yaml", tmp_path / "hsdp.duckdb"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    env = dict(os.environ, PYTHONPATH=str(REPO), RAY_DISABLE_USAGE_STATS="1")
-    env.pop("RAY_ADDRESS", None)
-    cmd = [sys.executable, "-m", "orchestrator", "run", str(path), "--db", str(db)]
-    proc = subprocess.run(
-        [*cmd, "--address", emulated_cluster.address],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    _, db = run_on(emulated_cluster.address, doc, tmp_path / "hsdp")
 
     cols, rows = read_query(
         str(db),
@@ -137,4 +136,3 @@ def test_hsdp_two_ranks_on_each_of_two_nodes_shards_inside_a_node(emulated_clust
         "WHERE link = 'fast' ORDER BY op",
     )
     assert ("all_reduce", 2) in groups and ("reduce_scatter", 2) in groups, groups
-    assert runs["slow"]["median_step_time_s"] > runs["fast"]["median_step_time_s"], runs
