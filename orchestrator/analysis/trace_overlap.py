@@ -269,7 +269,7 @@ def _unions(comm, compute, not_compute=(), window: Interval | None = None) -> tu
 
 def step_intervals(trace: dict, step: int) -> tuple[Interval, list, list] | None:
     """For a timeline: traced step ``step``'s window and, inside it, the communication and the
-    compute unions (trace microseconds) of the trace's first device (GPU rule) or process (CPU
+    compute unions (trace microseconds, as floats) of the trace's first device (GPU rule) or process (CPU
     rule), as the figures count them; None where that step is not marked."""
     events = _complete(trace.get("traceEvents", []))
     if any(e.get("cat") == "kernel" for e in events):
@@ -293,7 +293,13 @@ def step_intervals(trace: dict, step: int) -> tuple[Interval, list, list] | None
         comm_ev, compute_ev, not_compute, windows = _cpu_parts(mine, main)
     if step not in windows:
         return None
-    return _unions(comm_ev, compute_ev, not_compute, windows[step])
+    window, comm_u, compute_u = _unions(comm_ev, compute_ev, not_compute, windows[step])
+    return _float(window), [_float(i) for i in comm_u], [_float(i) for i in compute_u]
+
+
+def _float(i: Interval) -> Interval:
+    """An interval in floats, as the figures are returned: a drawing needs no exact Decimal."""
+    return Interval(float(i.start), float(i.end))
 
 
 def _complete(events) -> list[dict]:

@@ -164,16 +164,9 @@ def read_timelines(traces: list[dict]) -> list[dict]:
         except (OSError, ValueError):
             continue
         if found is not None:
-            window, comm, compute = (_floats(x) for x in found)
+            window, comm, compute = found
             out.append(
                 {"label": key[0], "link": key[1], "rank": t["rank"], "window": window,
                  "comm": comm, "compute": compute}
             )  # fmt: skip
     return out
-
-
-def _floats(x):
-    """Intervals (the trace's exact Decimals) as floats: a figure needs no more."""
-    if isinstance(x, tuple) and len(x) == 2 and not isinstance(x[0], (tuple, list)):
-        return (float(x[0]), float(x[1]))
-    return [(float(b), float(e)) for b, e in x]
