@@ -27,6 +27,8 @@ import textwrap
 
 import pytest
 
+from tests import lanes
+
 os.environ.setdefault("RAY_DISABLE_USAGE_STATS", "1")
 
 
@@ -54,7 +56,29 @@ def _cuda_facts() -> tuple[bool, str, str]:
         return False, build, f"{type(exc).__name__}: {exc}"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its plugin predates this file)
 def pytest_collection_modifyitems(config, items):
+    """Every test gets its lane; gpu tests skip where this machine has no CUDA."""
+    assign_lanes(items)
+    skip_gpu_tests_without_cuda(items)
+
+
+def assign_lanes(items) -> None:
+    """Mark each test with its xdist group (tests/lanes.py) and put the quiet group first."""
+    groups = [
+        lanes.lane_of(
+            item.nodeid.split("::")[0],
+            getattr(item, "fixturenames", ()),
+            (mark.name for mark in item.iter_markers()),
+        )
+        for item in items
+    ]
+    for item, group in zip(items, groups, strict=True):
+        item.add_marker(pytest.mark.xdist_group(group))
+    items[:] = [items[i] for i in lanes.quiet_first(groups)]
+
+
+def skip_gpu_tests_without_cuda(items) -> None:
     """Every collected ``gpu`` test skips with the reason when this machine has no CUDA."""
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
@@ -63,6 +87,12 @@ def pytest_collection_modifyitems(config, items):
     if reason is not None:
         for item in gpu_items:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_runtest_setup(item):
+    """A background test's worker lowers its CPU priority first (tests/lanes.py)."""
+    marks = item.iter_markers("xdist_group")
+    lanes.enter_lane(next(marks).args[0])
 
 
 @pytest.fixture(scope="session")

@@ -26,6 +26,7 @@ May import: deepspeed, torch.
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 
 
@@ -91,10 +92,11 @@ class NodeNvmeFacts:
 
 def nvme_path_error(path: str) -> str | None:
     """Why ``path`` is not a writable folder here, None when it is (creates it, as a run would,
-    and writes and removes one small file)."""
+    and writes and removes one small file, named for this host and process: nodes sharing a
+    folder, or two preflights at once, would otherwise remove each other's file)."""
     try:
         os.makedirs(path, exist_ok=True)
-        probe = os.path.join(path, ".linksweep-write-test")
+        probe = os.path.join(path, f".linksweep-write-test-{socket.gethostname()}-{os.getpid()}")
         with open(probe, "w") as f:
             f.write("ok")
         os.remove(probe)

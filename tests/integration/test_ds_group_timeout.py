@@ -16,6 +16,9 @@ import pytest
 
 from tests.integration.rayports import free_port
 
+# quiet lane (tests/lanes.py): a group creation must time out at its deadline
+pytestmark = pytest.mark.quiet
+
 PG_TIMEOUT_S = 437.0  # an odd value no backend default equals
 
 

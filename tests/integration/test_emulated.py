@@ -23,6 +23,9 @@ import pytest
 from orchestrator.emulated import LinkShape, cluster_unavailable, netns_available
 from orchestrator.store import read_query
 
+# quiet lane (tests/lanes.py): shaped links measured against their rate; its own emulated cluster
+pytestmark = pytest.mark.quiet
+
 REPO = Path(__file__).resolve().parents[2]
 SLOW_RATE = "100mbit"  # 16 MiB all_reduce takes ~1.3 s: long enough to time, short enough
 TEST_PREFIX = "lst"  # not the default "ls", so a user's own emulated cluster is never touched

@@ -27,6 +27,9 @@ import pytest
 
 from orchestrator.emulated import LinkShape, cluster_unavailable
 
+# quiet lane (tests/lanes.py): the slow node and pair measured as slow, and only they; its own emulated cluster
+pytestmark = pytest.mark.quiet
+
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = "lsf"  # not "ls" (a user's cluster) nor "lst" (tests/integration/test_emulated.py)
 FAULT_RATE = "50mbit"  # a 4 MiB all_reduce of 2 ranks: ~0.7 s per iteration

@@ -25,6 +25,9 @@ import pytest
 from orchestrator.raycluster.reach import tcp_probe
 from tests.integration.rayports import free_port, head_ports
 
+# quiet lane (tests/lanes.py): a failed join must end within a bound
+pytestmark = pytest.mark.quiet
+
 REPO = str(Path(__file__).resolve().parents[2])
 BIN = os.path.dirname(sys.executable)
 JOIN_BOUND_S = 45.0  # interpreter and Ray imports on a busy 2-core machine, plus the join

@@ -12,6 +12,9 @@ import pytest
 
 from orchestrator.store import read_query
 
+# quiet lane (tests/lanes.py): a hung forked rank must reach its hang before the run timeout; progress within a deadline
+pytestmark = pytest.mark.quiet
+
 TABLES = ("runs", "steps", "ranks", "comms", "transports", "telemetry", "run_phases")
 
 

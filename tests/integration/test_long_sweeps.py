@@ -519,6 +519,7 @@ def test_stop_signal_mid_run_exits_interrupted_leaving_nothing(long_sweep, sig, 
 
 @pytest.mark.root
 @pytest.mark.slow
+@pytest.mark.quiet  # its own emulated cluster: one at a time holds 198.18.0.0/24
 def test_cluster_down_returns_only_when_everything_is_gone():
     """Right after `down` returns, no process of the cluster is left (not even a zombie that
     pgrep would still list) and none of its namespaces exists."""

@@ -26,7 +26,8 @@ from orchestrator.store import read_query
 from orchestrator.topology.discovery import as_report
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+# quiet lane (tests/lanes.py): the CPU selftest's hang and fleet checks run against deadlines and timings
+pytestmark = [pytest.mark.slow, pytest.mark.quiet]
 
 
 def _env() -> dict[str, str]:

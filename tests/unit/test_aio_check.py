@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 
@@ -108,6 +109,18 @@ def test_nvme_path_error_is_the_os_reason(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert nvme_path_error(str(blocker / "swap")) == "Not a directory"
+
+
+def test_nvme_path_probe_is_this_processs_own(tmp_path, monkeypatch):
+    """Nodes sharing one folder (or two preflights at once) each probe with a file of their
+    own: another's probe, even one that is in the way, is neither touched nor an error."""
+    import workloads.aio_check as aio
+
+    monkeypatch.setattr(aio.socket, "gethostname", lambda: "node-a")
+    other = tmp_path / f".linksweep-write-test-node-b-{os.getpid()}"
+    other.mkdir()  # were it this process's name, writing it would fail
+    assert aio.nvme_path_error(str(tmp_path)) is None
+    assert [p.name for p in tmp_path.iterdir()] == [other.name]
 
 
 def test_node_facts_never_raise(monkeypatch, tmp_path):

@@ -48,11 +48,11 @@ def test_hook_skips_only_gpu_tests_and_asks_cuda_only_when_one_is_collected(monk
 
     monkeypatch.setattr(conftest, "_cuda_facts", facts)
     plain = _Item("slow")
-    conftest.pytest_collection_modifyitems(None, [plain])
+    conftest.skip_gpu_tests_without_cuda([plain])
     assert asked == [] and plain.added == []
 
     gpu = _Item("gpu")
-    conftest.pytest_collection_modifyitems(None, [plain, gpu])
+    conftest.skip_gpu_tests_without_cuda([plain, gpu])
     assert asked == [1] and plain.added == []
     (mark,) = gpu.added
     assert mark.name == "skip" and "torch.cuda.is_available() is False" in mark.kwargs["reason"]
@@ -61,5 +61,5 @@ def test_hook_skips_only_gpu_tests_and_asks_cuda_only_when_one_is_collected(monk
         conftest, "_cuda_facts", lambda: (True, "2.13.0+cu128, CUDA build 12.8", "")
     )
     gpu = _Item("gpu")
-    conftest.pytest_collection_modifyitems(None, [gpu])
+    conftest.skip_gpu_tests_without_cuda([gpu])
     assert gpu.added == []
