@@ -20,6 +20,12 @@ deadline. So:
   idle and yields the CPU when both want it.
 
 Without xdist (``-n 0``, ``-p no:xdist``) the groups are inert marks and nothing is niced.
+
+pytest is held below 9.2 (pyproject): with pytest 9.2, xdist 3.8's ``loadgroup`` silently stops
+grouping (it tags a test's group onto ``item._nodeid``, which pytest 9.2's structured node ids no
+longer read: pytest-dev/pytest-xdist#1386, open); every test would then be scheduled alone and
+two emulated clusters would come up at once. ``tests/unit/test_lanes.py`` runs xdist on a small
+suite to catch that.
 """
 
 from __future__ import annotations
@@ -39,10 +45,11 @@ background lane's Ray processes still answer health checks (nice 19 would leave 
 
 def lane_of(module: str, fixtures: Iterable[str], markers: Iterable[str]) -> str:
     """The xdist group of a test: ``quiet`` when it reads a clock (a quiet fixture or marker),
-    else its module's path, so the module's fixtures are set up in one worker only. Pure."""
+    else its module (``integration/test_x`` for ``tests/integration/test_x.py``), so the module's
+    fixtures are set up in one worker only. Pure."""
     if QUIET in set(markers) or QUIET_FIXTURES & set(fixtures):
         return QUIET
-    return module
+    return module.removeprefix("tests/").removesuffix(".py")
 
 
 def quiet_first(lanes: list[str]) -> list[int]:

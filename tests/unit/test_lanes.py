@@ -22,12 +22,12 @@ def test_a_quiet_marker_or_fixture_puts_a_test_in_the_quiet_lane():
 
 
 def test_every_other_test_keeps_its_module_so_module_fixtures_are_set_up_once():
-    assert lane_of(MODULE, ["tmp_path", "write_sweep"], ["slow", "root"]) == MODULE
-    assert lane_of("tests/unit/test_y.py", [], []) == "tests/unit/test_y.py"
+    assert lane_of(MODULE, ["tmp_path", "write_sweep"], ["slow", "root"]) == "integration/test_x"
+    assert lane_of("tests/unit/test_y.py", [], []) == "unit/test_y"
 
 
 def test_the_quiet_tests_come_first_each_side_in_its_order():
-    lanes = ["a.py", QUIET, "b.py", "a.py", QUIET]
+    lanes = ["a", QUIET, "b", "a", QUIET]
     assert quiet_first(lanes) == [1, 4, 0, 2, 3]
     assert quiet_first([]) == []
 
@@ -72,3 +72,69 @@ def test_a_worker_lowers_its_priority_once_at_its_first_background_test():
 def test_one_process_without_xdist_keeps_its_priority():
     base = os.nice(0)
     assert _priorities(None) == [base] * 4
+
+
+_CONFTEST = """
+import pytest
+from tests.conftest import assign_lanes
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    assign_lanes(items)
+"""
+_MODULE = """
+import pytest
+
+@pytest.mark.quiet
+def test_q1(): pass
+
+def test_b1(): pass
+
+def test_b2(): pass
+
+@pytest.mark.quiet
+def test_q2(): pass
+
+def test_b3(): pass
+"""
+
+
+def test_xdist_runs_each_group_on_one_worker_the_quiet_one_first(tmp_path):
+    """The real hook under xdist, as pyproject runs it: every quiet test on one worker, first
+    there; each module's other tests on one worker. Fails where xdist ignores the groups (with
+    pytest 9.2: tests/lanes.py)."""
+    (tmp_path / "conftest.py").write_text(_CONFTEST)
+    for name in ("test_m1.py", "test_m2.py"):
+        (tmp_path / name).write_text(_MODULE)
+    args = [
+        "-n",
+        "2",
+        "--dist",
+        "loadgroup",
+        "--no-loadscope-reorder",
+        "-v",
+        "-p",
+        "no:cacheprovider",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *args, "-o", "markers=quiet: q", str(tmp_path)],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ran: dict[str, list[str]] = {}  # worker -> node ids, in the order they ran
+    for line in proc.stdout.splitlines():
+        if line.startswith("[gw") and "PASSED" in line:
+            worker, nodeid = line.split()[0], line.split()[-1]
+            ran.setdefault(worker, []).append(nodeid)
+    workers_of = {}
+    for worker, nodeids in ran.items():
+        for nodeid in nodeids:
+            workers_of.setdefault(nodeid.rpartition("@")[2], set()).add(worker)
+    assert sorted(workers_of) == sorted([QUIET, "test_m1", "test_m2"]), ran
+    assert all(len(w) == 1 for w in workers_of.values()), workers_of
+    (quiet_worker,) = workers_of[QUIET]
+    assert [n.rpartition("@")[2] for n in ran[quiet_worker][:4]] == [QUIET] * 4, ran
