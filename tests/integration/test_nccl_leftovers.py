@@ -4,7 +4,9 @@ failed run, and no run leaves files in /tmp.
 The run is gloo on CPU, so no NCCL writes a log: while rank 0 hangs (``LINKSWEEP_INJECT_FAULT``),
 the test plants, at the path ``NCCL_DEBUG_FILE`` names, a log in NCCL's line format, and a
 flight-recorder trigger pipe, as a GPU rank would leave them. The hang makes the timing certain:
-the run cannot end before its timeout, whenever the files land.
+the run cannot end before its timeout, whenever the files land. The sweep's id is fixed
+beforehand, so the planter picks its own run's stack file, never another test's run (the other
+lane's runs arm stack files in /tmp too).
 """
 
 from __future__ import annotations
@@ -15,10 +17,15 @@ import threading
 import time
 
 import duckdb
+import pytest
 
 from orchestrator.cli import main
+from orchestrator.sweep import planner
 from workloads.contract import NCCL_TRACE_PREFIX, STACK_FILE_PREFIX
 from workloads.nccl_files import NCCL_LOG_PREFIX
+
+# quiet lane (tests/lanes.py): the hung run must reach its hang before its 12 s timeout
+pytestmark = pytest.mark.quiet
 
 FAKE_LOG = (
     "testhost:999:1000 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
@@ -28,11 +35,12 @@ FAKE_LOG = (
 )
 
 
-def _plant_when_run_starts(before: set[str], planted: dict, done: threading.Event) -> None:
-    """Wait for the run's first stack file (rank 0 armed), then plant its NCCL files."""
+def _plant_when_run_starts(sweep_id: str, planted: dict, done: threading.Event) -> None:
+    """Wait for the sweep's first stack file (rank 0 of its first run armed), then plant that
+    run's NCCL files."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not done.is_set():
-        new = set(glob.glob(f"{STACK_FILE_PREFIX}*-r0.txt")) - before
+        new = set(glob.glob(f"{STACK_FILE_PREFIX}{sweep_id}-*-r0.txt"))
         if new:
             path = new.pop()
             run_id = path[len(STACK_FILE_PREFIX) : -len("-r0.txt")]
@@ -50,11 +58,14 @@ def _left_in_tmp(run_id: str) -> list[str]:
     return [p for p in glob.glob("/tmp/linksweep-*") if run_id in os.path.basename(p)]
 
 
-def test_hung_run_keeps_its_nccl_log_and_leaves_no_files(ray_cluster, write_sweep, tmp_path):
-    before = set(glob.glob(f"{STACK_FILE_PREFIX}*-r0.txt"))
+def test_hung_run_keeps_its_nccl_log_and_leaves_no_files(
+    ray_cluster, write_sweep, tmp_path, monkeypatch
+):
+    sweep_id = planner.new_sweep_id()
+    monkeypatch.setattr(planner, "new_sweep_id", lambda now=None: sweep_id)
     planted: dict = {}
     done = threading.Event()
-    planter = threading.Thread(target=_plant_when_run_starts, args=(before, planted, done))
+    planter = threading.Thread(target=_plant_when_run_starts, args=(sweep_id, planted, done))
     planter.start()
     path = write_sweep(
         links={"hang": {"LINKSWEEP_INJECT_FAULT": "0:1:hang"}, "default": {}},
