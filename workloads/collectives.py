@@ -309,6 +309,15 @@ def mean_by_op(by_step: dict[int, ByOp]) -> ByOp:
     return {op: b // len(by_step) for op, b in sorted(totals.items())}
 
 
+def last_step_sequence(records: Iterable[Collective]) -> tuple[tuple[str, int, int], ...]:
+    """The last recorded step's collectives in issue order: (op, message bytes, group size)."""
+    records = list(records)
+    if not records:
+        return ()
+    last = max(r.step for r in records)
+    return tuple((r.op, r.msg_bytes, r.group_size) for r in records if r.step == last)
+
+
 def comm_records(records: Iterable[Collective]) -> tuple[CommRecord, ...]:
     """The records as the ``comms`` table holds them: one ``CommRecord`` per (op, msg_bytes,
     dtype, group size) with its count and summed time, sorted."""
@@ -332,7 +341,9 @@ class AccumulationProbe:
     collectives (``FsdpStrategy``: its ``collectives``, kept after ``profile_stop``) keeps its
     recorder, so only one is ever active; for the others (DDP, ZeRO) the probe opens one, untimed,
     beside their own counters. ``non_final_bytes``: bytes by op per optimizer step (mean over
-    the profiled steps), None before a profiled pass.
+    the profiled steps), None before a profiled pass. ``step_collectives``: the last profiled
+    step's collectives in issue order, (op, message bytes, group size): what names a traced
+    step's intervals (``orchestrator/analysis/trace_collectives.py``).
     """
 
     def __init__(self, strategy: Any, grad_accum: int) -> None:
@@ -342,6 +353,7 @@ class AccumulationProbe:
         self._step = 0
         self._micro = 0
         self.non_final_bytes: ByOp | None = None
+        self.step_collectives: tuple[tuple[str, int, int], ...] = ()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -372,6 +384,7 @@ class AccumulationProbe:
             recorder.__exit__(None, None, None)
         records = recorder.records if recorder is not None else self._inner.collectives
         self.non_final_bytes = mean_by_op(non_final_bytes_by_step(records, self._grad_accum))
+        self.step_collectives = last_step_sequence(records)
         return comms
 
     def teardown(self) -> None:

@@ -297,6 +297,10 @@ class TrainingRecord:
     step of the profiled pass (``collectives.AccumulationProbe``); None: no profiled pass."""
     trace: TraceRecord | None = None
     """The traced steps (``RunConfig.trace_steps``); None: not traced."""
+    step_collectives: tuple[tuple[str, int, int], ...] = ()
+    """The last profiled step's collectives in issue order: (op, message bytes, group size)
+    (``collectives.AccumulationProbe``); what names a traced step's intervals. Empty: no
+    profiled pass."""
 
 
 @dataclass(frozen=True)

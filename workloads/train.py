@@ -239,12 +239,21 @@ def run_training(
         telemetry=telemetry_out,
         nvme_swap_files=swap_files,
         ds_config=ds_config,
-        device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        tf32=device.type == "cuda" and bool(torch.backends.cuda.matmul.allow_tf32),
+        **_device_facts(device),
         phases=clock.records(),
         non_final_bytes=strategy.non_final_bytes,
         trace=trace,
+        step_collectives=strategy.step_collectives,
     )
+
+
+def _device_facts(device: torch.device) -> dict:
+    """The record's ``device_name`` and ``tf32`` (CUDA only)."""
+    cuda = device.type == "cuda"
+    return {
+        "device_name": torch.cuda.get_device_name(device) if cuda else None,
+        "tf32": cuda and bool(torch.backends.cuda.matmul.allow_tf32),
+    }
 
 
 def _probed_strategy(model, device: torch.device, cfg: RunConfig, autocast_dtype):

@@ -14,6 +14,7 @@ One module per job:
     fsdp_theory FSDP2's and HSDP's bytes per step and per non-final micro-batch.
     zero_promise what DeepSpeed's ZeRO stage sends on a non-final micro-batch.
     trace_overlap communication, compute, overlapped and exposed time from a profiler trace.
+    trace_collectives which collective each traced interval was; its busy and exposed time.
 
 May import: nothing.
 """

@@ -7,6 +7,9 @@ compute (exposed). Every figure is the length of a union of half-open intervals 
 the trace's microseconds, never a sum of durations: two collectives on two streams at once are
 busy once, as Holistic Trace Analysis (HTA) and NVIDIA's Nsight recipes count them.
 
+One job: the overlap rules below (which events are communication, which compute, where a step's
+window lies) and the interval arithmetic they need, read and changed together.
+
 **GPU rule** (a trace with ``cat == "kernel"`` events), per device, the Kineto ``pid`` of the
 kernels: only complete kernel events (``ph == "X"``, ``cat == "kernel"``, ``dur > 0``) count.
 Communication is a kernel whose name matches ``^nccl`` in any case (NCCL names every kernel it
@@ -267,33 +270,70 @@ def _unions(comm, compute, not_compute=(), window: Interval | None = None) -> tu
     return window, comm_u, compute_u
 
 
-def step_intervals(trace: dict, step: int) -> tuple[Interval, list, list] | None:
-    """For a timeline: traced step ``step``'s window and, inside it, the communication and the
-    compute unions (trace microseconds, as floats) of the trace's first device (GPU rule) or process (CPU
-    rule), as the figures count them; None where that step is not marked."""
+@dataclass(frozen=True)
+class Parts:
+    """One device's (GPU rule) or process's (CPU rule) pieces, as the figures count them."""
+
+    rule: Literal["gpu", "cpu"]
+    pid: object
+    comm: list[_Event]
+    """The communication events: NCCL kernels (GPU), ``gloo:*`` events (CPU)."""
+    comm_raw: list[dict]
+    """The same events as the trace holds them (their ``args``), in the same order."""
+    compute: list[Interval]
+    """The compute union (CPU: less the main thread's collective calls and waits)."""
+    windows: dict[int, Interval]
+    """Step number -> its window (module docstring); empty where the trace marks no steps."""
+    issue_events: list[dict]
+    """The raw events the communication was issued from: every event of the process (CPU: its
+    main thread's ``c10d::*`` calls live there) or of the trace (GPU: the launches and the
+    CPU calls around them), for :mod:`orchestrator.analysis.trace_collectives`."""
+
+
+def parts(trace: dict) -> list[Parts]:
+    """Each device's (GPU rule, where the trace has kernels) or process's (CPU rule) parts, in
+    pid order: the same selection and step windows as :func:`trace_overlap`."""
     events = _complete(trace.get("traceEvents", []))
     if any(e.get("cat") == "kernel" for e in events):
-        pid = min((e.get("pid") for e in events if e.get("cat") == "kernel"), key=str)
-        kernels = [e for e in events if e.get("cat") == "kernel" and e.get("pid") == pid]
-        comm = [e for e in kernels if is_comm_kernel(str(e.get("name", "")))]
-        compute = [e for e in kernels if is_compute_kernel(str(e.get("name", "")))]
-        windows = dict(_gpu_step_windows(events, pid, comm + compute)[0])
-        comm_ev, compute_ev, not_compute = (
-            [_event(e) for e in comm],
-            [_event(e) for e in compute],
-            [],
-        )
-    else:
-        events = [e for e in events if e.get("cat") != "Trace"]
-        pid = min((e.get("pid") for e in events), key=str, default=None)
+        return [_gpu_parts(events, pid) for pid in _kernel_pids(events)]
+    events = [e for e in events if e.get("cat") != "Trace"]
+    out = []
+    for pid in sorted({e.get("pid") for e in events}, key=lambda p: (isinstance(p, str), p)):
         mine = [e for e in events if e.get("pid") == pid]
         main = main_thread(mine)
         if main is None:
-            return None
-        comm_ev, compute_ev, not_compute, windows = _cpu_parts(mine, main)
-    if step not in windows:
+            continue
+        comm, compute, not_compute, windows = _cpu_parts(mine, main)
+        compute_u = subtract(union((e.start, e.end) for e in compute), union(not_compute))
+        raw = [e for e in mine if CPU_COMM.match(str(e.get("name", "")))]
+        out.append(Parts("cpu", pid, comm, raw, compute_u, windows, mine))
+    return out
+
+
+def _kernel_pids(events: list[dict]) -> list:
+    pids = {e.get("pid") for e in events if e.get("cat") == "kernel"}
+    return sorted(pids, key=lambda p: (isinstance(p, str), p))
+
+
+def _gpu_parts(events: list[dict], pid) -> Parts:
+    kernels = [e for e in events if e.get("cat") == "kernel" and e.get("pid") == pid]
+    comm = [e for e in kernels if is_comm_kernel(str(e.get("name", "")))]
+    compute = [e for e in kernels if is_compute_kernel(str(e.get("name", "")))]
+    windows = dict(_gpu_step_windows(events, pid, comm + compute)[0])
+    compute_u = union((e["ts"], e["ts"] + e["dur"]) for e in compute)
+    return Parts("gpu", pid, [_event(e) for e in comm], comm, compute_u, windows, events)
+
+
+def step_intervals(trace: dict, step: int) -> tuple[Interval, list, list] | None:
+    """For a timeline: traced step ``step``'s window and, inside it, the communication and the
+    compute unions (trace microseconds, as floats) of the trace's first device (GPU rule) or
+    process (CPU rule), as the figures count them; None where that step is not marked."""
+    found = parts(trace)
+    if not found or step not in found[0].windows:
         return None
-    window, comm_u, compute_u = _unions(comm_ev, compute_ev, not_compute, windows[step])
+    first, window = found[0], found[0].windows[step]
+    comm_u = clip(union((e.start, e.end) for e in first.comm), window)
+    compute_u = clip(first.compute, window)
     return _float(window), [_float(i) for i in comm_u], [_float(i) for i in compute_u]
 
 

@@ -163,6 +163,27 @@ TRACE_NOTE = (
 )
 
 
+COLLECTIVE_COLS = (
+    "strategy", "grad_accum", "reshard_after_forward", "link", "issued_op", "ran_as",
+    "group_size", "per_step_n", "per_step_msg_bytes", "busy_s", "exposed_s", "exposed_low_s",
+    "exposed_high_s",
+)  # fmt: skip
+COLLECTIVE_NOTE = (
+    "<p class='note'>view <code>trace_collective_exposure</code>: the same traced steps, per "
+    "collective: what the strategy called (<code>issued_op</code>), what the transport ran "
+    "(gloo runs a reduce_scatter as an all_reduce; NCCL an all_to_all as SendRecv kernels), "
+    "bytes and group size from the collective recorder. Two collectives can run at once, so "
+    "their busy times can add up to more than the step's communication.</p>"
+)
+
+
+def _traces_html(data: ReportData) -> str:
+    out = TRACE_NOTE + html_table(data.trace_exposure, TRACE_COLS, fold=True)
+    if data.trace_collectives:
+        out += COLLECTIVE_NOTE + html_table(data.trace_collectives, COLLECTIVE_COLS, fold=True)
+    return out
+
+
 def _report_sections(
     data: ReportData,
     figures: Sequence[FigureResult],
@@ -200,7 +221,7 @@ def _report_sections(
         ("linkmodel", "Link model (exposure)",
          link_model_html(data.link_model, data.link_model_check)),
         *([("traces", "Measured overlap (traced steps) beside the link model",
-            TRACE_NOTE + html_table(data.trace_exposure, TRACE_COLS, fold=True))]
+            _traces_html(data))]
           if data.trace_exposure else []),
         ("phases", "Where a run's seconds go", phases_html(data)),
         ("attention", "Runs needing attention", attention_html(data)),

@@ -52,6 +52,8 @@ class ReportData:
     ``bandwidth`` holds linksweep's own only."""
     trace_exposure: list[dict] = field(default_factory=list)
     """view ``trace_exposure``: measured exposed communication beside the fitted one."""
+    trace_collectives: list[dict] = field(default_factory=list)
+    """view ``trace_collective_exposure``: which collectives the traces show exposed."""
     timelines: list[dict] = field(default_factory=list)
     """One traced step per variant x link and rank (:func:`read_timelines`)."""
 
@@ -96,6 +98,7 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
         phases = rows(Q.REPORT_PHASES)
         bandwidth_nccl_tests = rows(Q.REPORT_BANDWIDTH_NCCL_TESTS)
         trace_exposure = rows(Q.REPORT_TRACE_EXPOSURE)
+        trace_collectives = rows(Q.REPORT_TRACE_COLLECTIVES)
         traces = rows(Q.REPORT_TRACES)
 
     spec = json_value(sweep.get("spec")) or {}
@@ -135,6 +138,7 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
         phases=phases,
         bandwidth_nccl_tests=bandwidth_nccl_tests,
         trace_exposure=trace_exposure,
+        trace_collectives=trace_collectives,
         timelines=read_timelines(traces),
     )
 

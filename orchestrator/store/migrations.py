@@ -234,4 +234,7 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE runs ADD COLUMN IF NOT EXISTS traced_step_time_s DOUBLE",
         "ALTER TABLE runs ADD COLUMN IF NOT EXISTS trace_overhead DOUBLE",
     ],
+    # v12: which collective each traced interval was: new table trace_collectives (created
+    # from TABLES). Runs traced before v12 have no rows there.
+    12: [],
 }

@@ -313,6 +313,12 @@ REPORT_TRACE_EXPOSURE = _q(
     """SELECT * FROM trace_exposure WHERE sweep_id = $sweep_id
        ORDER BY strategy, grad_accum, grad_sync, reshard_after_forward, offload, link""",
 )
+REPORT_TRACE_COLLECTIVES = _q(
+    "report_trace_collectives",
+    """SELECT * FROM trace_collective_exposure WHERE sweep_id = $sweep_id
+       ORDER BY strategy, grad_accum, grad_sync, reshard_after_forward, offload, link,
+                exposed_s DESC""",
+)
 # Each traced ok run's rank files, first run of each variant x link first (the timeline draws it).
 REPORT_TRACES = _q(
     "report_traces",

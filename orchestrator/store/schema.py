@@ -11,7 +11,7 @@ May import: nothing (the standard library only).
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 TABLES: dict[str, str] = {
     "meta": """
@@ -249,6 +249,19 @@ TABLES: dict[str, str] = {
         overlapped_s DOUBLE,         -- their intersection
         exposed_s DOUBLE,            -- comm_s - overlapped_s: communication nothing hid
         exposed_share DOUBLE         -- exposed_s / comm_s; NULL without communication
+    """,
+    # Which collective each traced interval was (orchestrator/analysis/trace_collectives.py).
+    "trace_collectives": """
+        run_id VARCHAR,
+        rank INTEGER,
+        step INTEGER,                -- the trace's ProfilerStep number; NULL: no step marks
+        issued_op VARCHAR,           -- the collective called (c10d); NULL: could not be paired
+        ran_as VARCHAR,              -- what the transport ran (gloo's event, NCCL's kernel)
+        group_size INTEGER,          -- from the collective recorder; NULL: not laid over
+        n INTEGER,                   -- intervals
+        msg_bytes BIGINT,            -- summed message bytes (recorder); NULL: not laid over
+        busy_s DOUBLE,               -- union of these intervals in the step
+        exposed_s DOUBLE             -- of which no compute ran beside
     """,
     # Where a run's seconds go (workloads/contract.py PHASES): one row per run x rank x phase
     # for phases timed in the ranks, rank NULL for the driver's (placement, teardown, commit).
@@ -567,6 +580,29 @@ VIEWS: dict[str, str] = {
         LEFT JOIN link_model_check c
             ON c.sweep_id = m.sweep_id AND c.link = m.link AND {_same("c", "m")}
         LEFT JOIN link_model lm ON lm.sweep_id = m.sweep_id AND {_same("lm", "m")}
+    """,
+    # Which collectives the traces show exposed: per variant, link and collective (called,
+    # run as, group size), per traced step the slowest rank's figures, median over steps, then
+    # median and range over runs (as trace_exposure does for the whole step).
+    "trace_collective_exposure": f"""
+        WITH per_step AS (
+            SELECT run_id, step, issued_op, ran_as, group_size, max(n) AS n,
+                   max(msg_bytes) AS msg_bytes, max(busy_s) AS busy_s, max(exposed_s) AS exposed_s
+            FROM trace_collectives WHERE step IS NOT NULL GROUP BY ALL
+        ), per_run AS (
+            SELECT r.sweep_id, {", ".join("r." + c for c in _VARIANT_KEY)}, r.link, r.run_id,
+                   p.issued_op, p.ran_as, p.group_size, median(p.n) AS n,
+                   median(p.msg_bytes) AS msg_bytes, median(p.busy_s) AS busy_s,
+                   median(p.exposed_s) AS exposed_s
+            FROM per_step p JOIN runs r USING (run_id)
+            WHERE r.status = 'ok' AND r.superseded_by IS NULL
+            GROUP BY ALL
+        )
+        SELECT sweep_id, {_KEY}, link, issued_op, ran_as, group_size, count(*) AS n_runs,
+               median(n) AS per_step_n, median(msg_bytes) AS per_step_msg_bytes,
+               median(busy_s) AS busy_s, median(exposed_s) AS exposed_s,
+               min(exposed_s) AS exposed_low_s, max(exposed_s) AS exposed_high_s
+        FROM per_run GROUP BY ALL
     """,
     # Every suspect of a fleet check, node or pair, with the addresses to exclude it by
     # (sweep key exclude_nodes, or linksweep run --exclude-suspects FLEET_ID).

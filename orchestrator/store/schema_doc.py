@@ -31,6 +31,7 @@ TABLE_ROWS = {
     "telemetry": "NVML sample of a rank (every 0.25 s)",
     "traces": "traced rank of a run: its profiler trace's file",
     "trace_overlap": "traced rank x step of a run (and the whole trace): communication, compute, overlap",
+    "trace_collectives": "traced rank x step x collective: what was called, what ran, busy and exposed time",
     "link_bench": "link microbenchmark iteration",
     "variant_stats": "variant (stored by orchestrator/analysis/stats.py; read through variant_summary)",
     "sensitivity_stats": "variant x non-baseline link (read through link_sensitivity)",
@@ -51,6 +52,7 @@ VIEW_ROWS = {
     "link_overview": "link of a sweep: described, rated and measured",
     "fleet_suspects": "suspect of a fleet check: a node, or a single slow pair",
     "trace_exposure": "traced variant x link: measured exposed communication beside the fit",
+    "trace_collective_exposure": "traced variant x link x collective: its busy and exposed time",
 }
 INTERVAL = (
     "range: min-max of the runs (fewer than 5 included runs); bootstrap95: 95% percentile "
@@ -102,6 +104,15 @@ VIEW_COLUMNS = {
     ("trace_exposure", "fitted_high_s"): "the exposure interval's high end x predicted_comm_s",
     ("trace_exposure", "diff_s"): "measured_exposed_s - fitted_exposed_s",
     ("trace_exposure", "fit_quality"): "the link model's quality for the variant group",
+    ("trace_collective_exposure", "n_runs"): "traced ok runs of the variant on the link",
+    ("trace_collective_exposure", "per_step_n"): "intervals of this collective per traced step",
+    ("trace_collective_exposure", "per_step_msg_bytes"): "their message bytes per step "
+    "(collective recorder; NULL where its step could not be laid over)",
+    ("trace_collective_exposure", "busy_s"): "per step the slowest rank's busy time of this "
+    "collective (union of its intervals), median over steps and runs",
+    ("trace_collective_exposure", "exposed_s"): "the same for its part no compute ran beside",
+    ("trace_collective_exposure", "exposed_low_s"): "exposed_s: lowest run",
+    ("trace_collective_exposure", "exposed_high_s"): "exposed_s: highest run",
 }
 
 
@@ -113,6 +124,7 @@ VIEW_SOURCE = {
     "link_bandwidth": "link_bench",
     "link_overview": "link_descriptions",
     "trace_exposure": "trace_overlap, runs, link_model, link_model_check",
+    "trace_collective_exposure": "trace_collectives, runs",
 }
 COMMON = {
     "sweep_id": "the sweep (`sweeps.sweep_id`, e.g. 20261122-073748-e8d5eb)",

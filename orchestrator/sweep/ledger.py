@@ -132,6 +132,7 @@ def commit_run(
         "diagnostics": diagnostics,
         "traces": run_rows.traces,
         "trace_overlap": run_rows.trace_overlap,
+        "trace_collectives": run_rows.trace_collectives,
     }
     updates = []
     if slot.supersedes:

@@ -52,6 +52,7 @@ class RunRows:
     nccl_logs: list[dict] = field(default_factory=list)
     traces: list[dict] = field(default_factory=list)
     trace_overlap: list[dict] = field(default_factory=list)
+    trace_collectives: list[dict] = field(default_factory=list)
 
 
 def sweep_row(spec: SweepSpec, sweep_id: str, address: str, n_runs: int, context: dict) -> dict:
@@ -405,7 +406,7 @@ def build_rows(facts: RunFacts, result: RunResult) -> RunRows:
         run_id, records, _ran_with(run, spec.links[v.link]), link_class, result.nccl_logs
     )
     telemetry, tel_facts = _telemetry_facts(run_id, trained)
-    traces, overlap, trace_cols = trace_rows.trace_facts(
+    traces, overlap, named, trace_cols = trace_rows.trace_facts(
         run_id, trained, run.get("median_step_time_s"), facts.trace_dir
     )
     run.update({"link_class": link_class, **t_facts, **tel_facts, **trace_cols})
@@ -413,7 +414,7 @@ def build_rows(facts: RunFacts, result: RunResult) -> RunRows:
     logs += sorted(result.nccl_logs.items())  # a failed or hung run's, read from its nodes
     return RunRows(
         run, steps, ranks, comms, transports, telemetry, phase_rows(run_id, result),
-        [{"run_id": run_id, "source": s, "text": t} for s, t in logs], traces, overlap,
+        [{"run_id": run_id, "source": s, "text": t} for s, t in logs], traces, overlap, named,
     )  # fmt: skip
 
 

@@ -317,15 +317,21 @@ def build_database(path: str, repeats: int = 3) -> dict:
 def plant_traces(st: Store, db: str, run_ids: list[str]) -> None:
     """Two traced steps per rank of ``run_ids``, as a traced sweep keeps them: a file beside the
     database (a gloo-shaped Chrome trace: the main thread's ops, gloo's all_reduce on its own
-    thread) and its ``traces`` and ``trace_overlap`` rows."""
+    thread, the call that issued it on the main one) and its ``traces``, ``trace_overlap`` and
+    ``trace_collectives`` rows."""
     import gzip
     import json
 
-    from orchestrator.sweep.trace_rows import overlap_rows, trace_dir_for, trace_path
+    from orchestrator.sweep.trace_rows import (
+        collective_rows,
+        overlap_rows,
+        trace_dir_for,
+        trace_path,
+    )
 
     folder = trace_dir_for(db, SWEEP_ID)
     os.makedirs(folder, exist_ok=True)
-    files, overlap = [], []
+    files, overlap, named = [], [], []
     for run_id in run_ids:
         for rank in range(2):
             events = []
@@ -336,6 +342,8 @@ def plant_traces(st: Store, db: str, run_ids: list[str]) -> None:
                      "pid": 1, "tid": 1, "ts": t0, "dur": 900.0},
                     {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
                      "ts": t0 + 10, "dur": 500.0 + 50 * rank},
+                    {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1,
+                     "tid": 1, "ts": t0 + 395, "dur": 5.0},
                     {"ph": "X", "cat": "cpu_op", "name": "gloo:all_reduce", "pid": 1,
                      "tid": 2, "ts": t0 + 400, "dur": 300.0},
                 ]  # fmt: skip
@@ -345,10 +353,13 @@ def plant_traces(st: Store, db: str, run_ids: list[str]) -> None:
                 f.write(packed)
             files.append({"run_id": run_id, "rank": rank, "path": path, "bytes": len(packed),
                           "steps": 2})  # fmt: skip
-            overlap += overlap_rows(run_id, rank, packed)
+            doc = json.loads(gzip.decompress(packed))
+            overlap += overlap_rows(run_id, rank, doc)
+            named += collective_rows(run_id, rank, doc, [("all_reduce", 4096, 2)])
     with st.transaction():
         st.insert("traces", files)
         st.insert("trace_overlap", overlap)
+        st.insert("trace_collectives", named)
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,10 @@
 """``trace: {steps: N}`` through ``linksweep run`` on the session cluster: two DDP ranks on gloo
-trace 2 steps after their timed ones. Each rank's trace is a Chrome trace file beside the
+trace 2 steps after their timed ones (and two FSDP2 ranks, for the collectives' names). Each rank's trace is a Chrome trace file beside the
 database, its ``ProfilerStep`` spans and gloo's collectives in it; the overlap figures from it
 (the CPU rule of ``orchestrator/analysis/trace_overlap``) are stored per rank, for the whole
 trace and per step; the traced steps stay out of ``steps`` and the step-time figures; their time
-against the timed steps' is the profiler's overhead."""
+against the timed steps' is the profiler's overhead. Each interval is named by the collective called, with the bytes the
+collective recorder saw (``orchestrator/analysis/trace_collectives``)."""
 
 from __future__ import annotations
 
@@ -27,9 +28,12 @@ def traced(run_sweep, tmp_path_factory):
         "repeats": 1,
         "world_size": 2,
         "trace": {"steps": 2},
-        "grid": {"strategy": ["ddp"], "grad_accum": [2]},
+        "grid": {"strategy": ["ddp", "fsdp"], "grad_accum": [2]},
     }
     return run_sweep(tmp_path_factory.mktemp("trace"), spec)
+
+
+DDP = "run_id IN (SELECT run_id FROM runs WHERE strategy = 'ddp')"
 
 
 def rows(db, sql: str) -> list[dict]:
@@ -40,7 +44,7 @@ def rows(db, sql: str) -> list[dict]:
 def test_each_ranks_trace_is_kept_beside_the_database(traced):
     rc, db = traced
     assert rc == 0
-    files = rows(db, "SELECT rank, path, bytes, steps FROM traces ORDER BY rank")
+    files = rows(db, f"SELECT rank, path, bytes, steps FROM traces WHERE {DDP} ORDER BY rank")
     assert [f["rank"] for f in files] == [0, 1]
     for f in files:
         assert f["path"].startswith(str(db)[: -len(".duckdb")] + ".traces" + os.sep), f
@@ -54,7 +58,7 @@ def test_each_ranks_trace_is_kept_beside_the_database(traced):
 
 def test_overlap_is_stored_per_rank_for_the_trace_and_each_step(traced):
     _, db = traced
-    got = rows(db, "SELECT * FROM trace_overlap ORDER BY rank, step NULLS FIRST")
+    got = rows(db, f"SELECT * FROM trace_overlap WHERE {DDP} ORDER BY rank, step NULLS FIRST")
     assert {(r["rank"], r["step"]) for r in got} == {(k, s) for k in (0, 1) for s in (None, 0, 1)}
     for r in got:
         assert r["rule"] == "cpu"
@@ -70,12 +74,12 @@ def test_overlap_is_stored_per_rank_for_the_trace_and_each_step(traced):
 def test_traced_steps_stay_out_of_the_figures_and_say_what_the_profiler_cost(traced):
     _, db = traced
     (run,) = rows(db, "SELECT run_id, trace_steps, traced_step_time_s, median_step_time_s, "
-                      "trace_overhead FROM runs")  # fmt: skip
+                      f"trace_overhead FROM runs WHERE {DDP}")  # fmt: skip
     assert run["trace_steps"] == 2 and run["traced_step_time_s"] > 0
     assert run["trace_overhead"] == pytest.approx(
         run["traced_step_time_s"] / run["median_step_time_s"]
     )
-    counts = rows(db, "SELECT rank, count(*) AS n FROM steps GROUP BY rank ORDER BY rank")
+    counts = rows(db, f"SELECT rank, count(*) AS n FROM steps WHERE {DDP} GROUP BY rank ORDER BY 1")
     assert [c["n"] for c in counts] == [3, 3]  # 1 warmup + 2 timed: no traced step
     phases = {r["phase"] for r in rows(db, "SELECT DISTINCT phase FROM run_phases")}
     assert "traced_steps" in phases
@@ -83,7 +87,7 @@ def test_traced_steps_stay_out_of_the_figures_and_say_what_the_profiler_cost(tra
 
 def test_trace_exposure_has_the_measured_figure_and_no_fit_from_one_link(traced):
     _, db = traced
-    (row,) = rows(db, "SELECT * FROM trace_exposure")
+    (row,) = rows(db, "SELECT * FROM trace_exposure WHERE strategy = 'ddp'")
     assert (row["strategy"], row["link"], row["n_runs"]) == ("ddp", "default", 1)
     assert 0 <= row["measured_low_s"] <= row["measured_exposed_s"] <= row["measured_high_s"]
     assert row["measured_comm_s"] > 0
@@ -100,5 +104,37 @@ def test_the_report_draws_the_traced_step_and_tables_the_exposure(traced, tmp_pa
     assert main(["report", "--db", str(db), "--out", str(out)]) == 0
     html = (out / "report.html").read_text()
     assert "Measured overlap (traced steps)" in html and "<code>trace_exposure</code>" in html
+    assert "<code>trace_collective_exposure</code>" in html and "reduce_scatter" in html
     img = mpimg.imread(out / "trace_timeline.png")
     assert img.shape[0] > 100 and img.shape[1] > 100
+
+
+def test_each_interval_is_named_by_the_collective_called_with_the_recorders_bytes(traced):
+    """DDP's buckets are all_reduces; FSDP2 calls all_gather and reduce_scatter, and gloo runs
+    the reduce_scatter as an all_reduce. Every interval is paired with its call and carries the
+    collective recorder's bytes, which add up per step to what the profiled pass measured."""
+    _, db = traced
+    got = rows(
+        db,
+        """SELECT r.strategy, r.comm_bytes_per_step, t.* FROM trace_collectives t
+                      JOIN runs r USING (run_id) ORDER BY strategy, rank, step, issued_op""",
+    )
+    assert {(r["rank"], r["step"]) for r in got} == {(k, s) for k in (0, 1) for s in (0, 1)}
+    names = {s: {(r["issued_op"], r["ran_as"]) for r in got if r["strategy"] == s} for s in
+             ("ddp", "fsdp")}  # fmt: skip
+    assert names == {
+        "ddp": {("all_reduce", "all_reduce")},
+        "fsdp": {("all_gather", "all_gather"), ("reduce_scatter", "all_reduce")},
+    }
+    for r in got:
+        assert r["group_size"] == 2 and r["n"] >= 1 and r["msg_bytes"] > 0, r
+        assert 0 <= r["exposed_s"] <= r["busy_s"] + 1e-12, r
+    per_step: dict[tuple, int] = {}
+    for r in got:
+        key = (r["strategy"], r["rank"], r["step"])
+        per_step[key] = per_step.get(key, 0) + r["msg_bytes"]
+    measured = {r["strategy"]: r["comm_bytes_per_step"] for r in got}
+    assert all(b == pytest.approx(measured[k[0]]) for k, b in per_step.items()), (
+        per_step,
+        measured,
+    )
