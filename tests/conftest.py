@@ -89,10 +89,30 @@ def skip_gpu_tests_without_cuda(items) -> None:
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
+def pytest_configure(config):
+    """The lanes' lock folder, made by the controller before the workers start."""
+    lanes.make_lock_dir()
+
+
+def pytest_unconfigure(config):
+    lanes.remove_lock_dir()
+
+
+def _lane(item) -> str:
+    return next(item.iter_markers("xdist_group")).args[0]
+
+
 def pytest_runtest_setup(item):
     """A background test's worker lowers its CPU priority first (tests/lanes.py)."""
-    marks = item.iter_markers("xdist_group")
-    lanes.enter_lane(next(marks).args[0])
+    lanes.enter_lane(_lane(item))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Setup to teardown inside the lanes' lock (tests/lanes.py): the background lane pauses
+    while an ``alone`` test runs."""
+    with lanes.running(_lane(item), item.get_closest_marker(lanes.ALONE) is not None):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,14 @@ deadline. So:
 - every other test keeps its module's group (module-scoped fixtures are set up once) and the
   worker that runs it lowers its own CPU priority first (``nice`` +:data:`BACKGROUND_NICE`,
   inherited by the Ray processes and ranks it starts), so it takes what the quiet lane leaves
-  idle and yields the CPU when both want it.
+  idle and yields the CPU when both want it;
+- a priority is not isolation: a test marked ``alone`` (quiet too) compares timings across
+  sweeps, links or nodes, where a neighbour's burst reads as a regression or a suspect (seen:
+  compare's unshaped link 2.2x slower between its two sweeps while the background lane ran), so
+  the background lane pauses while it runs: each background test holds a shared lock for its
+  whole run (setup to teardown), an ``alone`` test the exclusive one, taken through a turnstile
+  so a stream of background tests cannot starve it. It waits for the background test in hand to
+  end; nothing in the quiet lane waits on the background otherwise.
 
 Without xdist (``-n 0``, ``-p no:xdist``) the groups are inert marks and nothing is niced.
 
@@ -30,11 +37,20 @@ suite to catch that.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
-from collections.abc import Iterable
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
 
 QUIET = "quiet"
 """The group (and marker) of the tests that read a clock."""
+ALONE = "alone"
+"""The marker of a quiet test that the background lane pauses for (module docstring)."""
+LOCK_DIR_ENV = "LINKSWEEP_LANES_DIR"
+"""The folder holding the lanes' lock files: made by the controller before it starts the
+workers (they inherit it), removed when the run ends."""
 QUIET_FIXTURES = frozenset({"emulated_cluster", "hung_sweep"})
 """Fixtures whose users are quiet: the shared emulated cluster, the hung sweep (run timeout)."""
 BACKGROUND_NICE = 10
@@ -47,7 +63,7 @@ def lane_of(module: str, fixtures: Iterable[str], markers: Iterable[str]) -> str
     """The xdist group of a test: ``quiet`` when it reads a clock (a quiet fixture or marker),
     else its module (``integration/test_x`` for ``tests/integration/test_x.py``), so the module's
     fixtures are set up in one worker only. Pure."""
-    if QUIET in set(markers) or QUIET_FIXTURES & set(fixtures):
+    if {QUIET, ALONE} & set(markers) or QUIET_FIXTURES & set(fixtures):
         return QUIET
     return module.removeprefix("tests/").removesuffix(".py")
 
@@ -78,3 +94,45 @@ def enter_lane(lane: str) -> None:
         return
     os.nice(BACKGROUND_NICE)
     _niced = True
+
+
+_made: str | None = None
+
+
+def make_lock_dir() -> None:
+    """In the controller of an xdist run (not in a worker, not where a folder is already
+    named, e.g. a pytest run inside a test): the lock folder."""
+    global _made
+    if xdist_worker() is None and LOCK_DIR_ENV not in os.environ:
+        _made = os.environ[LOCK_DIR_ENV] = tempfile.mkdtemp(prefix="linksweep-lanes-")
+
+
+def remove_lock_dir() -> None:
+    """When the run ends, the folder this process made goes (never one it inherited)."""
+    global _made
+    if _made is not None:
+        if os.environ.get(LOCK_DIR_ENV) == _made:
+            del os.environ[LOCK_DIR_ENV]
+        shutil.rmtree(_made, ignore_errors=True)
+        _made = None
+
+
+@contextlib.contextmanager
+def running(lane: str, alone: bool) -> Iterator[None]:
+    """Around one test's whole run in an xdist worker: a background test holds the shared lock,
+    an ``alone`` test the exclusive one (module docstring); a quiet test that is not alone, or
+    any test outside xdist, holds nothing."""
+    folder = os.environ.get(LOCK_DIR_ENV)
+    if xdist_worker() is None or folder is None or (lane == QUIET and not alone):
+        yield
+        return
+    turnstile = os.open(os.path.join(folder, "turnstile"), os.O_RDWR | os.O_CREAT)
+    held = os.open(os.path.join(folder, "lanes"), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(held, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
+        yield
+    finally:
+        os.close(held)  # closing releases the lock
+        os.close(turnstile)

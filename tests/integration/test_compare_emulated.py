@@ -36,6 +36,9 @@ import yaml
 from orchestrator import cli
 from orchestrator.store import read_query
 
+# alone (tests/lanes.py): the unshaped link must read 'no change' between two sweeps
+pytestmark = pytest.mark.alone
+
 REPO = Path(__file__).resolve().parents[2]
 THRESHOLD = "30%"
 """The fast link must read ``no change``; on this machine it drifts 10-18% between two sweeps of

@@ -27,8 +27,8 @@ import pytest
 
 from orchestrator.emulated import LinkShape, cluster_unavailable
 
-# quiet lane (tests/lanes.py): the slow node and pair measured as slow, and only they; its own emulated cluster
-pytestmark = pytest.mark.quiet
+# alone (tests/lanes.py): the slow node and pair measured as slow, and only they; its own emulated cluster
+pytestmark = pytest.mark.alone
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = "lsf"  # not "ls" (a user's cluster) nor "lst" (tests/integration/test_emulated.py)

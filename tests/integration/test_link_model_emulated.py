@@ -27,6 +27,9 @@ import pytest
 from tests.integration.conftest import SHARED_LINKS
 from tests.integration.test_bench_smoke import smoke_figures
 
+# alone (tests/lanes.py): the exposure is fitted from slowdowns across three links
+pytestmark = pytest.mark.alone
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_link_model.py"
 LINK_NAMES = ["s500", "r1g", "r2g"]  # the bench's SMOKE_LINKS: a factor of 2 apart
 

@@ -3,13 +3,17 @@ lane's priority (a real child process, as an xdist worker is)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.lanes import BACKGROUND_NICE, QUIET, lane_of, quiet_first
+import pytest
+
+from tests import lanes
+from tests.lanes import ALONE, BACKGROUND_NICE, QUIET, lane_of, quiet_first
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE = "tests/integration/test_x.py"
@@ -17,6 +21,7 @@ MODULE = "tests/integration/test_x.py"
 
 def test_a_quiet_marker_or_fixture_puts_a_test_in_the_quiet_lane():
     assert lane_of(MODULE, ["tmp_path"], ["quiet", "slow"]) == QUIET
+    assert lane_of(MODULE, ["tmp_path"], [ALONE]) == QUIET
     assert lane_of(MODULE, ["emulated_cluster", "tmp_path"], []) == QUIET
     assert lane_of(MODULE, ["hung_sweep"], ["slow"]) == QUIET
 
@@ -138,3 +143,66 @@ def test_xdist_runs_each_group_on_one_worker_the_quiet_one_first(tmp_path):
     assert all(len(w) == 1 for w in workers_of.values()), workers_of
     (quiet_worker,) = workers_of[QUIET]
     assert [n.rpartition("@")[2] for n in ran[quiet_worker][:4]] == [QUIET] * 4, ran
+
+
+@pytest.fixture
+def in_a_worker(tmp_path, monkeypatch):
+    """This process as an xdist worker whose controller made the lock folder ``tmp_path``."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    monkeypatch.setenv(lanes.LOCK_DIR_ENV, str(tmp_path))
+    return tmp_path
+
+
+def _can_lock(folder: Path, how: int) -> bool:
+    """Whether another worker could take the lanes' lock ``how`` now (a fresh open file: flock
+    locks belong to it, so it contends as another process would), without waiting."""
+    fd = os.open(folder / "lanes", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, how | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def test_an_alone_test_waits_for_no_background_test_and_none_starts_beside_it(in_a_worker):
+    with lanes.running("integration/test_x", alone=False):
+        assert not _can_lock(in_a_worker, fcntl.LOCK_EX)  # an alone test would wait
+        assert _can_lock(in_a_worker, fcntl.LOCK_SH)  # another background test would not
+    assert _can_lock(in_a_worker, fcntl.LOCK_EX)  # ended: the alone test starts
+    with lanes.running(QUIET, alone=True):
+        assert not _can_lock(in_a_worker, fcntl.LOCK_SH)  # the background lane waits
+    assert _can_lock(in_a_worker, fcntl.LOCK_SH)
+
+
+def test_a_quiet_test_that_is_not_alone_holds_no_lock(in_a_worker):
+    with lanes.running(QUIET, alone=False):
+        assert _can_lock(in_a_worker, fcntl.LOCK_EX)
+
+
+def test_outside_xdist_nothing_is_locked(tmp_path, monkeypatch):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.setenv(lanes.LOCK_DIR_ENV, str(tmp_path))
+    with lanes.running("integration/test_x", alone=False):
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_the_controller_makes_the_lock_folder_once_and_removes_it(monkeypatch):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.delenv(lanes.LOCK_DIR_ENV, raising=False)
+    lanes.make_lock_dir()
+    folder = os.environ[lanes.LOCK_DIR_ENV]
+    lanes.make_lock_dir()
+    assert os.environ[lanes.LOCK_DIR_ENV] == folder and os.path.isdir(folder)
+    lanes.remove_lock_dir()
+    assert lanes.LOCK_DIR_ENV not in os.environ and not os.path.exists(folder)
+
+
+def test_a_folder_it_did_not_make_is_never_removed(tmp_path, monkeypatch):
+    """A pytest run inside a test inherits the outer run's folder: it must leave it."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.setenv(lanes.LOCK_DIR_ENV, str(tmp_path))
+    lanes.make_lock_dir()
+    lanes.remove_lock_dir()
+    assert os.environ[lanes.LOCK_DIR_ENV] == str(tmp_path) and tmp_path.is_dir()
