@@ -111,7 +111,9 @@ def pytest_runtest_setup(item):
 def pytest_runtest_protocol(item, nextitem):
     """Setup to teardown inside the lanes' lock (tests/lanes.py): the background lane pauses
     while an ``alone`` test runs."""
-    with lanes.running(_lane(item), item.get_closest_marker(lanes.ALONE) is not None):
+    alone = item.get_closest_marker(lanes.ALONE) is not None
+    next_alone = nextitem is not None and nextitem.get_closest_marker(lanes.ALONE) is not None
+    with lanes.running(_lane(item), alone, next_alone):
         yield
 
 

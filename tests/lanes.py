@@ -117,22 +117,46 @@ def remove_lock_dir() -> None:
         _made = None
 
 
+_alone_fd: int | None = None
+"""The exclusive lock's file while this worker holds it across consecutive ``alone`` tests."""
+
+
 @contextlib.contextmanager
-def running(lane: str, alone: bool) -> Iterator[None]:
+def running(lane: str, alone: bool, next_alone: bool = False) -> Iterator[None]:
     """Around one test's whole run in an xdist worker: a background test holds the shared lock,
     an ``alone`` test the exclusive one (module docstring); a quiet test that is not alone, or
-    any test outside xdist, holds nothing."""
+    any test outside xdist, holds nothing. An alone test followed by another (``next_alone``)
+    keeps the exclusive lock for it, so a module of alone tests waits for the background lane
+    once, not before each test."""
+    global _alone_fd
     folder = os.environ.get(LOCK_DIR_ENV)
     if xdist_worker() is None or folder is None or (lane == QUIET and not alone):
         yield
         return
-    turnstile = os.open(os.path.join(folder, "turnstile"), os.O_RDWR | os.O_CREAT)
-    held = os.open(os.path.join(folder, "lanes"), os.O_RDWR | os.O_CREAT)
+    if alone and _alone_fd is not None:
+        fd = _alone_fd  # kept from the alone test before
+    else:
+        fd = _lock(folder, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    _alone_fd = None
     try:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        fcntl.flock(held, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        fcntl.flock(turnstile, fcntl.LOCK_UN)
         yield
     finally:
-        os.close(held)  # closing releases the lock
-        os.close(turnstile)
+        if alone and next_alone:
+            _alone_fd = fd
+        else:
+            os.close(fd)  # closing releases the lock
+
+
+def _lock(folder: str, how: int) -> int:
+    """The lanes' lock taken ``how``, through the turnstile (module docstring): its file."""
+    turnstile = os.open(os.path.join(folder, "turnstile"), os.O_RDWR | os.O_CREAT)
+    fd = os.open(os.path.join(folder, "lanes"), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(fd, how)
+    except BaseException:
+        os.close(fd)
+        raise
+    finally:
+        os.close(turnstile)  # closing releases the turnstile
+    return fd

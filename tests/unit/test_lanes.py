@@ -176,6 +176,15 @@ def test_an_alone_test_waits_for_no_background_test_and_none_starts_beside_it(in
     assert _can_lock(in_a_worker, fcntl.LOCK_SH)
 
 
+def test_consecutive_alone_tests_keep_the_lock_between_them(in_a_worker):
+    with lanes.running(QUIET, alone=True, next_alone=True):
+        pass
+    assert not _can_lock(in_a_worker, fcntl.LOCK_SH)  # kept for the next alone test
+    with lanes.running(QUIET, alone=True, next_alone=False):
+        assert not _can_lock(in_a_worker, fcntl.LOCK_SH)
+    assert _can_lock(in_a_worker, fcntl.LOCK_SH)  # the last one lets the background go
+
+
 def test_a_quiet_test_that_is_not_alone_holds_no_lock(in_a_worker):
     with lanes.running(QUIET, alone=False):
         assert _can_lock(in_a_worker, fcntl.LOCK_EX)
