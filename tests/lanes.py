@@ -24,7 +24,8 @@ deadline. So:
   the background lane pauses while it runs: each background test holds a shared lock for its
   whole run (setup to teardown), an ``alone`` test the exclusive one, taken through a turnstile
   so a stream of background tests cannot starve it. It waits for the background test in hand to
-  end; nothing in the quiet lane waits on the background otherwise.
+  end (once for a run of consecutive alone tests, which keep the lock between them); nothing in
+  the quiet lane waits on the background otherwise.
 
 Without xdist (``-n 0``, ``-p no:xdist``) the groups are inert marks and nothing is niced.
 
@@ -55,8 +56,9 @@ QUIET_FIXTURES = frozenset({"emulated_cluster", "hung_sweep"})
 """Fixtures whose users are quiet: the shared emulated cluster, the hung sweep (run timeout)."""
 BACKGROUND_NICE = 10
 """The background lane's niceness: CFS then gives a nice-0 process about 9 times its CPU share
-when both want a core (weights 1024 and 110), so the quiet lane runs nearly as alone, and the
-background lane's Ray processes still answer health checks (nice 19 would leave them ~1.5%)."""
+when both want a core (weights 1024 and 110), so the quiet lane gets most of the CPU (not all
+of it: hence ``alone``), and the background lane's Ray processes still answer health checks
+(nice 19 would leave them ~1.5%)."""
 
 
 def lane_of(module: str, fixtures: Iterable[str], markers: Iterable[str]) -> str:
