@@ -10,7 +10,7 @@ run; start, resume and end of the sweep), ``stats`` (the figures of the run's va
 only), ``ui`` (progress). A failed run is a row (status ``failed`` and the error text) and the
 sweep goes on. What the sweep writes, when and by which route: ``store.writes.SWEEP_WRITES``.
 
-May import: ledger, planner, rows, spec, trace_rows, orchestrator.analysis.comm_model,
+May import: ledger, planner, rows, spec, stopping, trace_rows, orchestrator.analysis.comm_model,
 orchestrator.analysis.linkmodel, orchestrator.analysis.links, orchestrator.analysis.stats,
 orchestrator.emulated.describe, orchestrator.raycluster, orchestrator.store,
 orchestrator.topology.discovery.
@@ -29,7 +29,7 @@ from orchestrator.analysis import linkmodel, stats
 from orchestrator.analysis.comm_model import AlgbwBySize
 from orchestrator.raycluster.result import RunResult
 from orchestrator.store import Q, SweepStore, TableStore
-from orchestrator.sweep import ledger, rows, trace_rows
+from orchestrator.sweep import ledger, rows, stopping, trace_rows
 from orchestrator.sweep.planner import (
     LinkbenchPlan,
     PlannedRun,
@@ -186,7 +186,8 @@ def execute_linkbench(
 @contextmanager
 def sweep_life(store: SweepStore, sweep_id: str, ui) -> Iterator[None]:
     """The sweep's heartbeat while the block runs, then its final status: ``interrupted`` when a
-    stop signal or Ctrl-C ends the block (re-raised), else ok or failed from its runs."""
+    stop signal or Ctrl-C ends the block (re-raised; also when the signal reached a DuckDB query
+    and came out as DuckDB's error), else ok or failed from its runs."""
     heartbeat = store.heartbeat(sweep_id)
     status = "ok"
     try:
@@ -194,6 +195,12 @@ def sweep_life(store: SweepStore, sweep_id: str, ui) -> Iterator[None]:
     except KeyboardInterrupt:
         status = "interrupted"
         raise
+    except Exception as exc:
+        signum = stopping.stopping_for()
+        if signum is None:
+            raise
+        status = "interrupted"  # the stop signal came inside a DuckDB query: its error, ours
+        raise stopping.SweepStopped(signum) from exc
     finally:
         heartbeat.stop()
         ui.sweep_finished(sweep_id, ledger.finish_sweep(store, sweep_id, status))

@@ -62,6 +62,14 @@ def install() -> Callable[[], None]:
     return restore
 
 
+def stopping_for() -> int | None:
+    """The signal a stop is under way for, None when none is. A signal that arrives while
+    DuckDB runs a query reaches the handler from inside the query, and DuckDB turns the
+    :class:`SweepStopped` it raises into its own ``RuntimeError: Query interrupted``: the caller
+    asks here to tell that error from any other."""
+    return _state["signum"] if _state["stopping"] else None
+
+
 def received(exc: BaseException) -> int:
     """The signal that stopped the sweep: ``exc``'s, else the last one the handler saw (Ray
     turns any KeyboardInterrupt raised inside ``ray.get``/``ray.wait`` into a plain one), else
