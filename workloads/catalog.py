@@ -80,6 +80,9 @@ class Strategy:
     """ZeRO: DeepSpeed's ``zero_optimization.stage``."""
     shared_gpu: bool = True
     """May run as two ranks sharing one GPU (``ranks_per_gpu: 2``, the one-GPU rehearsal)."""
+    hybrid: bool = False
+    """Shards within groups of ``hsdp_shard_size`` ranks and replicates across them (a 2-D
+    replicate x shard mesh); False: shards over (or replicates to) every rank."""
     doc: str = ""
 
 
@@ -123,6 +126,9 @@ class Axis:
     is read with a message, and the derived migration fills the column from the old one."""
     grid: bool = True
     """A grid key (False: a key column the spec fills elsewhere, as ``link``)."""
+    elsewhere: str = ""
+    """Why the strategies it does not apply to have no such setting (said when a sweep lists
+    the axis for them alone)."""
 
     @property
     def short(self) -> str:
@@ -148,6 +154,8 @@ _FSDP_REFUSES = {
     "overlap_comm": "FSDP2 has no overlap switch (it always overlaps)",
 }
 
+FAMILIES = {"ddp": "DDP", "zero": "ZeRO", "fsdp2": "FSDP2"}
+"""Each family's name for people (``the FSDP2 strategies``)."""
 STRATEGIES: dict[str, Strategy] = {}
 AXES: dict[str, Axis] = {}
 
@@ -206,7 +214,7 @@ for _s in (
         values={"offload": ("none", "cpu"), "grad_sync": ("each", "last", "replicate_last"),
                 "bucket_mb": (0,), "overlap_comm": ("default",)},
         defaults={"grad_sync": "each"}, refuses=_FSDP_REFUSES,
-        named=("reshard_after_forward", "grad_sync"), shared_gpu=False,
+        named=("reshard_after_forward", "grad_sync"), shared_gpu=False, hybrid=True,
         doc="FSDP2 on a 2-D mesh, replicate x shard (the shard group: hsdp_shard_size ranks)",
     ),
 ):  # fmt: skip
@@ -256,7 +264,7 @@ for _a in (
         "set_requires_gradient_sync), replicate_last (hsdp: reduce-scatter every micro-batch, "
         "all-reduce across replicas on the last). Default: each strategy's own (ddp last, fsdp "
         "and hsdp each). Not for ZeRO (DeepSpeed decides).",
-        since=8,
+        since=8, elsewhere="ZeRO's sync is DeepSpeed's own",
     ),
     Axis(
         "reshard_after_forward", "VARCHAR", ("true", "false"), "true", families=("fsdp2",),
