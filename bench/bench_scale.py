@@ -74,7 +74,7 @@ from orchestrator.sweep import ledger  # noqa: E402
 from orchestrator.sweep.planner import PlannedRun, Variant  # noqa: E402
 from orchestrator.sweep.resume import RunSlot  # noqa: E402
 from orchestrator.sweep.rows import RunRows  # noqa: E402
-from orchestrator.sweep.spec import GRAD_DTYPE_NA, parse_spec  # noqa: E402
+from orchestrator.sweep.spec import parse_spec  # noqa: E402
 
 SWEEP_TIMEOUT_S = 1800
 STRATEGIES = "ddp,zero3"
@@ -267,16 +267,15 @@ def _stored_runs(n: int) -> list[dict]:
                 "run_id": f"r{seq}",
                 "sweep_id": "s",
                 "seq": seq,
-                "strategy": "ddp",
-                "offload": "none",
-                "grad_accum": 1,
-                "bucket_mb": group + 1,
-                "overlap_comm": "default",  # a group key: without it the refresh finds no run
-                "ddp_grad_dtype": "fp32",  # a group key too
-                "grad_sync": "last",  # DDP's default sync, a group key
-                "reshard_after_forward": GRAD_DTYPE_NA,  # FSDP2 only: n/a for DDP, a group key
-                "link": "default" if within % 2 == 0 else "no_p2p",
-                "placement": "pack",
+                # every variant key, as the planner fills it (without one the refresh finds
+                # no run): DDP's defaults, the bucket as the group
+                **Variant(
+                    "ddp",
+                    1,
+                    "default" if within % 2 == 0 else "no_p2p",
+                    "pack",
+                    bucket_mb=group + 1,
+                ).axes,  # fmt: skip
                 "repeat": within // 2 + 1,
                 "status": "ok",
                 "throttled": False,
@@ -302,10 +301,7 @@ def bench_refresh(work: Path, repeat: int = FULL["refreshes"]) -> dict:
             with s.transaction():
                 s.insert("runs", runs)
             last = runs[-1]
-            variants[n] = Variant(
-                "ddp", 1, last["link"], "pack", "none", last["bucket_mb"],
-                grad_sync="last", reshard_after_forward=GRAD_DTYPE_NA,
-            )  # fmt: skip
+            variants[n] = Variant("ddp", 1, last["link"], "pack", bucket_mb=last["bucket_mb"])
             times[n] = []
         for _ in range(repeat):
             for n, s in stores.items():

@@ -76,17 +76,21 @@ def build_variant(spec, args: argparse.Namespace):
     """The grid point from the flags, each defaulting to the sweep grid's first value."""
     from orchestrator.sweep.ds_config import default_bucket_mb
     from orchestrator.sweep.planner import Variant
-    from orchestrator.sweep.spec import OFFLOAD_RULE, SpecError, offload_applies
+    from orchestrator.sweep.spec import SpecError, offload_applies
+    from workloads import catalog
 
     g = spec.grid
     strategy = args.strategy or g.strategy[0]
-    offload = args.offload or ("none" if strategy == "ddp" else g.offload[0])
+    offered = catalog.offered("offload", strategy) or ()
+    offload = args.offload or (offered[0] if len(offered) == 1 else g.offload[0])
     link = args.link or spec.baseline
     errors = []
     if link not in spec.links:
         errors.append(f"--link: unknown link {link!r}; links defined: {list(spec.links)}")
     if not offload_applies(strategy, offload):
-        errors.append(f"--offload: {offload!r} {OFFLOAD_RULE[offload]}; --strategy is {strategy}")
+        errors.append(
+            f"--offload: {offload!r} is not offered by {strategy}; allowed: {list(offered)}"
+        )
     if errors:
         raise SpecError(errors)
     return Variant(

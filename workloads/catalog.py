@@ -236,7 +236,7 @@ for _a in (
     Axis("grad_accum", "INTEGER", None, 1, minimum=1, label="ga", words="grad_accum {value}",
          doc="Micro-steps per optimizer step (the sync-frequency axis)."),
     Axis(
-        "bucket_mb", "INTEGER", None, "default", families=("ddp", "zero"), na=0, minimum=1,
+        "bucket_mb", "INTEGER", None, "default", na=0, minimum=1,
         extra=("default",), label="bucket", words="bucket {value} MB",
         doc="DDP bucket_cap_mb and DeepSpeed reduce/allgather bucket size, in MiB (2**20 bytes, "
         "the unit of DDP's bucket_cap_mb): one value is one byte count in both frameworks; "
@@ -365,6 +365,9 @@ def default(axis_name: str, strategy_name: str | None = None) -> Any:
         return a.default
     if a.families is not None and s.family not in a.families:
         return a.na
+    only = s.values.get(axis_name, ())
+    if len(only) == 1:  # one value offered: it is the default (DDP's offload, FSDP2's bucket)
+        return only[0]
     return s.defaults.get(axis_name, a.default)
 
 

@@ -9,8 +9,8 @@ may import this module; it imports nothing from linksweep.
 Vocabulary (the same in code, tables and docs):
 
 sweep      one sweep file submitted once; a row in ``sweeps``.
-variant    one grid point: strategy x offload x grad_accum x bucket_mb x overlap_comm x link x
-           placement.
+variant    one grid point: a strategy and one value of every axis of the catalog
+           (``workloads/catalog.py``: grad_accum, offload, ..., link, placement).
 run        one variant x one repeat: fresh Ray actors, one process group, warmup then timed steps.
 repeat     the 1-based index of a run among its variant's runs.
 step       one optimizer step (= grad_accum micro-steps); "timed step" excludes warmup.
@@ -91,7 +91,7 @@ class RunConfig:
 
     run_id: str
     strategy: str
-    """ddp | zero1 | zero2 | zero3 | fsdp | hsdp"""
+    """A name of the catalog (``workloads/catalog.py``)."""
     grad_accum: int
     """Micro-steps per optimizer step."""
     bucket_mb: int | None
@@ -137,6 +137,10 @@ class RunConfig:
     trace_steps: int = 0
     """Optimizer steps traced with ``torch.profiler`` after the timed ones (0: none); never in
     a step-time figure, never inside the profiled pass (``workloads/train.py``)."""
+    axes: dict[str, Any] = field(default_factory=dict)
+    """Every axis of the variant as stored (``workloads/catalog.py``: the variant key, with the
+    placeholder where an axis does not apply): how an axis added to the catalog reaches the
+    strategy that reads it, with no field added here."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ grad_accum x the expected micro-step time of its mode), plus a per-sweep start; 
 below carry their reasons. Every run also gets ``run_timeout_s`` (:func:`run_timeout_for`), so a
 selftest that hangs anywhere still ends, by :attr:`SelftestPlan.bound_s` at the latest.
 
-May import: nothing (the standard library only).
+May import: workloads.catalog.
 """
 
 from __future__ import annotations
@@ -24,11 +24,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from workloads import catalog
+
 Needs = Literal["", "gpu", "cuda", "2 gpus", "2 devices"]
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+# Which strategies selftest runs is a sweep file's content (as ``sweeps/``), read from the
+# catalog by family so that no name is typed here: every built-in DDP and ZeRO strategy in the
+# two-rank checks, the first DDP one alone, the deepest ZeRO stage for --quick and NVMe.
+_BUILT_IN = [s for s in catalog.STRATEGIES.values() if s.workload.startswith("workloads.")]
+_DDP = next(s.name for s in _BUILT_IN if s.family == "ddp")
+_ZERO3 = max((s for s in _BUILT_IN if s.zero_stage), key=lambda s: s.zero_stage).name
+STRATEGIES = tuple(s.name for s in _BUILT_IN if s.family in ("ddp", "zero"))
 GRAD_ACCUMS = (1, 8)  # the sync-frequency axis' two ends: DDP/ZeRO-1 sync once, ZeRO-2/3 each
 HANG_FAULT = "1:1:hang"  # rank 1 blocks at step 1 (workloads/train.py LINKSWEEP_INJECT_FAULT)
-FSDP2_GRID = {"strategy": "fsdp", "grad_accum": 2, "grad_sync": "last", "placement": "pack"}
+FSDP2_GRID = {
+    "strategy": catalog.names("fsdp2")[0],
+    "grad_accum": 2,
+    "grad_sync": "last",
+    "placement": "pack",
+}
 """The FSDP2 check's one run: grad_accum 2, so the accumulation check has a non-final
 micro-batch to judge; ``grad_sync: last``, so that micro-batch goes through FSDP2's own switch
 (``set_requires_gradient_sync``) and must send all-gathers only (a sync switch that does
@@ -39,7 +52,7 @@ FSDP2_SHARED_GPU_REFUSED = (
 )
 """Why the FSDP2 check is not run on a one-GPU node (``sweep/spec.py`` ``fsdp_errors`` refuses
 ``ranks_per_gpu: 2`` with fsdp; ``test_selftest_plan`` checks the refusal still holds)."""
-QUICK_STRATEGY = "zero3"
+QUICK_STRATEGY = _ZERO3
 """``--quick``'s one two-rank (and two-GPU) run: ZeRO-3 at grad_accum 1 goes through DeepSpeed,
 its parameter gathers and the device DeepSpeed picks for each rank, so one run exercises most of
 what DDP's would and more."""
@@ -275,14 +288,14 @@ def sweep_specs(
         return out
 
     out = {
-        "one_rank": spec("one_rank", world_size=1, grid={"strategy": "ddp", "grad_accum": 1}),
+        "one_rank": spec("one_rank", world_size=1, grid={"strategy": _DDP, "grad_accum": 1}),
         "two_rank": spec("two_rank", world_size=2, **shared_gpu, grid=every),
     }
     if cuda and n_gpus >= 2:
         out["two_gpu"] = spec("two_gpu", world_size=2, grid=every)
     if not cuda or n_gpus >= 2:  # FSDP2 refuses ranks_per_gpu 2: no one-GPU rehearsal
         out["fsdp2"] = spec("fsdp2", world_size=2, grid=dict(FSDP2_GRID))
-    nvme_grid = {"strategy": "zero3", "offload": "nvme", "grad_accum": 1}
+    nvme_grid = {"strategy": _ZERO3, "offload": "nvme", "grad_accum": 1}
     nvme_timeout = run_timeout_for({**base, "grid": nvme_grid}) + AIO_BUILD_S
     out["nvme"] = spec("nvme", world_size=1, run_timeout_s=nvme_timeout, grid=nvme_grid)
     out["hang"] = spec(
@@ -292,7 +305,7 @@ def sweep_specs(
         **{"steps": 3, "warmup_steps": 1},
         links={"hang": {"LINKSWEEP_INJECT_FAULT": HANG_FAULT}},
         run_timeout_s=HANG_TIMEOUT_S["gpu" if cuda else "cpu"],
-        grid={"strategy": "ddp", "grad_accum": 1},
+        grid={"strategy": _DDP, "grad_accum": 1},
     )
     return out
 

@@ -18,7 +18,7 @@ here as it would pass ``deepspeed.initialize``'s config step. The driver has no 
 so DeepSpeedConfig sees world size 1: ``train_batch_size`` (derived, checked by DeepSpeed at
 initialize) is left out of the check.
 
-May import: ds_config, planner, spec, deepspeed, pydantic, torch.
+May import: ds_config, planner, spec, workloads.catalog, deepspeed, pydantic, torch.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any
 from orchestrator.sweep.ds_config import block_conflicts, deep_merge
 from orchestrator.sweep.planner import expand_grid, run_config
 from orchestrator.sweep.spec import SweepSpec
+from workloads import catalog
 
 
 class _ReadTracker(dict):
@@ -121,7 +122,7 @@ def _ds_version() -> str:
 
 def check_deepspeed(spec: SweepSpec) -> list[str]:
     """Every problem with the sweep's DeepSpeed configs (empty: fine, or no ZeRO runs)."""
-    zero = [v for v in expand_grid(spec) if v.strategy.startswith("zero")]
+    zero = [v for v in expand_grid(spec) if catalog.strategy(v.strategy).zero_stage is not None]
     if not zero:
         return []
     block = spec.deepspeed or {}

@@ -36,7 +36,7 @@ is one byte count in both frameworks: ``elements = bucket_mb * 2**20 / bytes_per
 fp32, 2 for bf16, the dtype ZeRO's gradient buckets are allocated in): a 25 MiB bucket is
 6,553,600 fp32 elements or 13,107,200 bf16 elements, 26,214,400 bytes either way, as DDP's.
 
-May import: nothing (the standard library only).
+May import: workloads.catalog.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from typing import Any
+
+from workloads import catalog
 
 __all__ = [
     "BYTES_PER_ELEMENT",
@@ -64,8 +66,10 @@ __all__ = [
     "default_bucket_mb",
 ]
 
-STRATEGIES: dict[str, int] = {"zero1": 1, "zero2": 2, "zero3": 3}
-"""ZeRO strategy name -> ``zero_optimization.stage``."""
+STRATEGIES: dict[str, int] = {
+    s.name: s.zero_stage for s in catalog.STRATEGIES.values() if s.zero_stage is not None
+}
+"""ZeRO strategy name -> ``zero_optimization.stage`` (the catalog's ``zero_stage``)."""
 
 PRECISIONS: dict[str, int] = {"fp32": 4, "bf16": 2}
 """Training precision -> bytes per element of the parameters and gradients."""

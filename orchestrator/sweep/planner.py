@@ -13,105 +13,126 @@ run as a :class:`RunPlan` (its slot: plan entry and run id; its :class:`Launch`:
 world size, placement, bundle, timeout and the nodes kept off), each link microbenchmark the
 same way, and how ranks start. Nothing after it reads the spec to start a run.
 
-May import: ds_config, exclusions, spec, workloads.contract, workloads.fsdp.
+May import: ds_config, exclusions, spec, workloads.catalog, workloads.contract.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import itertools
 import math
 import os
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.sweep.ds_config import ZeroVariant, deepspeed_config, default_bucket_mb
 from orchestrator.sweep.exclusions import describe_exclusions, excluded_node_ids, usable_nodes
-from orchestrator.sweep.spec import (
-    GRAD_DTYPE_NA,
-    RANK_FORM,
-    SYNC_FLAVOURS,
-    SpecError,
-    SweepSpec,
-    default_grad_sync,
-    offload_applies,
-)
+from orchestrator.sweep.spec import RANK_FORM, SpecError, SweepSpec
+from workloads import catalog
 from workloads.contract import (
     NCCL_TRACE_PREFIX,
     LinkbenchConfig,
     NodeInfo,
     RunConfig,
 )
-from workloads.fsdp import FSDP_STRATEGIES
 
 NCCL_DEBUG_DEFAULTS = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,ENV"}
 LEARNING_RATE = 1e-3  # any sane value: we time steps, we do not train to convergence
 PROFILE_STEPS = 1  # profiled optimizer steps that count collectives (the last warmup step if >1)
 
 
-@dataclass(frozen=True)
 class Variant:
-    """One grid point."""
+    """One grid point: the strategy, grad_accum, link and placement, and a value for every other
+    axis of the catalog (``v.offload``, ``v.grad_sync``, ...), each as stored: the axis's
+    placeholder where it does not apply, the strategy's default where the grid named none.
+    Frozen and hashable; equal variants have equal values of every axis.
 
-    strategy: str
-    grad_accum: int
-    link: str
-    placement: str
-    offload: str = "none"
-    bucket_mb: int = 25
-    """MiB (as DDP's ``bucket_cap_mb``); with the grid's ``default``, the framework's own (see
-    ``default_bucket_mb``)."""
-    overlap_comm: str = "default"
-    """default | true | false (see ``ds_config.OVERLAP_CHOICES``)."""
-    ddp_grad_dtype: str = "fp32"
-    """DDP: fp32 | bf16, the dtype of its gradient all_reduce (``spec.Grid.ddp_grad_dtype``);
-    ``spec.GRAD_DTYPE_NA`` for ZeRO, where it does not apply (comms rows hold each collective's
-    dtype)."""
+    ``hsdp_shard_size`` is not a key (the spec and the placement decide it) but rides along:
+    the ranks of a hybrid strategy need it."""
 
-    grad_sync: str | None = None
-    """each | last | replicate_last (``spec.Grid.grad_sync``); None: the strategy's default
-    (``spec.default_grad_sync``); ``spec.GRAD_DTYPE_NA`` for ZeRO, which has no such axis."""
-    reshard_after_forward: str = "true"
-    """FSDP2 strategies: true | false (``spec.Grid.reshard_after_forward``, as text so that it
-    matches with SQL ``=`` as ``overlap_comm`` does); ``spec.GRAD_DTYPE_NA`` for the others."""
-    hsdp_shard_size: int | None = None
-    """hsdp: ranks per shard group, resolved by :func:`expand_grid` (:func:`hsdp_shard_size`);
-    None for the other strategies. Not a key: the spec and the placement decide it."""
+    __slots__ = ("_values", "hsdp_shard_size")
 
-    def __post_init__(self) -> None:
-        # however it was built, a variant carries n/a where an axis does not apply
-        if self.strategy != "ddp":
-            object.__setattr__(self, "ddp_grad_dtype", GRAD_DTYPE_NA)
-        if self.strategy not in SYNC_FLAVOURS:
-            object.__setattr__(self, "grad_sync", GRAD_DTYPE_NA)
-        elif self.grad_sync is None:
-            object.__setattr__(self, "grad_sync", default_grad_sync(self.strategy))
-        if self.strategy not in FSDP_STRATEGIES:
-            object.__setattr__(self, "reshard_after_forward", GRAD_DTYPE_NA)
-        elif isinstance(self.reshard_after_forward, bool):
-            object.__setattr__(
-                self, "reshard_after_forward", str(self.reshard_after_forward).lower()
-            )
+    def __init__(
+        self,
+        strategy: str,
+        grad_accum: int,
+        link: str,
+        placement: str,
+        hsdp_shard_size: int | None = None,
+        **axes: Any,
+    ) -> None:
+        catalog.strategy(strategy)  # an unknown name is an error here, not a ZeRO run later
+        unknown = set(axes) - set(catalog.AXES)
+        if unknown:
+            raise TypeError(f"Variant: unknown axes {sorted(unknown)}; known: {list(catalog.AXES)}")
+        given = {"strategy": strategy, "grad_accum": grad_accum, "link": link,
+                 "placement": placement, **axes}  # fmt: skip
+        values: dict[str, Any] = {}
+        for name, a in catalog.AXES.items():
+            value = given.get(name)
+            if isinstance(value, bool) and a.sql_type == "VARCHAR":
+                value = str(value).lower()
+            if not catalog.applies(name, {**given, **values}):
+                value = a.na
+            elif value is None:
+                value = catalog.default(name, strategy)
+            values[name] = value
+        if values["bucket_mb"] == "default":  # the framework's own, as the grid's default
+            values["bucket_mb"] = default_bucket_mb(strategy, "fp32")
+        object.__setattr__(self, "_values", tuple(values.items()))
+        object.__setattr__(self, "hsdp_shard_size", hsdp_shard_size)
+
+    def __getattr__(self, name: str) -> Any:
+        for key, value in object.__getattribute__(self, "_values"):
+            if key == name:
+                return value
+        raise AttributeError(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Variant is frozen")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Variant):
+            return NotImplemented
+        return (self._values, self.hsdp_shard_size) == (other._values, other.hsdp_shard_size)
+
+    def __hash__(self) -> int:
+        return hash((self._values, self.hsdp_shard_size))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self._values)
+        return f"Variant({inner}, hsdp_shard_size={self.hsdp_shard_size!r})"
+
+    def replace(self, **changes: Any) -> Variant:
+        """A copy with some values changed (axes or ``hsdp_shard_size``)."""
+        values = {**dict(self._values), "hsdp_shard_size": self.hsdp_shard_size, **changes}
+        return Variant(**values)
+
+    @property
+    def axes(self) -> dict[str, Any]:
+        """Every axis's value, in the catalog's order (the variant key)."""
+        return dict(self._values)
 
     @property
     def label(self) -> str:
-        off = "" if self.offload == "none" else f" offload={self.offload}"
-        ovl = "" if self.overlap_comm == "default" else f" overlap={self.overlap_comm}"
-        grad = f" grads={self.ddp_grad_dtype}" if self.ddp_grad_dtype == "bf16" else ""
-        sync = ""
-        if self.grad_sync not in (GRAD_DTYPE_NA, default_grad_sync(self.strategy)):
-            sync = f" sync={self.grad_sync}"
-        reshard = " reshard=false" if self.reshard_after_forward == "false" else ""
-        bucket = "" if self.strategy in FSDP_STRATEGIES else f" bucket={self.bucket_mb}MB"
-        return (
-            f"{self.strategy}{off}{ovl}{grad}{sync}{reshard} ga={self.grad_accum} "
-            f"link={self.link} {self.placement}{bucket}"
-        )
+        """``zero3 offload=cpu ga=8 link=slow pack bucket=25MB``: the strategy, then every axis
+        that applies and is not the strategy's default, then grad_accum, link, placement."""
+        parts = [self.strategy]
+        for name, value in self._values:
+            a = catalog.AXES[name]
+            if name in ("strategy", "grad_accum", "link", "placement", "bucket_mb"):
+                continue
+            if value != a.na and value != catalog.default(name, self.strategy):
+                parts.append(f"{a.short if name != 'offload' else name}={value}")
+        parts += [f"ga={self.grad_accum}", f"link={self.link}", self.placement]
+        if self.bucket_mb != catalog.AXES["bucket_mb"].na:
+            parts.append(f"bucket={self.bucket_mb}MB")
+        return " ".join(parts)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**dict(self._values), "hsdp_shard_size": self.hsdp_shard_size}
 
 
 @dataclass(frozen=True)
@@ -135,60 +156,52 @@ class RunSlot:
 
 
 def expand_grid(spec: SweepSpec) -> list[Variant]:
-    """Cartesian product of the grid, in file order.
+    """Cartesian product of the grid's axes (the catalog's order), in file order.
 
-    ``offload`` applies only to ZeRO strategies, and ``nvme`` only to zero3 (DeepSpeed swaps to
-    NVMe with stage 3 only), so DDP variants take offload ``none`` and zero1/zero2 skip ``nvme``;
-    combinations no strategy can use are rejected by the spec already. ``ddp_grad_dtype``
-    expands DDP variants only; ZeRO variants take ``GRAD_DTYPE_NA``. ``grad_sync`` expands
-    the strategies offering each flavour (``spec.SYNC_FLAVOURS``), ``reshard_after_forward``
-    the FSDP2 ones; the others take ``GRAD_DTYPE_NA``. FSDP2 variants record bucket 0: FSDP2
-    has no bucket (the spec refuses any other value).
+    Per strategy, an axis it does not apply to takes its placeholder (one variant, whatever the
+    grid lists: ZeRO's ``grad_sync`` is ``n/a``); a value it does not offer is skipped, or,
+    where it offers a single value, replaced by it (DDP's offload is ``none`` whatever the
+    offload list says; FSDP2's bucket is 0); values no listed strategy offers, and values a
+    strategy refuses, were refused by the spec already. ``bucket_mb`` ``default`` becomes the
+    framework's own size (``default_bucket_mb``).
     """
     g = spec.grid
+    axes = [a for a in catalog.AXES.values() if a.name != "strategy"]
+    lists = [spec.grid_links if a.name == "link" else (getattr(g, a.name) or [None]) for a in axes]
     seen: set[Variant] = set()
     out: list[Variant] = []
-    syncs = g.grad_sync or [None]
-    for point in itertools.product(
-        g.strategy,
-        g.offload,
-        g.grad_accum,
-        g.bucket_mb,
-        g.overlap_comm,
-        g.ddp_grad_dtype,
-        syncs,
-        g.reshard_after_forward,
-        spec.grid_links,
-        g.placement,
-    ):
-        v = _variant(spec, point)
-        if v is not None and v not in seen:
-            seen.add(v)
-            out.append(v)
+    for strategy in g.strategy:
+        for point in itertools.product(*lists):
+            v = _variant(spec, strategy, dict(zip((a.name for a in axes), point, strict=True)))
+            if v is not None and v not in seen:
+                seen.add(v)
+                out.append(v)
     return out
 
 
-def _variant(spec: SweepSpec, point: tuple) -> Variant | None:
-    """One grid point (:func:`expand_grid`'s product, in its order) as the variant it runs, or
-    None where an axis value does not apply."""
-    strategy, offload, ga, bucket, overlap, grad_dtype, sync, reshard, link, placement = point
-    if strategy == "ddp":
-        offload = "none"  # one DDP variant per grid point, whatever the offload list says
-    elif not offload_applies(strategy, offload):
-        return None
-    else:
-        grad_dtype = GRAD_DTYPE_NA  # ZeRO's and FSDP2's dtypes follow precision
-    if sync is not None and strategy in SYNC_FLAVOURS and sync not in SYNC_FLAVOURS[strategy]:
-        return None  # e.g. replicate_last is hsdp's alone
-    if strategy in FSDP_STRATEGIES:
-        bucket = 0
-    elif bucket == "default":
-        bucket = default_bucket_mb(strategy, spec.precision, spec.deepspeed, spec.deepspeed_preset)
-    v = Variant(strategy, ga, link, placement, offload, bucket, overlap, grad_dtype, sync,
-                str(reshard).lower())  # fmt: skip
-    if strategy != "hsdp":
+def _variant(spec: SweepSpec, strategy: str, point: dict[str, Any]) -> Variant | None:
+    """One grid point as the variant it runs, or None where a value does not apply."""
+    for name, value in list(point.items()):
+        offered = catalog.offered(name, strategy)
+        if value is None or offered is None or offered == ():
+            continue
+        if isinstance(value, bool):
+            value = str(value).lower()
+        if value not in offered and value not in catalog.AXES[name].extra:
+            if len(offered) != 1:
+                return None  # e.g. nvme for zero1, replicate_last for ddp
+            value = offered[0]  # e.g. DDP's offload: none
+        elif len(offered) == 1:
+            value = offered[0]  # FSDP2's bucket: 0, whatever the grid's "default" says
+        point[name] = value
+    if point.get("bucket_mb") == "default":
+        point["bucket_mb"] = default_bucket_mb(
+            strategy, spec.precision, spec.deepspeed, spec.deepspeed_preset
+        )
+    v = Variant(strategy, **point)
+    if not catalog.strategy(strategy).hybrid:
         return v
-    return dataclasses.replace(v, hsdp_shard_size=hsdp_shard_size(spec, v))
+    return v.replace(hsdp_shard_size=hsdp_shard_size(spec, v))
 
 
 def plan_runs(spec: SweepSpec) -> list[PlannedRun]:
@@ -430,7 +443,7 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
     nvme_dir = nvme_dir_for(spec, v, run_id)
     given_bucket = v.bucket_mb if v.bucket_mb in spec.grid.bucket_mb else None  # else "default"
     ds_config = None
-    if v.strategy.startswith("zero"):
+    if catalog.strategy(v.strategy).zero_stage is not None:  # DeepSpeed runs it
         zero = ZeroVariant(
             strategy=v.strategy,
             grad_accum=v.grad_accum,
@@ -453,7 +466,7 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
         run_id=run_id,
         strategy=v.strategy,
         grad_accum=v.grad_accum,
-        ddp_grad_dtype=v.ddp_grad_dtype if v.strategy == "ddp" else "fp32",
+        ddp_grad_dtype=_applied(v, "ddp_grad_dtype", "fp32"),
         bucket_mb=given_bucket,
         offload=v.offload,
         overlap_comm=v.overlap_comm,
@@ -471,10 +484,18 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
         nvme_dir=nvme_dir,
         ds_config=ds_config,
         reshard_after_forward=v.reshard_after_forward != "false",
-        grad_sync=None if v.grad_sync == GRAD_DTYPE_NA else v.grad_sync,
+        grad_sync=_applied(v, "grad_sync", None),
         hsdp_shard_size=hsdp_shard_size(spec, v),
         trace_steps=spec.trace.steps if spec.trace else 0,
+        axes=v.axes,
     )
+
+
+def _applied(v: Variant, axis: str, otherwise: Any) -> Any:
+    """The variant's value of an axis for a ``RunConfig`` field, ``otherwise`` where the axis
+    does not apply (the field's own default)."""
+    value = getattr(v, axis)
+    return otherwise if value == catalog.AXES[axis].na else value
 
 
 def hsdp_shard_size(spec: SweepSpec, v: Variant) -> int | None:
@@ -482,7 +503,7 @@ def hsdp_shard_size(spec: SweepSpec, v: Variant) -> int | None:
     node (pack: every rank; spread: ``ranks_per_node``); None for every other strategy. Spread without a size is refused
     by the spec (a shard group of one rank shards nothing); a variant that reaches here so
     raises ValueError rather than planning such a run."""
-    if v.strategy != "hsdp":
+    if not catalog.strategy(v.strategy).hybrid:
         return None
     if v.hsdp_shard_size is not None:
         return v.hsdp_shard_size

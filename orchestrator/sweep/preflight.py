@@ -26,7 +26,13 @@ from orchestrator.sweep.exclusions import (
     spec_entries,
     usable_nodes,
 )
-from orchestrator.sweep.planner import NodeCapacity, check_capacity, launcher_for, rank_resources
+from orchestrator.sweep.planner import (
+    NodeCapacity,
+    check_capacity,
+    expand_grid,
+    launcher_for,
+    rank_resources,
+)
 from orchestrator.sweep.spec import SpecError, SweepSpec
 from workloads.aio_check import NodeNvmeFacts, async_io_missing, node_nvme_facts
 
@@ -131,7 +137,7 @@ def preflight(
     to build it names what is missing (``workloads/strategies.py``, the same
     ``async_io_missing``).
     """
-    if "nvme" not in spec.grid.offload or "zero3" not in spec.grid.strategy:
+    if not any(v.offload == "nvme" for v in expand_grid(spec)):  # no run swaps to NVMe
         return
     errors = nvme_errors(spec.nvme_path, ask_rank_nodes(spec, excluded, timeout_s))
     if errors and all(e.startswith(NEEDS_ASYNC_IO) for e in errors):

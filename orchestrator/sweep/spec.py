@@ -10,7 +10,7 @@ field, then across fields: which axes apply to which strategies, what FSDP2 refu
 
 Pure: reads one file, touches no Ray, no database.
 
-May import: pydantic, yaml, workloads.fsdp.
+May import: pydantic, yaml, workloads.catalog, workloads.fsdp.
 """
 
 from __future__ import annotations
@@ -21,34 +21,32 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
-from workloads.fsdp import DEFAULT_GRAD_SYNC, FSDP_STRATEGIES, GRAD_SYNC, mesh_shape
+from workloads import catalog
+from workloads.fsdp import mesh_shape
 
-Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp"]
 Placement = Literal["pack", "spread"]
-Offload = Literal["none", "cpu", "nvme"]
 ModelName = Literal["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt2-tiny"]
 Precision = Literal["fp32", "bf16"]
-Overlap = Literal["default", "true", "false"]
-GradDtype = Literal["fp32", "bf16"]
-GRAD_DTYPE_NA = "n/a"
-"""``ddp_grad_dtype`` of a ZeRO variant, where it does not apply: a value rather than NULL, so
-that the variant key matches with SQL ``=`` (resume, statistics, deletes) as every other key.
-``grad_sync`` of a ZeRO variant and ``reshard_after_forward`` of a non-FSDP2 one take it too."""
-GradSync = Literal["each", "last", "replicate_last"]
-
-# The sync-frequency rule, the one place it is written: which flavours each strategy offers and
-# which it runs when the grid does not say (DDP: no_sync until the last micro-batch, today's
-# behaviour; FSDP2: its own default, reduce every micro-batch). ZeRO has no such axis: DeepSpeed
-# decides what a non-final micro-batch sends.
-SYNC_FLAVOURS: dict[str, tuple[str, ...]] = {"ddp": ("each", "last"), **GRAD_SYNC}
-DEFAULT_SYNC: dict[str, str] = {"ddp": "last", **{s: DEFAULT_GRAD_SYNC for s in FSDP_STRATEGIES}}
+GRAD_DTYPE_NA = catalog.NA
+"""An axis's value where it does not apply (``catalog.NA``): a value rather than NULL, so that
+the variant key matches with SQL ``=`` (resume, statistics, deletes) as every other key."""
 
 
 def default_grad_sync(strategy: str) -> str:
-    """The flavour a strategy runs when the grid lists none; ``n/a`` for ZeRO."""
-    return DEFAULT_SYNC.get(strategy, GRAD_DTYPE_NA)
+    """The flavour a strategy runs when the grid lists none; ``n/a`` where it has no such axis."""
+    return catalog.default("grad_sync", strategy)
 
 
 Preset = Literal["serialized"]
@@ -61,22 +59,9 @@ it starts (``orchestrator/planner.rank_env_for``)."""
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-# The variant rule, the one place it is written: which strategies each offload applies to.
-OFFLOAD_STRATEGIES: dict[str, tuple[str, ...]] = {
-    "none": ("ddp", "zero1", "zero2", "zero3", *FSDP_STRATEGIES),
-    "cpu": ("zero1", "zero2", "zero3", *FSDP_STRATEGIES),  # FSDP2: CPUOffloadPolicy
-    "nvme": ("zero3",),  # DeepSpeed swaps to NVMe only with ZeRO stage 3; FSDP2 has no NVMe
-}
-OFFLOAD_RULE = {
-    "none": "applies to every strategy",
-    "cpu": "applies to ZeRO and FSDP2 only (zero1, zero2, zero3, fsdp, hsdp)",
-    "nvme": "needs zero3 (DeepSpeed swaps to NVMe only with ZeRO stage 3)",
-}
-
-
 def offload_applies(strategy: str, offload: str) -> bool:
-    """Can ``strategy`` run with ``offload``? (DDP: none only; nvme: zero3 only.)"""
-    return strategy in OFFLOAD_STRATEGIES[offload]
+    """Can ``strategy`` run with ``offload``? (the catalog's offered values)"""
+    return offload in (catalog.offered("offload", strategy) or ())
 
 
 class SpecError(ValueError):
@@ -94,92 +79,110 @@ def _as_list(value: Any) -> Any:
     return value if isinstance(value, list) else [value]
 
 
-class Grid(BaseModel):
-    """The cartesian product a sweep runs; every key is optional."""
+# --------------------------------------------------------------------------------------------
+# The grid: one field per catalog axis, built from the catalog (workloads/catalog.py).
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    strategy: list[Strategy] = Field(default=["ddp"], min_length=1)
-    """ddp = torch DDP; zero1/2/3 = DeepSpeed ZeRO stage 1/2/3; fsdp = PyTorch FSDP2
-    (``fully_shard`` on each transformer block and the root); hsdp = FSDP2 on a 2-D mesh,
-    replicate x shard (the shard group: ``hsdp_shard_size`` ranks)."""
-    grad_accum: list[int] = Field(default=[1], min_length=1)
-    """Micro-steps per optimizer step (the sync-frequency axis)."""
-    link: list[str] | None = None
-    """Names from ``links``; default: every link, in file order."""
-    placement: list[Placement] = Field(default=["pack"], min_length=1)
-    """pack: all ranks on one node; spread: one rank per node."""
-    offload: list[Offload] = Field(default=["none"], min_length=1)
-    """ZeRO only: where optimizer state (and with zero3 + nvme, parameters) lives."""
-    bucket_mb: list[int | Literal["default"]] = Field(default=["default"], min_length=1)
-    """DDP bucket_cap_mb and DeepSpeed reduce/allgather bucket size, in MiB (2**20 bytes, the
-    unit of DDP's ``bucket_cap_mb``): one value is one byte count in both frameworks (DeepSpeed
-    gets ``bucket_mb * 2**20 / bytes per gradient element`` elements); ``default``: each
-    framework's own (DDP 25 MiB, DeepSpeed 5e8 elements)."""
-    overlap_comm: list[Overlap] = Field(default=["default"], min_length=1)
-    """default: each framework's own (DDP overlaps; DeepSpeed overlaps for ZeRO-3 only);
-    true / false: ZeRO's overlap_comm; DDP false all-reduces the gradients after backward."""
-    ddp_grad_dtype: list[GradDtype] = Field(default=["fp32"], min_length=1)
-    """DDP only: the dtype DDP all-reduces gradients in. fp32: DDP's default (its gradients'
-    dtype: fp32 under bf16 autocast too, since the parameters stay fp32); bf16: torch's
-    ``bf16_compress_hook``, half the bytes, the dtype ZeRO sends in a bf16 run. Listing it
-    needs ddp in ``strategy``; ZeRO variants do not expand over it (their dtypes follow
-    ``precision`` and the ``deepspeed:`` block's ``communication_data_type``)."""
-    reshard_after_forward: list[bool] = Field(default=[True], min_length=1)
-    """FSDP2 strategies only: true frees a transformer block's parameters after forward and
-    gathers them again in backward (as ZeRO-3); false keeps them until backward (as ZeRO-2).
-    The root keeps FSDP2's default. Listing it needs fsdp or hsdp in ``strategy``; other
-    strategies do not expand over it."""
-    grad_sync: list[GradSync] | None = None
-    """Sync frequency in an accumulation window's non-final micro-batches: each (reduce every
-    micro-batch), last (only on the last: DDP's ``no_sync``, FSDP2's
-    ``set_requires_gradient_sync``), replicate_last (hsdp: reduce-scatter every micro-batch,
-    all-reduce across replicas on the last). Default: each strategy's own (ddp last, fsdp and
-    hsdp each). Not for ZeRO (DeepSpeed decides); a value expands the strategies offering it."""
-    linkbench: bool = False
-    """Run the link microbenchmark once per link x placement before the training runs."""
+def _axis_type(a: catalog.Axis) -> Any:
+    """The type of one value of the axis: a Literal of its values, or int (and its words)."""
+    if a.name == "strategy":
+        return Literal[catalog.names()]
+    if a.values is not None:
+        return Literal[a.values]
+    if a.extra:
+        return int | Literal[a.extra]
+    return int
 
-    @field_validator(
-        "strategy",
-        "reshard_after_forward",
-        "grad_sync",
-        "grad_accum",
-        "link",
-        "placement",
-        "offload",
-        "bucket_mb",
-        "overlap_comm",
-        "ddp_grad_dtype",
-        mode="before",
-    )
-    @classmethod
-    def _scalar_to_list(cls, value: Any) -> Any:
-        return None if value is None else _as_list(value)
 
-    @field_validator("overlap_comm", mode="before")
-    @classmethod
-    def _yaml_bools(cls, values: list) -> list:
-        # YAML reads true/false as booleans; the axis' values are the words
-        return [str(v).lower() if isinstance(v, bool) else v for v in values]
+def _axis_field(a: catalog.Axis) -> tuple[Any, Any]:
+    if a.name == "link":  # names from ``links``, checked across fields
+        return list[str] | None, Field(default=None, description="Names from ``links``; "
+                                       "default: every link, in file order.")  # fmt: skip
+    if a.default is None:  # each strategy's own default (grad_sync)
+        return list[_axis_type(a)] | None, Field(default=None, description=a.doc)
+    return list[_axis_type(a)], Field(default=[a.default], min_length=1, description=a.doc)
 
-    @field_validator(
-        "grad_accum",
-        "bucket_mb",
-        "overlap_comm",
-        "ddp_grad_dtype",
-        "reshard_after_forward",
-        "grad_sync",
-    )
-    @classmethod
-    def _positive(cls, values: list | None) -> list | None:
-        if values is None:
-            return values
-        bad = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v < 1]
-        if bad:
-            raise ValueError(f"must be integers >= 1, got {bad}")
-        if len(set(values)) != len(values):
-            raise ValueError(f"values must be distinct, got {values}")
+
+def _scalar_to_list(cls, value: Any) -> Any:
+    return None if value is None else _as_list(value)
+
+
+def _words(cls, values: Any) -> Any:
+    # YAML reads true/false as booleans; a text axis's values are the words
+    if not isinstance(values, list):
         return values
+    return [str(v).lower() if isinstance(v, bool) else v for v in values]
+
+
+def _checked(cls, values: list | None, info: ValidationInfo) -> list | None:
+    if values is None:
+        return values
+    a = catalog.AXES.get(info.field_name)
+    low = a.minimum if a is not None and a.minimum is not None else None
+    bad = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and low is not None
+           and v < low]  # fmt: skip
+    if bad:
+        raise ValueError(f"must be integers >= {low}, got {bad}")
+    if len(set(values)) != len(values):
+        raise ValueError(f"values must be distinct, got {values}")
+    return values
+
+
+def _grid_model() -> type[BaseModel]:
+    axes = [a for a in catalog.AXES.values() if a.grid or a.name == "link"]
+    text = [a.name for a in axes if a.sql_type == "VARCHAR" and a.values is not None]
+    fields: dict[str, Any] = {a.name: _axis_field(a) for a in axes}
+    fields["linkbench"] = (
+        bool,
+        Field(default=False, description="Run the link microbenchmark once per link x "
+              "placement before the training runs."),
+    )  # fmt: skip
+    names = [a.name for a in axes]
+    validators = {
+        "_scalar_to_list": field_validator(*names, mode="before")(_scalar_to_list),
+        "_words": field_validator(*text, mode="before")(_words),
+        "_checked": field_validator(*names)(_checked),
+    }
+    return create_model(
+        "Grid",
+        __config__=ConfigDict(extra="forbid", frozen=True),
+        __doc__="The cartesian product a sweep runs, one key per catalog axis; every key is "
+        "optional.",
+        __validators__=validators,
+        **fields,
+    )
+
+
+Grid = _grid_model()
+"""The grid (``grid:`` in a sweep file): one list-valued key per axis of the catalog."""
+
+
+def _renamed(grid: Any) -> tuple[Any, list[str]]:
+    """A grid still naming an axis by its former key (``Axis.renamed_from``): the values mapped
+    to the new key, and a line saying so."""
+    if not isinstance(grid, dict):
+        return grid, []
+    notes = []
+    grid = dict(grid)
+    for a in catalog.AXES.values():
+        if a.renamed_from is None or a.renamed_from[0] not in grid:
+            continue
+        old, mapping = a.renamed_from
+        values = _as_list(grid.pop(old))
+        if a.name in grid:
+            raise SpecError([f"grid.{old}: renamed {a.name}; the file gives both: keep {a.name}"])
+        unknown = [v for v in values if v not in mapping]
+        if unknown:
+            raise SpecError(
+                [f"grid.{old} (now {a.name}): {unknown} not allowed; allowed values: "
+                 f"{list(mapping)}"]
+            )  # fmt: skip
+        grid[a.name] = [mapping[v] for v in values]
+        notes.append(
+            f"grid.{old} is now grid.{a.name}: read {values} as {grid[a.name]} (write "
+            f"{a.name} in the file)"
+        )
+    return grid, notes
 
 
 class Trace(BaseModel):
@@ -344,26 +347,15 @@ class SweepSpec(BaseModel):
             errors.append(
                 f"baseline_link: unknown link {self.baseline_link!r}; links defined: {names}"
             )
-        for offload in self.grid.offload:
-            if not any(offload_applies(s, offload) for s in self.grid.strategy):
-                errors.append(
-                    f"grid.offload: {offload!r} {OFFLOAD_RULE[offload]}; "
-                    f"grid.strategy is {self.grid.strategy}"
-                )
-        if "ddp_grad_dtype" in self.grid.model_fields_set and "ddp" not in self.grid.strategy:
-            errors.append(
-                f"grid.ddp_grad_dtype: {self.grid.ddp_grad_dtype} applies to ddp only "
-                f"(allowed values: {list(get_args(GradDtype))}); grid.strategy is "
-                f"{self.grid.strategy} (add ddp, or remove grid.ddp_grad_dtype)"
-            )
-        errors.extend(fsdp_errors(self))
-        zero = [st for st in self.grid.strategy if st.startswith("zero")]
-        for key in ("deepspeed", "deepspeed_preset"):
-            if getattr(self, key) is not None and not zero:
-                errors.append(
-                    f"{key}: applies to ZeRO runs only; grid.strategy is {self.grid.strategy} "
-                    "(add zero1, zero2 or zero3, or remove it)"
-                )
+        errors.extend(axis_errors(self))
+        errors.extend(_hybrid_errors(self))
+        if not catalog_members(self.grid.strategy, "zero"):
+            for key in ("deepspeed", "deepspeed_preset"):
+                if getattr(self, key) is not None:
+                    errors.append(
+                        f"{key}: applies to ZeRO runs only; grid.strategy is "
+                        f"{self.grid.strategy} (add {_or(catalog.names('zero'))}, or remove it)"
+                    )
         if "spread" in self.grid.placement and self.world_size < 2:
             errors.append("grid.placement: 'spread' needs world_size >= 2")
         errors.extend(_ranks_per_node_errors(self))
@@ -383,6 +375,13 @@ class SweepSpec(BaseModel):
             raise ValueError("\n".join(errors))
         return self
 
+    _notes: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def notes(self) -> list[str]:
+        """What reading the file changed that its author should know (a renamed key)."""
+        return list(self._notes)
+
     @property
     def grid_links(self) -> list[str]:
         return list(self.grid.link) if self.grid.link else list(self.links)
@@ -395,66 +394,131 @@ class SweepSpec(BaseModel):
         return self.model_dump(mode="json")
 
 
-def fsdp_errors(spec: SweepSpec) -> list[str]:
-    """What the FSDP2 strategies and the sync-frequency axes refuse, one line each, naming the
-    field and what is allowed: every check runs before anything starts."""
+def catalog_members(strategies: list[str], family: str) -> list[str]:
+    """The listed strategies of one catalog family."""
+    return [st for st in strategies if catalog.family_of(st) == family]
+
+
+def _or(items: Any) -> str:
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
+
+
+def _allowed_words(a: catalog.Axis, offered: tuple | None) -> list[Any]:
+    """What a grid may list for a strategy offering ``offered``: closed values as they are; an
+    open axis collapsed to one stored value reads as its words (bucket_mb ``default``)."""
+    if offered is None:
+        return ["integers", *a.extra]
+    closed = [v for v in offered if a.values is not None and v in a.values]
+    return closed or list(a.extra) or [a.default]
+
+
+def axis_errors(spec: SweepSpec) -> list[str]:
+    """What the catalog's axes refuse, one line each, naming the field and what is allowed:
+
+    - an axis listed for strategies it does not apply to alone (``grid.reshard_after_forward``
+      with no FSDP2 strategy);
+    - a value no listed strategy offers (``offload: cpu`` with ddp alone; ``grad_sync:
+      replicate_last`` without hsdp);
+    - a value a listed strategy refuses rather than skips (``Strategy.refuses``: FSDP2 has no
+      bucket size, no overlap switch, no NVMe), and ``ranks_per_gpu: 2`` for a strategy that is
+      not run on a shared GPU (``Strategy.shared_gpu``).
+    """
     g = spec.grid
-    fsdp = [st for st in g.strategy if st in FSDP_STRATEGIES]
+    listed = list(g.strategy)
     errors = []
-    if "reshard_after_forward" in g.model_fields_set and not fsdp:
+    for a in catalog.grid_axes():
+        values = getattr(g, a.name)
+        if values is None:
+            continue
+        explicit = a.name in g.model_fields_set
+        takers = [st for st in listed if catalog.offered(a.name, st) != ()]
+        if not takers:
+            if explicit:
+                owners = [st for st in catalog.names() if catalog.offered(a.name, st) != ()]
+                why = f" ({a.elsewhere})" if a.elsewhere else ""
+                if a.values is not None:
+                    why += f" (allowed values: {list(a.values)})"
+                errors.append(
+                    f"grid.{a.name}: applies to {_owners(owners)}{why}; grid.strategy is {listed} "
+                    f"(add {_or(owners)}, or remove grid.{a.name})"
+                )
+            continue
+        errors.extend(_value_errors(a, values, takers))
+        errors.extend(_refusals(a, values, takers))
+    unshared = [st for st in listed if not catalog.strategy(st).shared_gpu]
+    if spec.ranks_per_gpu == 2 and unshared:
+        alike = [st for st in catalog.names() if not catalog.strategy(st).shared_gpu]
         errors.append(
-            f"grid.reshard_after_forward: applies to the FSDP2 strategies only "
-            f"({list(FSDP_STRATEGIES)}); grid.strategy is {g.strategy} (add fsdp or hsdp, or "
-            "remove grid.reshard_after_forward)"
-        )
-    errors.extend(_grad_sync_errors(g))
-    errors.extend(_hsdp_errors(spec))
-    if not fsdp:
-        return errors
-    why = f"grid.strategy lists {fsdp}"
-    if "nvme" in g.offload:
-        errors.append(
-            f"grid.offload: 'nvme' is refused for the FSDP2 strategies ({why}): FSDP2 has no "
-            "NVMe offload, only CPUOffloadPolicy; allowed with fsdp/hsdp: none, cpu"
-        )
-    if any(b != "default" for b in g.bucket_mb):
-        errors.append(
-            f"grid.bucket_mb: {g.bucket_mb} is refused for the FSDP2 strategies ({why}): FSDP2 "
-            "has no bucket size (it reduces per fully_shard unit); allowed with fsdp/hsdp: "
-            "default"
-        )
-    if any(o != "default" for o in g.overlap_comm):
-        errors.append(
-            f"grid.overlap_comm: {g.overlap_comm} is refused for the FSDP2 strategies ({why}): "
-            "FSDP2 has no overlap switch (it always overlaps); allowed with fsdp/hsdp: default"
-        )
-    if spec.ranks_per_gpu == 2:
-        errors.append(
-            f"ranks_per_gpu: 2 is refused for the FSDP2 strategies ({why}): the one-GPU "
-            "rehearsal is run with DDP and ZeRO only; allowed with fsdp/hsdp: 1"
+            f"ranks_per_gpu: 2 is refused for {_who(unshared)} (grid.strategy lists {unshared}):"
+            f" the one-GPU rehearsal is run with {' and '.join(_shared())} only; allowed with "
+            f"{'/'.join(alike)}: 1"
         )
     return errors
 
 
-def _grad_sync_errors(g: Grid) -> list[str]:
-    """grad_sync listed for ZeRO alone, or a flavour no listed strategy offers."""
-    if g.grad_sync is None:
+def _who(strategies: list[str]) -> str:
+    """``the FSDP2 strategies`` where they share a family, else their names."""
+    families = {catalog.family_of(st) for st in strategies}
+    if len(families) == 1:
+        return f"the {catalog.FAMILIES[families.pop()]} strategies"
+    return str(strategies)
+
+
+def _owners(strategies: list[str]) -> str:
+    """``ZeRO and FSDP2 only (zero1, zero2, zero3, fsdp, hsdp)`` where the strategies are whole
+    families, else ``zero3 only``."""
+    fams = list(dict.fromkeys(catalog.family_of(st) for st in strategies))
+    whole = all(set(catalog.names(f)) <= set(strategies) for f in fams)
+    if whole and len(strategies) > 1:
+        return f"{' and '.join(catalog.FAMILIES[f] for f in fams)} only ({', '.join(strategies)})"
+    return f"{', '.join(strategies)} only"
+
+
+def _shared() -> list[str]:
+    """Family names of the strategies run on a shared GPU (``DDP and ZeRO``)."""
+    fams = dict.fromkeys(s.family for s in catalog.STRATEGIES.values() if s.shared_gpu)
+    return [catalog.FAMILIES[f] for f in fams]
+
+
+def _value_errors(a: catalog.Axis, values: list, takers: list[str]) -> list[str]:
+    """Values of a closed axis that none of the listed strategies it applies to offers."""
+    if a.values is None:
         return []
-    offering = [st for st in g.strategy if st in SYNC_FLAVOURS]
-    if not offering:
-        return [
-            f"grid.grad_sync: applies to ddp, fsdp and hsdp only (ZeRO's sync is DeepSpeed's "
-            f"own); grid.strategy is {g.strategy} (add ddp, fsdp or hsdp, or remove "
-            "grid.grad_sync)"
-        ]
     errors = []
-    for flavour in g.grad_sync:
-        if not any(flavour in SYNC_FLAVOURS[st] for st in offering):
-            allowed = {st: list(SYNC_FLAVOURS[st]) for st in offering}
-            errors.append(
-                f"grid.grad_sync: {flavour!r} is offered by none of {offering}; allowed values "
-                f"per strategy: {allowed}"
-            )
+    for value in values:
+        if any(value in (catalog.offered(a.name, st) or ()) for st in takers):
+            continue
+        if any(a.name in catalog.strategy(st).refuses for st in takers):
+            continue  # said by _refusals, with the reason
+        owners = [st for st in catalog.names() if value in (catalog.offered(a.name, st) or ())]
+        allowed = {st: list(catalog.offered(a.name, st) or ()) for st in takers}
+        errors.append(
+            f"grid.{a.name}: {value!r} applies to {_owners(owners)}, and none of them is "
+            f"listed (grid.strategy is {takers}); allowed values per strategy: {allowed}"
+        )
+    return errors
+
+
+def _refusals(a: catalog.Axis, values: list, takers: list[str]) -> list[str]:
+    """Values a listed strategy refuses (``Strategy.refuses``), one line per reason."""
+    by_reason: dict[str, list[str]] = {}
+    for st in takers:
+        reason = catalog.strategy(st).refuses.get(a.name)
+        offered = catalog.offered(a.name, st)
+        allowed = _allowed_words(a, offered)
+        if reason and any(v not in allowed for v in values):
+            by_reason.setdefault(reason, []).append(st)
+    errors = []
+    for reason, sts in by_reason.items():
+        allowed = _allowed_words(a, catalog.offered(a.name, sts[0]))
+        alike = [st for st in catalog.names() if catalog.strategy(st).refuses.get(a.name) == reason]
+        bad = [v for v in values if v not in allowed]
+        errors.append(
+            f"grid.{a.name}: {bad if len(bad) > 1 else repr(bad[0])} is refused for {_who(sts)} "
+            f"(grid.strategy lists {sts}): {reason}; allowed with {'/'.join(alike)}: "
+            f"{', '.join(map(str, allowed))}"
+        )
     return errors
 
 
@@ -477,29 +541,33 @@ def _ranks_per_node_errors(spec: SweepSpec) -> list[str]:
     return []
 
 
-def _hsdp_errors(spec: SweepSpec) -> list[str]:
-    """hsdp_shard_size set without hsdp, or a world size it does not divide; hsdp placed
+def _hybrid_errors(spec: SweepSpec) -> list[str]:
+    """hsdp_shard_size set without a hybrid strategy (``Strategy.hybrid``: shards within groups,
+    replicates across them), or a world size it does not divide; a hybrid strategy placed
     spread without it (the default shard group, the ranks of one node, is then one rank)."""
+    hybrid = [st for st in spec.grid.strategy if catalog.strategy(st).hybrid]
     size = spec.hsdp_shard_size
     divisors = [d for d in range(1, spec.world_size + 1) if spec.world_size % d == 0]
     if size is None:
         spread = "spread" in spec.grid.placement and spec.ranks_per_node is None
-        if "hsdp" in spec.grid.strategy and spread:
+        if hybrid and spread:
             return [
-                "hsdp_shard_size: required for strategy hsdp with grid.placement 'spread': the "
+                f"hsdp_shard_size: required for strategy {_or(hybrid)} with grid.placement "
+                "'spread': the "
                 "default shard group, the ranks of one node, is one rank when every rank has a "
                 "node of its own, so nothing would be sharded; allowed: hsdp_shard_size set "
                 f"(with world_size {spec.world_size}: {divisors}), ranks_per_node set (2 or "
                 "more ranks on each node), or grid.placement 'pack' alone"
             ]
         return []
-    if "hsdp" not in spec.grid.strategy:
+    if not hybrid:
+        owners = [s.name for s in catalog.STRATEGIES.values() if s.hybrid]
         return [
-            f"hsdp_shard_size: applies to hsdp only; grid.strategy is {spec.grid.strategy} "
-            "(add hsdp, or remove hsdp_shard_size)"
+            f"hsdp_shard_size: applies to {_or(owners)} only; grid.strategy is "
+            f"{spec.grid.strategy} (add {_or(owners)}, or remove hsdp_shard_size)"
         ]
     try:
-        mesh_shape("hsdp", spec.world_size, size)
+        mesh_shape(hybrid[0], spec.world_size, size)
     except ValueError as exc:
         return [f"hsdp_shard_size: {exc}; allowed with world_size {spec.world_size}: {divisors}"]
     return []
@@ -538,13 +606,17 @@ def parse_spec(data: Any, path: str | None = None) -> SweepSpec:
         raise SpecError(
             [f"the file must be a YAML mapping of keys, got {type(data).__name__}"], path
         )
+    data = dict(data)
+    data["grid"], notes = _renamed(data.get("grid", {}))
     try:
-        return SweepSpec.model_validate(data)
+        spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
         lines: list[str] = []
         for err in exc.errors():
             lines.extend(_format_error(err))
         raise SpecError(lines, path) from None
+    spec._notes.extend(notes)
+    return spec
 
 
 def load_spec(path: str | os.PathLike) -> SweepSpec:
@@ -569,15 +641,10 @@ def load_spec(path: str | os.PathLike) -> SweepSpec:
 
 
 ALLOWED = {
-    "strategy": list(get_args(Strategy)),
-    "placement": list(get_args(Placement)),
-    "offload": list(get_args(Offload)),
+    "strategy": list(catalog.names()),
+    **{a.name: list(a.values) for a in catalog.grid_axes() if a.values is not None},
     "model": list(get_args(ModelName)),
     "precision": list(get_args(Precision)),
-    "overlap_comm": list(get_args(Overlap)),
-    "ddp_grad_dtype": list(get_args(GradDtype)),
-    "grad_sync": list(get_args(GradSync)),
-    "reshard_after_forward": [True, False],
     "deepspeed_preset": list(get_args(Preset)),
     "ranks_per_gpu": [1, 2],
 }

@@ -143,7 +143,7 @@ def test_hsdp_shard_size_needs_hsdp():
 
 def test_reshard_after_forward_needs_an_fsdp2_strategy():
     msg = errors_of({"strategy": ["ddp", "zero3"], "reshard_after_forward": [False]})
-    assert "grid.reshard_after_forward" in msg and "['fsdp', 'hsdp']" in msg
+    assert "grid.reshard_after_forward" in msg and "FSDP2 only (fsdp, hsdp)" in msg
 
 
 def test_grad_sync_for_zero_alone_is_refused():
