@@ -100,6 +100,9 @@ class Axis:
     """The grid's default (one value)."""
     families: tuple[str, ...] | None = None
     """The strategy families it applies to; None: every strategy."""
+    strategies: tuple[str, ...] | None = None
+    """Narrower still: the strategies (by name) it applies to; None: every one of its
+    families."""
     requires: tuple[str, tuple] | None = None
     """(axis, values): applies only where that other axis takes one of those values (a PowerSGD
     rank applies only where the compression is PowerSGD)."""
@@ -289,7 +292,11 @@ for _a in (
 
 def strategy(name: str) -> Strategy:
     """The entry of ``name``; an unknown name is a ValueError naming the known ones (never a
-    fallback to some other strategy)."""
+    fallback to some other strategy). A name not found loads the plugins named in the
+    environment again first: a rank forked from a server that imported the catalog before its
+    run's environment was set still finds a plugin's strategy."""
+    if name not in STRATEGIES:
+        _load_plugins()
     try:
         return STRATEGIES[name]
     except KeyError:
@@ -329,14 +336,17 @@ def grid_axes() -> tuple[Axis, ...]:
 
 def knob_axes() -> tuple[Axis, ...]:
     """The axes that apply to some strategies and not others (their value may be ``na``)."""
-    return tuple(a for a in AXES.values() if a.families is not None or a.requires is not None)
+    return tuple(
+        a for a in AXES.values()
+        if a.families is not None or a.strategies is not None or a.requires is not None
+    )  # fmt: skip
 
 
 def applies(axis_name: str, row: Mapping[str, Any]) -> bool:
     """Does the axis apply to this variant (a mapping with ``strategy`` and the axes it
     depends on)? An unknown strategy: only universal axes apply."""
     a = AXES[axis_name]
-    if a.families is not None and family_of(row.get("strategy")) not in a.families:
+    if not _takes(a, STRATEGIES.get(str(row.get("strategy")))):
         return False
     if a.requires is not None:
         other, values = a.requires
@@ -344,12 +354,22 @@ def applies(axis_name: str, row: Mapping[str, Any]) -> bool:
     return True
 
 
+def _takes(a: Axis, s: Strategy | None) -> bool:
+    """Does axis ``a`` apply to strategy ``s`` at all (its family, its name)? An unknown
+    strategy (None) takes only the axes every strategy takes."""
+    if s is None:
+        return a.families is None and a.strategies is None
+    if a.families is not None and s.family not in a.families:
+        return False
+    return a.strategies is None or s.name in a.strategies
+
+
 def offered(axis_name: str, strategy_name: str) -> tuple | None:
     """The values ``strategy_name`` offers for the axis: its own list, else the axis's (None:
     open); () where the axis does not apply to its family."""
     a = AXES[axis_name]
     s = strategy(strategy_name)
-    if a.families is not None and s.family not in a.families:
+    if not _takes(a, s):
         return ()
     return s.values.get(axis_name, a.values)
 
@@ -363,7 +383,7 @@ def default(axis_name: str, strategy_name: str | None = None) -> Any:
     s = STRATEGIES.get(strategy_name)
     if s is None:
         return a.default
-    if a.families is not None and s.family not in a.families:
+    if not _takes(a, s):
         return a.na
     only = s.values.get(axis_name, ())
     if len(only) == 1:  # one value offered: it is the default (DDP's offload, FSDP2's bucket)
@@ -398,6 +418,8 @@ def schema_version() -> int:
 
 
 def _load_plugins() -> None:
+    """Import each plugin module named in ``LINKSWEEP_CATALOG_PLUGINS`` (once: Python keeps a
+    module imported)."""
     for module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
         importlib.import_module(module)
 
