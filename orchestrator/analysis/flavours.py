@@ -1,82 +1,255 @@
-"""A variant's flavour (``grad_sync``, ``reshard_after_forward``) where a row does not say it.
+"""How strategies and variants are named, worded and ordered: every rule read off the catalog.
 
-Both are variant keys since schema v8 (``stats.VARIANT_KEY``): two FSDP2 flavours are two
-variants, never one. A row read from a database before v8 (the migration fills them, but a row
-from an export, a test, or a column left NULL may lack them) is taken to have run its strategy's
-default flavour, the one it would run today when the grid names none:
+One home for the words a reader sees for a variant (the headline, the report's tables and
+figures, ``linksweep compare`` and ``project``), so each is written once and a strategy or axis
+added to ``workloads/catalog.py`` is named, labelled and ordered with no change here.
 
-- ``grad_sync``: ``spec.default_grad_sync`` (DDP ``last``: ``no_sync`` until the last
-  micro-batch, what DDP always did before v8; FSDP2 ``each``; ZeRO ``n/a``);
-- ``reshard_after_forward``: FSDP2's blocks reshard (``FsdpOptions``' default, ``true``); every
-  other strategy ``n/a``.
+What an axis is named by (``Axis`` fields):
 
-So a DDP or ZeRO variant of an old sweep matches the same variant of a new one, and a row
-without a flavour never forms a key of its own beside (or fails to sort against) one with it.
+- a strategy: its ``display`` name in prose (``ZeRO-3``), its stored name in labels and keyed
+  tables (``zero3``), its ``title`` over a report section;
+- an axis *in the strategy's name* (``in_strategy_name``): beside the strategy, never as a word
+  of its own. One that applies to every strategy joins it as ``+value`` (``ZeRO-3+cpu``); one
+  that applies to some (a *flavour*: ``grad_sync``, ``reshard_after_forward``) goes in brackets
+  in its ``phrase`` (``FSDP2 (reshard, sync each)``). Either is named where its value is not the
+  strategy's default (``catalog.default``: plain ``DDP`` is DDP's own ``sync last``), and a
+  strategy's ``named`` axes always (each FSDP2 flavour sends different bytes);
+- any other axis: only where it varies among the rows shown (``stats.varying``), as its phrase
+  in prose (``DDP (bf16 gradients)``, ``bucket 25 MB``) or ``short=value`` in a label
+  (``grads=bf16``, ``bucket=25MB``: a phrase ``NAME VALUE UNIT`` gives the label its unit);
+- nowhere where it does not apply to the row (``catalog.applies``; its placeholder ``na``).
 
-May import: orchestrator.sweep.spec, workloads.fsdp.
+Order: strategies in ``catalog.names()`` order, each axis's values in ``Axis.values`` order
+(numbers by size, unknown values last); within a strategy, axes as its name reads them (joined,
+then its ``named`` axes, then other flavours, then the rest in variant-key order), grad_accum
+and the link last.
+
+A row from an older database or an export that lacks an axis (or holds NULL) reads as its
+strategy ran before the axis existed (``catalog.filled``: the default, or the placeholder where
+the axis does not apply), so an old DDP or ZeRO variant matches the same variant of a new sweep
+and never forms a key of its own.
+
+May import: workloads.catalog.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from orchestrator.sweep.spec import GRAD_DTYPE_NA, default_grad_sync
-from workloads.fsdp import FSDP_STRATEGIES, FsdpOptions
+from workloads import catalog
 
-FLAVOUR_KEYS = ("grad_sync", "reshard_after_forward")
-DEFAULT_RESHARD = str(FsdpOptions.reshard_after_forward).lower()
-"""``true``: stored as text, as the planner writes it."""
+GA, LINK, STRATEGY = "grad_accum", "link", "strategy"
+"""The key columns that are not axes of a name: the strategy names itself, grad_accum and the
+link are the columns or panels of every table and figure keyed by variant."""
 
 
-def default_flavour(strategy: str) -> dict[str, str]:
-    """``{"grad_sync": ..., "reshard_after_forward": ...}`` that ``strategy`` runs when the
-    grid names none (module doc); ``n/a`` where an axis does not apply."""
-    reshard = DEFAULT_RESHARD if strategy in FSDP_STRATEGIES else GRAD_DTYPE_NA
-    return {"grad_sync": default_grad_sync(strategy), "reshard_after_forward": reshard}
+def _in_name() -> list[catalog.Axis]:
+    return [a for a in catalog.AXES.values() if a.in_strategy_name and a.name != STRATEGY]
+
+
+def joined_axes() -> tuple[str, ...]:
+    """In-name axes that apply to every strategy: named as ``+value`` (``zero3+cpu``)."""
+    knobs = {a.name for a in catalog.knob_axes()}
+    return tuple(a.name for a in _in_name() if a.name not in knobs)
+
+
+def flavour_axes() -> tuple[str, ...]:
+    """In-name axes that apply to some strategies only: named in words in brackets."""
+    joined = joined_axes()
+    return tuple(a.name for a in _in_name() if a.name not in joined)
+
+
+FLAVOUR_KEYS = flavour_axes()
+"""The flavour axes at import (``grad_sync``, ``reshard_after_forward``): tables that name the
+strategy with ``flavoured_strategy`` leave out their columns."""
+
+
+def _entry(strategy: Any) -> catalog.Strategy | None:
+    return catalog.STRATEGIES.get(str(strategy))
+
+
+def display(strategy: Any) -> str:
+    """``DDP``, ``ZeRO-3``, ``FSDP2``; a name not in the catalog as stored."""
+    entry = _entry(strategy)
+    return entry.display if entry else str(strategy)
+
+
+def title(strategy: Any) -> str:
+    """A report section's title: ``HSDP (FSDP2, replicate x shard)``."""
+    entry = _entry(strategy)
+    return entry.title if entry else str(strategy)
 
 
 def with_flavour(row: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``row`` with a missing or NULL flavour key filled by its strategy's default; the row
-    itself (not a copy) when it has both. A stored boolean reshard reads as ``true``/``false``."""
-    missing = [k for k in FLAVOUR_KEYS if row.get(k) is None]
-    reshard = row.get("reshard_after_forward")
-    if not missing and not isinstance(reshard, bool):
-        return row
-    out = dict(row)
-    if missing:
-        defaults = default_flavour(str(row.get("strategy")))
-        out.update({k: defaults[k] for k in missing})
-    if isinstance(reshard, bool):
-        out["reshard_after_forward"] = str(reshard).lower()
-    return out
+    """``row`` with every axis it lacks (or holds as NULL) read as its strategy's default, and a
+    stored boolean as ``true``/``false`` text (``catalog.filled``); the row itself (not a copy)
+    when nothing was missing."""
+    out = catalog.filled(row)
+    return row if out == dict(row) else out
 
 
-RESHARD_WORDS = {"true": "reshard", "false": "no reshard"}
-"""As ``headline.RESHARD_WORDS``: blocks free their parameters after forward, or keep them."""
+def default_flavour(strategy: str) -> dict[str, Any]:
+    """Each flavour axis's value that ``strategy`` runs when the grid names none; the
+    placeholder where the axis does not apply."""
+    return {k: catalog.default(k, strategy) for k in flavour_axes()}
 
 
-def flavour_words(row: Mapping[str, Any]) -> list[str]:
-    """The words that name a variant's flavour, as the headline names it: an FSDP2 strategy
-    always (``reshard``/``no reshard``, ``sync each``), DDP only where its sync is not its
-    default (``sync each``), ZeRO never. A row without a flavour reads as its default."""
-    row = with_flavour(row)
-    strategy, sync = str(row.get("strategy")), str(row["grad_sync"])
-    reshard = str(row["reshard_after_forward"])
-    words = []
-    if strategy in FSDP_STRATEGIES and reshard != GRAD_DTYPE_NA:
-        words.append(RESHARD_WORDS.get(reshard, f"reshard {reshard}"))
-    if sync != GRAD_DTYPE_NA and (
-        strategy in FSDP_STRATEGIES or sync != default_grad_sync(strategy)
-    ):
-        words.append(f"sync {sync}")
-    return words
+def applies(row: Mapping[str, Any], name: str) -> bool:
+    """The axis applies to the row and the row holds a value of it (not the placeholder)."""
+    value = row.get(name)
+    return value is not None and value != catalog.AXES[name].na and catalog.applies(name, row)
+
+
+def _named(row: Mapping[str, Any], name: str, always: Sequence[str] = ()) -> bool:
+    """Is an in-name axis named beside the strategy (module doc)? ``always``: axes named even at
+    their default (the accumulation check names the sync it judged)."""
+    if not applies(row, name):
+        return False
+    entry = _entry(row.get(STRATEGY))
+    if name in always or (entry is not None and name in entry.named):
+        return True
+    return row.get(name) != catalog.default(name, row.get(STRATEGY))
+
+
+def _name_order(strategy: Any) -> list[str]:
+    """The axes as a strategy's name reads them: joined, its ``named`` ones, other flavours."""
+    entry = _entry(strategy)
+    flavours = flavour_axes()
+    named = [n for n in (entry.named if entry else ()) if n in flavours]
+    return [*joined_axes(), *dict.fromkeys([*named, *flavours])]
+
+
+def _rest() -> list[str]:
+    """The axes not in a strategy's name, in variant-key order (grad_accum and link aside)."""
+    in_name = {a.name for a in _in_name()}
+    return [n for n in catalog.AXES if n not in in_name and n not in (STRATEGY, GA, LINK)]
+
+
+def _phrase(name: str, value: Any) -> str:
+    return catalog.AXES[name].phrase(value)
+
+
+def joined(row: Mapping[str, Any]) -> str:
+    """``+cpu`` (offload) where a joined axis is not the strategy's default; else empty."""
+    row = catalog.filled(row)
+    return "".join(f"+{row[n]}" for n in joined_axes() if _named(row, n))
+
+
+def flavour_words(row: Mapping[str, Any], always: Sequence[str] = ()) -> list[str]:
+    """The words of a variant's flavour: ``["reshard", "sync each"]`` for FSDP2 (always),
+    ``["sync each"]`` for DDP's non-default sync, none for ZeRO (module doc)."""
+    row = catalog.filled(row)
+    flavours = flavour_axes()
+    return [
+        _phrase(n, row[n])
+        for n in _name_order(row.get(STRATEGY))
+        if n in flavours and _named(row, n, always)
+    ]
+
+
+def _bracket(name: str, words: Sequence[str]) -> str:
+    return f"{name} ({', '.join(words)})" if words else name
+
+
+def strategy_name(row: Mapping[str, Any], always: Sequence[str] = ()) -> str:
+    """``DDP``, ``ZeRO-3+cpu``, ``FSDP2 (reshard, sync each)``, ``HSDP (no reshard, sync
+    replicate_last)``, ``DDP (sync each)``: the display name, joined axes, flavour words."""
+    return _bracket(display(row.get(STRATEGY)) + joined(row), flavour_words(row, always))
 
 
 def flavoured_strategy(row: Mapping[str, Any]) -> str:
-    """``fsdp (reshard, sync each)``, ``hsdp (no reshard, sync replicate_last)``,
-    ``ddp (sync each)``, plain ``ddp`` / ``zero3`` where there is no flavour to name: the
-    strategy key as stored, so a table keeps its column's values, with the flavour beside it."""
-    words = flavour_words(row)
-    strategy = str(row.get("strategy"))
-    return f"{strategy} ({', '.join(words)})" if words else strategy
+    """``fsdp (reshard, sync each)``, ``ddp (sync each)``, plain ``ddp`` / ``zero3``: the
+    strategy as stored, so a table keeps its column's values, with the flavour beside it (the
+    joined axes keep their own columns there)."""
+    return _bracket(str(row.get(STRATEGY)), flavour_words(row))
+
+
+def series_words(
+    row: Mapping[str, Any], vary: Iterable[str], omit: Iterable[str] = (GA, LINK)
+) -> list[str]:
+    """The phrases of the axes outside the strategy's name that vary (``vary``) and apply to
+    the row, in variant-key order: ``["bucket 25 MB", "overlap off"]``."""
+    row, vary, omit = catalog.filled(row), set(vary), set(omit)
+    return [_phrase(n, row[n]) for n in _rest() if n in vary and n not in omit and applies(row, n)]
+
+
+def series_name(
+    row: Mapping[str, Any], vary: Iterable[str], omit: Iterable[str] = (GA, LINK)
+) -> str:
+    """A variant's name in prose where ``vary`` differ: ``DDP (bf16 gradients, overlap off)``,
+    ``FSDP2 (no reshard, sync each, placement spread)``; the strategy's name where none does."""
+    words = [*flavour_words(row), *series_words(row, vary, omit)]
+    return _bracket(display(row.get(STRATEGY)) + joined(row), words)
+
+
+def _unit(a: catalog.Axis) -> str:
+    """The unit of a phrase ``NAME VALUE UNIT`` (bucket's ``MB``); empty for other phrases."""
+    if not isinstance(a.words, str) or "{value}" not in a.words:
+        return ""
+    before, after = a.words.split("{value}", 1)
+    return after.strip() if before.strip() in ("{name}", a.short) else ""
+
+
+def label(name: str, value: Any) -> str:
+    """``ga=8``, ``bucket=25MB``, ``sync=each``: an axis in a label."""
+    a = catalog.AXES[name]
+    return f"{a.short}={value}{_unit(a)}"
+
+
+def strategy_label(row: Mapping[str, Any]) -> str:
+    """``zero3+cpu``, ``ddp``: the stored name with its joined axes."""
+    return str(row.get(STRATEGY)) + joined(row)
+
+
+def label_parts(
+    row: Mapping[str, Any], vary: Iterable[str], omit: Iterable[str] = (GA, LINK)
+) -> list[str]:
+    """``short=value`` of every axis but the strategy's own and the joined ones that varies and
+    applies to the row, in variant-key order (a flavour too: ``sync=last`` beside
+    ``sync=each``)."""
+    row, vary, omit = catalog.filled(row), set(vary), set(omit)
+    skip = {STRATEGY, *joined_axes(), *omit}
+    return [
+        label(n, row[n]) for n in catalog.AXES if n in vary and n not in skip and applies(row, n)
+    ]
+
+
+def fixed_words(row: Mapping[str, Any], vary: Iterable[str]) -> list[str]:
+    """What a table of one strategy's variants shares, worth a word under its title: each axis
+    that does not vary (``vary``) and applies, where it is named (a strategy's ``named`` axes)
+    or is not the strategy's default (``offload cpu``, ``bucket 25 MB``: a resolved size is
+    never the default's word), as the name reads them."""
+    row, vary = catalog.filled(row), set(vary)
+    order = [*_name_order(row.get(STRATEGY)), *_rest()]
+    return [_phrase(n, row[n]) for n in order if n not in vary and _named(row, n)]
+
+
+def value_key(name: str, value: Any) -> tuple:
+    """Where ``value`` sorts among the axis's: its ``values`` order, then numbers by size, then
+    other text, NULL last."""
+    a = catalog.AXES.get(name)
+    values = a.values if a is not None and a.values else ()
+    if value in values:
+        return (0, values.index(value), "")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (1, value, "")
+    return (3, 0, "") if value is None else (2, 0, str(value))
+
+
+def order_index(value: Any, order: Sequence[Any]) -> tuple:
+    """Where ``value`` sorts in a given order; values outside it last, by text."""
+    return (order.index(value), "") if value in order else (len(order), str(value))
+
+
+def sort_key(row: Mapping[str, Any], link_order: Sequence[str] = ()) -> tuple:
+    """Rows in display order (module doc): the strategy in ``catalog.names()`` order, its axes
+    as its name reads them, the other axes, grad_accum, then the link in ``link_order``."""
+    row = catalog.filled(row)
+    strategy = row.get(STRATEGY)
+    axes = [*_name_order(strategy), *_rest(), GA]
+    return (
+        order_index(strategy, catalog.names()),
+        *(value_key(n, row.get(n)) for n in axes),
+        order_index(row.get(LINK), list(link_order)),
+    )

@@ -47,16 +47,18 @@ The report puts the headline first; ``linksweep run`` prints it last (``orchestr
 ``extra_vs_predicted`` pairs each link's measured extra step time with the predicted
 communication time, the comparison that says whether the link explains the slowdown.
 
-Strategies are named by ``strategy_name``: ``DDP``, ``ZeRO-3``, and PyTorch FSDP2 always with its
-flavour, ``FSDP2 (reshard, sync each)``, ``HSDP (no reshard, sync replicate_last)``
-(``reshard_after_forward``, ``grad_sync``), so two flavours are two rows and two byte counts,
-never one; DDP names its ``grad_sync`` where it is ``each``.
+Strategies are named by ``flavours.series_name`` (the rules, from the catalog, are in
+``orchestrator/analysis/flavours.py``): ``DDP``, ``ZeRO-3+cpu``, and PyTorch FSDP2 always with its
+flavour, ``FSDP2 (reshard, sync each)``, ``HSDP (no reshard, sync replicate_last)``, so two
+flavours are two rows and two byte counts, never one; DDP names its ``grad_sync`` where it is not
+its own; an axis outside the strategy's name is named where it varies (``DDP (bf16 gradients)``,
+``ZeRO-3 (bucket 25 MB)``).
 
 The one-GPU rehearsal (``ranks_per_gpu: 2``: two ranks on one GPU, ``stats.rehearsal``) makes
 no link claim here: its runs make no slowdown rows (``stats.link_measurement``), so no sentence
 names them, and ``extra_vs_predicted`` leaves its variants out.
 
-May import: links, stats.
+May import: flavours, links, stats, workloads.catalog.
 """
 
 from __future__ import annotations
@@ -65,6 +67,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.analysis.flavours import (  # noqa: F401 - strategy_name: the report's import
+    display,
+    series_name,
+    sort_key,
+    strategy_name,
+    value_key,
+)
 from orchestrator.analysis.links import link_label
 from orchestrator.analysis.stats import (
     GROUP_KEY,
@@ -75,51 +84,17 @@ from orchestrator.analysis.stats import (
     rehearsal_variants,
     varying,
 )
+from workloads import catalog
 
-STRATEGY_ORDER = ("ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp")
-FSDP2_NAMES = {"fsdp": "FSDP2", "hsdp": "HSDP"}
-"""PyTorch FSDP2 (``fully_shard``) and its hybrid mode (a replicate x shard mesh)."""
-RESHARD_WORDS = {"true": "reshard", "false": "no reshard"}
-"""``reshard_after_forward``: blocks free their parameters after forward (gather again in
-backward, as ZeRO-3) or keep them (as ZeRO-2)."""
-SYNC_ORDER = ("each", "last", "replicate_last")
-DDP_DEFAULT_SYNC = "last"
-"""DDP's own flavour (``no_sync`` until the last micro-batch; ``spec.DEFAULT_SYNC``): plain
-``DDP`` means it, so only ``each`` is named."""
 NO_DIFFERENCE = "no difference beyond the spread"
 CHAINED = "no group of strategies lies apart from the rest"
 """Where no cut splits the intervals but two of them lie apart: they chain, end to end."""
-OVERLAP_NAME = {"default": " (overlap default)", "true": " (overlap on)", "false": " (overlap off)"}
-OVERLAP_WORDS = {
-    "default": "at each framework's default overlap",
-    "true": "with overlap on",
-    "false": "with overlap off",
-}
-
-
-def strategy_name(row: Mapping[str, Any]) -> str:
-    """``DDP``, ``ZeRO-3``, ``ZeRO-3+cpu`` (offload), ``FSDP2 (reshard, sync each)``,
-    ``HSDP (no reshard, sync replicate_last)``, ``DDP (sync each)``: an FSDP2 strategy always
-    with its flavour (``reshard_after_forward``, ``grad_sync``), since each sends different
-    bytes; DDP with its ``grad_sync`` where it is not DDP's own (``DDP_DEFAULT_SYNC``)."""
-    s = str(row["strategy"])
-    name = FSDP2_NAMES.get(s) or ("DDP" if s == "ddp" else s.upper().replace("ZERO", "ZeRO-"))
-    off = row.get("offload")
-    name = name if off in (None, "none") else f"{name}+{off}"
-    flavour = _flavour(row)
-    return f"{name} ({', '.join(flavour)})" if flavour else name
-
-
-def _flavour(row: Mapping[str, Any]) -> list[str]:
-    """The words that name a variant's sync flavour and FSDP2 reshard setting (``n/a`` where
-    the axis does not apply: ZeRO, and reshard for DDP)."""
-    s, sync, reshard = row["strategy"], row.get("grad_sync"), row.get("reshard_after_forward")
-    words = []
-    if s in FSDP2_NAMES and reshard not in (None, "n/a"):
-        words.append(RESHARD_WORDS.get(str(reshard).lower(), f"reshard {reshard}"))
-    if sync not in (None, "n/a") and (s in FSDP2_NAMES or sync != DDP_DEFAULT_SYNC):
-        words.append(f"sync {sync}")
-    return words
+APART = "overlap_comm"
+"""The axis whose settings the headline compares apart: overlap on against off of one strategy
+is not "which strategy is hurt most" (it changes how much of the communication a step hides),
+so each setting gets its own sentences."""
+SERIES_OMIT = ("grad_accum", "link")
+"""Not in a series' name: grad_accum is the headline table's columns, the link its own table."""
 
 
 @dataclass(frozen=True)
@@ -167,41 +142,10 @@ class Headline:
         return not self.links
 
 
-def _series(row: Mapping[str, Any], vary: set[str]) -> str:
-    name = strategy_name(row)
-    if "placement" in vary:
-        name += f" {row['placement']}"
-    if "bucket_mb" in vary:
-        name += f" bucket {row['bucket_mb']} MB"
-    if "ddp_grad_dtype" in vary and row.get("strategy") == "ddp":
-        name += f" ({row['ddp_grad_dtype']} gradients)"  # before the overlap: its suffix ends
-    if "overlap_comm" in vary:
-        name += OVERLAP_NAME.get(str(row.get("overlap_comm")), f" (overlap {row['overlap_comm']})")
-    return name
-
-
-def _vary(rows: Sequence[Mapping[str, Any]]) -> set[str]:
-    """The keys series are named by: those that vary, and DDP's gradient dtype when DDP runs
-    in more than one (ZeRO variants have none, which is no difference)."""
-    vary = varying(rows, ("placement", "bucket_mb", "overlap_comm"))
-    if len({r.get("ddp_grad_dtype") for r in rows if r.get("strategy") == "ddp"} - {None}) > 1:
-        vary.add("ddp_grad_dtype")
-    return vary
-
-
-def _index(value: Any, order: Sequence[str]) -> int:
-    return order.index(value) if value in order else len(order)
-
-
 def series_order(row: Mapping[str, Any]) -> tuple:
-    s, o = row["strategy"], str(row.get("overlap_comm"))
-    return (
-        _index(s, STRATEGY_ORDER),
-        str(row.get("offload")),
-        _index(o, list(OVERLAP_NAME)),
-        _index(str(row.get("reshard_after_forward")), list(RESHARD_WORDS)),
-        _index(row.get("grad_sync"), SYNC_ORDER),
-    )
+    """Series in display order (``flavours.sort_key``: the catalog's strategy order, then each
+    axis's values in its order)."""
+    return sort_key(row)
 
 
 def _x(c: Cell) -> str:
@@ -382,7 +326,8 @@ def _versus(here: Mapping[str, Cell], fsdp: list[str], comps: list[str]) -> str:
             "less": f"hurt less than {it if parts else comp}",
             "within": f"within {its} spread" if parts else f"within the spread of {comp}",
         }[key]
-        who = "every FSDP2 flavour" if len(names) == len(fsdp) > 1 else _join(names)
+        every = f"every {catalog.FAMILIES[FSDP2]} flavour"
+        who = every if len(names) == len(fsdp) > 1 else _join(names)
         who = "the other flavours" if key == "within" and parts and len(names) > 1 else who
         verb = "is" if len(names) == 1 or len(names) == len(fsdp) else "are"
         apart = "" if key == "within" else ", intervals apart"
@@ -391,11 +336,30 @@ def _versus(here: Mapping[str, Cell], fsdp: list[str], comps: list[str]) -> str:
     return ", ".join(parts)
 
 
-def _fsdp_sentence(cells: dict[str, dict[int, Cell]], gas: list[int]) -> str | None:
-    """FSDP2's flavours against ZeRO-3 and DDP, per grad_accum, where both sides have intervals
-    (module doc); strategies the intervals judge alike share a clause."""
-    fsdp = [s for s in cells if s.startswith(tuple(FSDP2_NAMES.values()))]
-    comps = [s for s in cells if s.startswith("ZeRO-3")] + [s for s in cells if s.startswith("DDP")]
+FSDP2 = "fsdp2"
+"""The family whose flavours the FSDP2 sentence compares (``catalog.FAMILIES``)."""
+
+
+def _counterpart(strategy: Any) -> bool:
+    """What FSDP2's flavours are held against: DDP (replicates every parameter) and the ZeRO
+    stage that shards parameters as FSDP2 does (``zero_stage`` 3: DeepSpeed's counterpart)."""
+    entry = catalog.STRATEGIES.get(str(strategy))
+    if entry is None:
+        return False
+    return entry.family == "ddp" or (entry.family == "zero" and entry.zero_stage == 3)
+
+
+def _fsdp_sentence(
+    cells: dict[str, dict[int, Cell]], gas: list[int], strategy_of: Mapping[str, Any]
+) -> str | None:
+    """FSDP2's flavours against ZeRO-3 and DDP (``_counterpart``), per grad_accum, where both
+    sides have intervals (module doc); strategies the intervals judge alike share a clause.
+    ``strategy_of``: each series' strategy as stored."""
+    fsdp = [s for s in cells if catalog.family_of(strategy_of.get(s)) == FSDP2]
+    comps = sorted(  # the sharded counterpart first, then DDP
+        (s for s in cells if _counterpart(strategy_of.get(s))),
+        key=lambda s: catalog.family_of(strategy_of.get(s)) == "ddp",
+    )
     if not fsdp or not comps:
         return None
     clauses, used = [], set()
@@ -414,12 +378,16 @@ def _fsdp_sentence(cells: dict[str, dict[int, Cell]], gas: list[int]) -> str | N
             clauses.append(f"at grad_accum {ga}, " + "; ".join(per))
     if not clauses:
         return None
-    names = _join([n for n in ("ZeRO-3", "DDP") if any(c.startswith(n) for c in used)])
-    return f"FSDP2 against {names}: " + "; ".join(clauses) + "."
+    names = _join(list(dict.fromkeys(display(strategy_of[c]) for c in comps if c in used)))
+    return f"{catalog.FAMILIES[FSDP2]} against {names}: " + "; ".join(clauses) + "."
 
 
 def _sentences(
-    label: str, base: str, cells: dict[str, dict[int, Cell]], gas: list[int]
+    label: str,
+    base: str,
+    cells: dict[str, dict[int, Cell]],
+    gas: list[int],
+    strategy_of: Mapping[str, Any],
 ) -> list[str]:
     every = [c for per in cells.values() for c in per.values()]
     if all(c.low is None or c.high is None for c in every):
@@ -446,7 +414,7 @@ def _sentences(
             + "."
         ]
     splits = {ga: g for ga in gas if (g := _groups(cells, ga)) is not None}
-    fsdp = _fsdp_sentence(cells, gas)
+    fsdp = _fsdp_sentence(cells, gas, strategy_of)
     chained = [ga for ga in gas if ga not in splits and _some_apart(cells, ga)]
     if not splits:
         paths = "; ".join(f"{s} {_path(per)}" for s, per in cells.items())
@@ -532,6 +500,35 @@ def _bytes_sentence(
     return "Why: measured traffic per optimizer step per rank: " + "; ".join(parts) + "."
 
 
+def _link_sentences(
+    label: str,
+    base: str,
+    cells: dict[str, dict[int, Cell]],
+    gas: list[int],
+    first: Mapping[str, Mapping[str, Any]],
+    vary: set[str],
+) -> list[str]:
+    """One link's sentences; where the ``APART`` axis varies, each of its settings apart (its
+    series named without it: ``On slow with overlap off, ZeRO-3 is hurt most``)."""
+    strategy_of = {s: r.get("strategy") for s, r in first.items()}
+    if APART not in vary:
+        return _sentences(label, base, cells, gas, strategy_of)
+    axis = catalog.AXES[APART]
+    out: list[str] = []
+    settings = sorted({r.get(APART) for r in first.values()}, key=lambda v: value_key(APART, v))
+    for setting in settings:
+        sub = {
+            series_name(first[s], vary, (*SERIES_OMIT, APART)): c
+            for s, c in cells.items()
+            if first[s].get(APART) == setting
+        }
+        of = {
+            series_name(r, vary, (*SERIES_OMIT, APART)): r.get("strategy") for r in first.values()
+        }
+        out += _sentences(f"{label} with {axis.phrase(setting)}", base, sub, gas, of)
+    return out
+
+
 def build_headline(
     sensitivity: Sequence[Mapping[str, Any]],
     variants: Sequence[Mapping[str, Any]],
@@ -543,7 +540,7 @@ def build_headline(
     if not rows:
         return Headline()
     ov = {o["link"]: o for o in overview}
-    vary = _vary(rows)
+    vary = varying(rows)
     links = sorted(
         {r["link"] for r in rows},
         key=lambda x: (list(link_order).index(x) if x in link_order else 99, x),
@@ -553,11 +550,14 @@ def build_headline(
         link_rows = sorted((r for r in rows if r["link"] == link), key=series_order)
         base = link_rows[0]["baseline_link"]
         cells: dict[str, dict[int, Cell]] = {}
+        first: dict[str, Mapping[str, Any]] = {}  # each series' first row
         for r in link_rows:
             lo, hi = r.get("ci_low"), r.get("ci_high")
             if lo is not None and lo == hi:  # one run a side: a point says nothing of spread
                 lo = hi = None
-            cells.setdefault(_series(r, vary), {})[int(r["grad_accum"])] = Cell(
+            name = series_name(r, vary, SERIES_OMIT)
+            first.setdefault(name, r)
+            cells.setdefault(name, {})[int(r["grad_accum"])] = Cell(
                 r["slowdown"], lo, hi, r.get("interval_kind")
             )
             kinds.add(r.get("interval_kind"))
@@ -566,21 +566,13 @@ def build_headline(
         dtypes: dict[str, list[str]] = {}
         for v in sorted(variants, key=lambda v: int(v["grad_accum"])):
             if v.get("link") == base and v.get("comm_bytes_per_step") is not None:
-                key = _series(v, vary)
+                key = series_name(v, vary, SERIES_OMIT)
                 if key in cells:
                     nbytes.setdefault(key, {})[int(v["grad_accum"])] = v["comm_bytes_per_step"]
                     if v.get("comm_dtypes"):
                         dtypes.setdefault(key, []).append(v["comm_dtypes"])
         label = link_label(link, ov.get(link))
-        if "overlap_comm" in vary:  # strategies compared at one overlap setting at a time
-            sentences = []
-            for o, words in OVERLAP_WORDS.items():
-                suffix = OVERLAP_NAME[o]
-                sub = {k.removesuffix(suffix): c for k, c in cells.items() if k.endswith(suffix)}
-                if sub:
-                    sentences += _sentences(f"{label} {words}", base, sub, gas)
-        else:
-            sentences = _sentences(label, base, cells, gas)
+        sentences = _link_sentences(label, base, cells, gas, first, vary)
         why = _bytes_sentence({s: nbytes[s] for s in cells if s in nbytes}, dtypes)
         if why and any(c.beyond_spread for per in cells.values() for c in per.values()):
             sentences.append(why)

@@ -35,7 +35,7 @@ values, which is why the tests can enumerate the bootstrap distribution for n=2 
   quantile (12.7) makes it as wide as it is uninformative.
 - ``MIN_RUNS_FOR_CI`` or more: ``bootstrap95``, the 95% percentile-bootstrap interval above.
 
-May import: numpy.
+May import: numpy, workloads.catalog.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from workloads import catalog
 
 __all__ = [
     "INTERVAL_BOOTSTRAP",
@@ -265,18 +267,9 @@ RUN_FIGURE_COLUMNS = (
     "samples_per_s",
     "tokens_per_s",
 )
-VARIANT_KEY = (
-    "strategy",
-    "offload",
-    "grad_accum",
-    "bucket_mb",
-    "overlap_comm",
-    "ddp_grad_dtype",
-    "grad_sync",
-    "reshard_after_forward",
-    "link",
-    "placement",
-)
+VARIANT_KEY = catalog.variant_key()
+"""The variant key's columns, in the catalog's order (``workloads/catalog.py``: strategy, its
+axes, link, placement); an axis a plugin adds is among them."""
 GROUP_KEY = tuple(k for k in VARIANT_KEY if k != "link")  # a variant on every link
 MEDIAN_COLUMNS = (
     "samples_per_s",
@@ -383,8 +376,17 @@ def variant_and_sensitivity_rows(
     return variant_rows, sens_rows
 
 
-PER_STRATEGY = ("bucket_mb", "ddp_grad_dtype", "grad_sync", "reshard_after_forward")
-"""Variant keys whose value a strategy implies unless the grid sets several for it."""
+def implied_axes() -> tuple[str, ...]:
+    """The axes whose value a strategy implies unless the grid sets several for it: those whose
+    default differs between strategies (``catalog.default``: DDP's sync ``last`` and FSDP2's
+    ``each``, DDP's fp32 gradients and ZeRO's ``n/a``, the framework's own bucket and FSDP2's
+    none). Read from the catalog at each call, so an axis added since import follows."""
+    names = catalog.names()
+    return tuple(a for a in catalog.AXES if len({repr(catalog.default(a, s)) for s in names}) > 1)
+
+
+PER_STRATEGY = implied_axes()
+"""``implied_axes()`` at import."""
 
 
 def varying(rows: Iterable[Mapping[str, Any]], keys: Sequence[str] = VARIANT_KEY) -> set[str]:
@@ -393,8 +395,9 @@ def varying(rows: Iterable[Mapping[str, Any]], keys: Sequence[str] = VARIANT_KEY
     default bucket (DDP 25 MiB, DeepSpeed's), DDP's fp32 against ZeRO's ``n/a``, DDP's sync
     ``last`` against FSDP2's ``each`` and ZeRO's ``n/a`` are implied by the strategy's name."""
     rows = list(rows)
-    out = {k for k in keys if k not in PER_STRATEGY and len({r.get(k) for r in rows}) > 1}
-    for key in PER_STRATEGY:
+    knobs = implied_axes()
+    out = {k for k in keys if k not in knobs and len({r.get(k) for r in rows}) > 1}
+    for key in knobs:
         if key not in keys:
             continue
         per_strategy: dict[Any, set] = {}

@@ -3,12 +3,13 @@
 Pure: facts in (``SweepFacts``: one sweep's rows, as ``orchestrator/store/snapshot.py`` reads
 them), a ``Comparison`` out (``comparison_json`` is the stable JSON of ``linksweep compare``).
 
-What is compared, per matched variant (``stats.VARIANT_KEY``; links by name or ``link_map``).
-The key holds the flavour (``grad_sync``, ``reshard_after_forward``), so two FSDP2 flavours are
-two variants, never matched to each other nor pooled. A run stored without a flavour (a database
-before schema v8, or a NULL) is its strategy's default flavour (``flavours.with_flavour``: DDP
-``last``, FSDP2 ``each`` with reshard, ZeRO ``n/a``), so an old DDP or ZeRO sweep still matches
-a new one that ran the defaults.
+What is compared, per matched variant (``stats.VARIANT_KEY``, every axis of the catalog; links
+by name or ``link_map``). The key holds the flavour (``grad_sync``, ``reshard_after_forward``),
+so two FSDP2 flavours are two variants, never matched to each other nor pooled. A run stored
+without an axis (a database from before the axis, or a NULL) is its strategy's default
+(``flavours.with_flavour``, which is ``catalog.filled``: DDP ``last``, FSDP2 ``each`` with
+reshard, ZeRO ``n/a``), so an old DDP or ZeRO sweep still matches a new one that ran the
+defaults.
 
 - ``variants``: the run figures (``runs.median_step_time_s``, one number per run) of the runs that
   count (``stats.included``); ratio candidate / baseline of their medians.

@@ -3,22 +3,33 @@ line, then a table). Pure: a ``compare.Comparison`` in, a string out.
 
 The strategy column names the flavour (``flavours.flavoured_strategy``): ``fsdp (reshard, sync
 each)``, ``hsdp (no reshard, sync replicate_last)``, ``ddp (sync each)``; plain ``ddp`` and
-``zero3`` where there is none to name. ``grad_sync`` and ``reshard_after_forward`` then need no
-columns of their own; the unmatched tables and ``--format json`` keep every key as stored.
+``zero3`` where there is none to name. The flavour axes (``flavours.FLAVOUR_KEYS``: ``grad_sync``
+and ``reshard_after_forward``) then need no columns of their own. Every other key is a column
+where it varies (``stats.varying``), headed by its catalog label (``ga``, ``bucket``, ``grads``);
+the unmatched tables show every key that varies among the variants, as stored, and
+``--format json`` keeps every key.
 
-May import: comparison, orchestrator.analysis.flavours, orchestrator.analysis.stats, orchestrator.ui.
+May import: comparison, orchestrator.analysis.flavours, orchestrator.analysis.stats, orchestrator.ui,
+workloads.catalog.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.analysis.flavours import FLAVOUR_KEYS, flavoured_strategy
+from orchestrator.analysis.flavours import LINK, STRATEGY, flavour_axes, flavoured_strategy
 from orchestrator.analysis.stats import VARIANT_KEY, varying
 from orchestrator.compare.comparison import FASTER, NO_CHANGE, SLOWER, Comparison
 from orchestrator.ui import fmt_cell, format_table
+from workloads import catalog
 
-SHORT = {"grad_accum": "ga", "overlap_comm": "overlap", "bucket_mb": "bucket"}
+
+def short(name: str) -> str:
+    """A key column's head: the axis's label in the catalog (``ga``, ``bucket``, ``sync``)."""
+    axis = catalog.AXES.get(name)
+    return axis.short if axis is not None else name
+
+
 FIGURE_TITLES = {
     "median_step_time_s": "median step time (s)",
     "slowdown": "slowdown vs the sweep's baseline link",
@@ -35,12 +46,21 @@ def key_columns(c: Comparison) -> list[str]:
     """The variant-key columns worth printing: those that vary, and always strategy and link;
     never the flavour keys, which the strategy column names."""
     keys = [r["key"] for r in (*c.variants, *c.slowdowns)]
-    shown = (varying(keys) | {"strategy", "link"}) - set(FLAVOUR_KEYS)
+    shown = (varying(keys) | {STRATEGY, LINK}) - set(flavour_axes())
+    return [k for k in VARIANT_KEY if k in shown]
+
+
+def unmatched_columns(c: Comparison) -> list[str]:
+    """The key columns of the unmatched tables: strategy and link, and every key that varies
+    among all the variants compared (matched or not), flavours included (as stored)."""
+    keys = [r["key"] for r in (*c.variants, *c.slowdowns)]
+    keys += [*c.unmatched["baseline_only"], *c.unmatched["candidate_only"]]
+    shown = varying(keys) | {STRATEGY, LINK}
     return [k for k in VARIANT_KEY if k in shown]
 
 
 def _key_cell(key: dict, name: str) -> Any:
-    return flavoured_strategy(key) if name == "strategy" else key.get(name)
+    return flavoured_strategy(key) if name == STRATEGY else key.get(name)
 
 
 def verdict_line(c: Comparison) -> str:
@@ -76,7 +96,7 @@ def _p(r: dict) -> str:
 
 
 def figure_rows(c: Comparison, rows: list[dict], keys: list[str]) -> tuple[list[str], list]:
-    cols = [SHORT.get(k, k) for k in keys] + [
+    cols = [short(k) for k in keys] + [
         "baseline", "candidate", "ratio [interval]", "n", "test", "verdict",
     ]  # fmt: skip
     out = []
@@ -161,14 +181,15 @@ def _sections(c: Comparison) -> list[tuple[str, list[str], list]]:
                 *linkbench_rows(c),
             )
         )
+    unmatched = unmatched_columns(c)
     for side, title in (("baseline_only", "baseline"), ("candidate_only", "candidate")):
         only = c.unmatched[side]
         if only:
             parts.append(
                 (
                     f"Unmatched: variants only in the {title}",
-                    [SHORT.get(k, k) for k in VARIANT_KEY],
-                    [tuple(k.get(x) for x in VARIANT_KEY) for k in only],
+                    [short(k) for k in unmatched],
+                    [tuple(k.get(x) for x in unmatched) for k in only],
                 )
             )
     return parts

@@ -11,7 +11,8 @@ report's "Read with care" box says; ``accumulation_failures`` the same as entrie
 report's table (``sections.accumulation_html``). Both are empty when no run failed: a sweep
 whose runs all passed says nothing about it.
 
-May import: orchestrator.analysis.headline, orchestrator.analysis.stats.
+May import: orchestrator.analysis.flavours, orchestrator.analysis.headline,
+orchestrator.analysis.stats.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.analysis.headline import fmt_mb, series_order, strategy_name
+from orchestrator.analysis.flavours import strategy_name
+from orchestrator.analysis.headline import fmt_mb, series_order
 from orchestrator.analysis.stats import GROUP_KEY
 
 ACCUM_FAIL = "fail: "
@@ -48,13 +50,15 @@ def _bytes_words(n: int) -> str:
     return f"{n:,} B" + (f" ({fmt_mb(n)})" if n >= 1e6 else "")
 
 
+CHECKED = ("grad_sync",)
+"""The axis the check judges (what the non-final micro-batches promise depends on it): named
+in a failure's name even at the strategy's default."""
+
+
 def _accum_name(row: Mapping[str, Any]) -> str:
-    """``strategy_name``, with the ``grad_sync`` a default leaves unnamed: the check is about
-    the flavour, so a failure always says which one."""
-    name, sync = strategy_name(row), row.get("grad_sync")
-    if sync in (None, "n/a") or f"sync {sync}" in name:
-        return name
-    return f"{name[:-1]}, sync {sync})" if name.endswith(")") else f"{name} (sync {sync})"
+    """``strategy_name`` with the ``grad_sync`` a default leaves unnamed (``DDP (sync last)``):
+    the check is about the flavour, so a failure always says which one."""
+    return strategy_name(row, always=CHECKED)
 
 
 def accumulation_failures(runs: Sequence[Mapping[str, Any]]) -> list[AccumFailure]:

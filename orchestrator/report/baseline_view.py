@@ -14,7 +14,7 @@ import base64
 from typing import Any
 
 from orchestrator.report.draw import RC, figure_png, new_figure
-from orchestrator.report.labels import variant_label
+from orchestrator.report.labels import variant_label, varying
 from orchestrator.report.markup import esc, html_table, missing
 
 FIGURE = "compared_with_baseline.png"
@@ -23,8 +23,8 @@ NO_MATCH = "No variant of this sweep matches one of the baseline with runs on bo
 
 
 def _vary(rows: list[dict]) -> set[str]:
-    keys = [r["key"] for r in rows]
-    return {k for k in (keys[0] if keys else {}) if len({str(x.get(k)) for x in keys}) > 1}
+    """The key columns that vary among the rows' variants (``stats.varying``)."""
+    return varying([r["key"] for r in rows])
 
 
 def plot_baseline_ratios(doc: dict[str, Any]) -> tuple[Any | None, str]:

@@ -147,8 +147,7 @@ def _attention_box(data: ReportData) -> str:
 
 
 TRACE_COLS = (
-    "strategy", "offload", "grad_accum", "grad_sync", "reshard_after_forward", "placement",
-    "link", "n_runs", "measured_exposed_s", "measured_low_s", "measured_high_s",
+    *VARIANT_KEY, "n_runs", "measured_exposed_s", "measured_low_s", "measured_high_s",
     "measured_comm_s", "predicted_comm_s", "fitted_exposure", "fitted_exposed_s",
     "fitted_low_s", "fitted_high_s", "diff_s", "fit_quality",
 )  # fmt: skip
@@ -164,7 +163,7 @@ TRACE_NOTE = (
 
 
 COLLECTIVE_COLS = (
-    "strategy", "grad_accum", "reshard_after_forward", "link", "issued_op", "ran_as",
+    *VARIANT_KEY, "issued_op", "ran_as",
     "group_size", "per_step_n", "per_step_msg_bytes", "busy_s", "exposed_s", "exposed_low_s",
     "exposed_high_s",
 )  # fmt: skip

@@ -28,8 +28,8 @@ from orchestrator.report.labels import (
     OP_ORDER,
     VARIANT_KEY,
     order_index,
+    series_in_order,
     series_key,
-    series_sort,
     strategy_label,
     variant_label,
     variant_sort_key,
@@ -43,14 +43,14 @@ def plot_slowdown(sensitivity: list[dict], link_order: Sequence[str]) -> tuple[A
     if not rows:
         return None, (
             "No link slowdowns: they need at least two links, each with ok runs not flagged "
-            "throttled of the same variant (strategy, offload, grad_accum, bucket, placement)."
+            "throttled of the same variant (every key of the variant but the link)."
         )
     import matplotlib
 
     links = [x for x in link_order if any(r["link"] == x for r in rows)]
     links += sorted({r["link"] for r in rows} - set(links))
     vary = varying(rows)
-    series = sorted({series_key(r, vary) for r in rows}, key=series_sort)
+    series = series_in_order(rows, vary)
     colors = color_map(series)
     markers = "osD^vP*X"
     with matplotlib.rc_context(RC):
@@ -262,10 +262,10 @@ BytesByStrategy = dict[str, dict[int, dict[str, list[float]]]]
 
 def bytes_by_strategy(runs: list[dict]) -> BytesByStrategy:
     """Measured and analytic bytes per optimizer step of the ok runs by grad_accum and label
-    (``fsdp sync=each reshard=false``: flavours that vary send their own bytes), links pooled."""
+    (``fsdp sync=each``: every axis that varies), links pooled; labels in display order."""
     by: BytesByStrategy = defaultdict(lambda: defaultdict(lambda: {"measured": [], "expected": []}))
-    vary = varying(runs, ("grad_sync", "reshard_after_forward"))
-    for r in runs:
+    vary = varying(runs)  # the link too: series_key leaves it out
+    for r in sorted(runs, key=lambda r: variant_sort_key(r, [])):
         if r.get("status") != "ok":
             continue
         for col, kind in (
@@ -287,7 +287,7 @@ def plot_bytes_per_step(runs: list[dict]) -> tuple[Any | None, str]:
         )
     import matplotlib
 
-    series = sorted(by, key=lambda s: series_sort(tuple(s.split(" "))))
+    series = list(by)  # in display order
     colors = color_map(series)
     all_y = [
         y for s in by.values() for v in s.values() for y in (v["measured"] + v["expected"]) if y > 0

@@ -4,14 +4,16 @@ link over the baseline, next to the extra communication time the link microbench
 
 Pure apart from matplotlib (imported inside the function).
 
-May import: draw, fmt, markup, matplotlib, orchestrator.analysis.headline.
+May import: draw, fmt, markup, matplotlib, orchestrator.analysis.flavours,
+orchestrator.analysis.stats.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.analysis.headline import strategy_name
+from orchestrator.analysis.flavours import series_name
+from orchestrator.analysis.stats import varying
 from orchestrator.report.draw import RC, color_map, legend_outside, new_figure
 from orchestrator.report.fmt import fmt_seconds
 from orchestrator.report.markup import esc, missing
@@ -30,14 +32,15 @@ def plot_extra_vs_predicted(rows: list[dict]) -> tuple[Any | None, str]:
         return None, NO_PREDICTION
     import matplotlib
 
-    series = sorted({(strategy_name(r), r["link"]) for r in pts})
+    vary = varying(rows)
+    series = sorted({(series_name(r, vary), r["link"]) for r in pts})
     colors = color_map(series)
     with matplotlib.rc_context(RC):
         fig = new_figure(7.0, 4.6)
         ax = fig.add_subplot(1, 1, 1)
         handles = {}
         for r in pts:
-            key = (strategy_name(r), r["link"])
+            key = (series_name(r, vary), r["link"])
             h = ax.scatter(
                 r["predicted_extra_s"], r["measured_extra_s"], color=colors[key], s=44, zorder=3
             )
@@ -73,12 +76,13 @@ def extra_vs_predicted_html(rows: list[dict]) -> str:
     if not rows:
         return missing("No variant ran on both a link and the baseline link.")
     trs = []
+    vary = varying(rows)
     for r in rows:
         pred = r.get("predicted_extra_s")
         ratio = r.get("ratio")
         trs.append(
             f"<tr><td>{esc(r['link'])} ÷ {esc(r['baseline_link'])}</td>"
-            f"<td>{esc(strategy_name(r))}</td><td class='num'>{r['grad_accum']}</td>"
+            f"<td>{esc(series_name(r, vary))}</td><td class='num'>{r['grad_accum']}</td>"
             f"<td class='num'>{_signed(r['measured_extra_s'])}</td>"
             f"<td class='num'>{'–' if pred is None else _signed(pred)}</td>"
             f"<td class='num'>{'–' if ratio is None else f'{ratio:.2f}'}</td></tr>"

@@ -8,13 +8,16 @@ No SQL here: a new need is a new named query.
 Traced runs' timelines also read each drawn rank's trace file (``traces.path``) and keep only
 the intervals the timeline draws (``orchestrator.analysis.trace_overlap.step_intervals``).
 
-May import: orchestrator.store, orchestrator.analysis.trace_overlap.
+May import: orchestrator.store, orchestrator.analysis.flavours, orchestrator.analysis.stats,
+orchestrator.analysis.trace_overlap.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from orchestrator.analysis.flavours import GA, series_name
+from orchestrator.analysis.stats import GROUP_KEY, varying
 from orchestrator.analysis.trace_overlap import load_trace, step_intervals
 from orchestrator.store import Q, Reader, json_value
 
@@ -143,12 +146,10 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
     )
 
 
-def timeline_label(r: dict) -> str:
-    """A traced variant in the timeline's words: strategy, grad_accum, its sync flavour."""
-    words = [r["strategy"], f"ga {r['grad_accum']}"]
-    words += [f"sync {r['grad_sync']}"] if r.get("grad_sync") not in (None, "n/a") else []
-    words += ["offload " + r["offload"]] if r.get("offload") not in (None, "none") else []
-    return ", ".join(words)
+def timeline_label(r: dict, vary: set[str]) -> str:
+    """A traced variant in the timeline's words: its name where ``vary`` differ
+    (``flavours.series_name``: ``ZeRO-3+cpu``, ``DDP (sync each)``), then its grad_accum."""
+    return f"{series_name(r, vary)}, ga {r[GA]}"
 
 
 def read_timelines(traces: list[dict]) -> list[dict]:
@@ -156,11 +157,12 @@ def read_timelines(traces: list[dict]) -> list[dict]:
     step where there are two or more: the first may carry one-off work): the step's window,
     compute and communication intervals. A file that cannot be read is left out."""
     first: dict[tuple, str] = {}
+    vary = varying(traces, GROUP_KEY)
     for t in traces:
-        first.setdefault((timeline_label(t), t["link"]), t["run_id"])
+        first.setdefault((timeline_label(t, vary), t["link"]), t["run_id"])
     out = []
     for t in traces:
-        key = (timeline_label(t), t["link"])
+        key = (timeline_label(t, vary), t["link"])
         if first[key] != t["run_id"]:
             continue
         try:

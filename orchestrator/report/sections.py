@@ -5,7 +5,7 @@ A run that failed the accumulation check (``runs.accum_check``) is a line in the
 care" box and a table under the runs needing attention (``accumulation_html``); a sweep whose
 runs all passed gets neither.
 May import: reading, accumulation, findings, fmt, labels, markup,
-orchestrator.analysis.headline.
+orchestrator.analysis.flavours.
 """
 
 from __future__ import annotations
@@ -15,15 +15,16 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from orchestrator.analysis.headline import DDP_DEFAULT_SYNC, FSDP2_NAMES
+from orchestrator.analysis.flavours import GA, LINK, STRATEGY, fixed_words
+from orchestrator.analysis.flavours import title as strategy_title
 from orchestrator.report.accumulation import accumulation_failures, accumulation_lines
 from orchestrator.report.findings import interval_note, interval_words, labelled, throttling
 from orchestrator.report.fmt import first_text_line, fmt_time_ci, fmt_value
 from orchestrator.report.labels import (
-    OFFLOAD_ORDER,
-    STRATEGY_ORDER,
-    order_index,
+    GROUP_KEY,
+    VARIANT_KEY,
     variant_label,
+    variant_sort_key,
     varying,
 )
 from orchestrator.report.markup import esc, html_table, missing
@@ -52,38 +53,28 @@ def _ratio_cell(s: dict | None, single_run: bool = False) -> str:
     return f"<td class='{cls}'>{s['slowdown']:.2f}×{esc(interval)}</td>"
 
 
-COMM_COLUMNS = (
-    "bucket_mb",
-    "overlap_comm",
-    "ddp_grad_dtype",
-    "grad_sync",
-    "reshard_after_forward",
-)
-"""The variant columns that shape a strategy's communication, one table row key together (two
-FSDP2 flavours, or DDP with and without ``no_sync``, are two rows, never one)."""
+ROW_COLUMNS = tuple(k for k in GROUP_KEY if k not in (STRATEGY, GA))
+"""The variant columns that name a classic table's row (beside grad_accum) when they vary:
+every key of the group but the strategy (the table's) and grad_accum (a column of its own)."""
 
 
-def _comm_key(row: dict) -> tuple:
-    return tuple(row.get(c) for c in COMM_COLUMNS)
+def _row_key(row: dict) -> tuple:
+    return tuple(row.get(k) for k in ROW_COLUMNS)
 
 
 def classic_tables(data: ReportData) -> str:
     """The perf_hardware table ("NVLink Y: 101 s / N: 131 s"), per step and with intervals.
 
-    One table per strategy, DDP first (the page measured DDP; its claim is about ZeRO). Rows:
-    grad_accum (and placement, offload, bucket when they vary); columns: step time on each link,
-    then each link's ratio to the baseline.
+    One table per strategy, in the catalog's order (DDP first: the page measured DDP; its claim
+    is about ZeRO). Rows: grad_accum (and each other key that varies: offload, bucket, a
+    flavour, placement, ...); columns: step time on each link, then each link's ratio to the
+    baseline.
     """
     if not data.variants:
         return missing("No variant figures: the sweep stored no runs.")
-    links = [x for x in data.link_order if any(v["link"] == x for v in data.variants)]
-    sens = {
-        (s["strategy"], s["offload"], s["grad_accum"], _comm_key(s), s["placement"], s["link"]): s
-        for s in data.sensitivity
-    }
-    strategies = sorted(
-        {v["strategy"] for v in data.variants}, key=lambda s: order_index(s, STRATEGY_ORDER)
-    )
+    links = [x for x in data.link_order if any(v[LINK] == x for v in data.variants)]
+    sens = {(s[STRATEGY], _row_key(s), s[GA], s[LINK]): s for s in data.sensitivity}
+    strategies = list(dict.fromkeys(v[STRATEGY] for v in sorted(data.variants, key=_display_order)))
     out = []
     if len(links) < 2:
         out.append(
@@ -103,24 +94,21 @@ def classic_tables(data: ReportData) -> str:
     return "".join(out)
 
 
-_ROW_COLUMNS = ("offload", *COMM_COLUMNS, "placement")
-"""The variant columns that name a classic table's row (beside grad_accum) when they vary."""
+def _display_order(row: dict) -> tuple:
+    return variant_sort_key(row, [])
 
 
 def _strategy_table(data: ReportData, strategy: str, links: list[str], sens: dict) -> str:
-    """One strategy's classic table: a row per (offload, comm, placement, grad_accum), a time
-    column per link, a ratio column per link other than the baseline."""
+    """One strategy's classic table: a row per (its varying keys, grad_accum), a time column
+    per link, a ratio column per link other than the baseline."""
     base = data.baseline_link
-    # bucket, overlap and DDP's gradient dtype travel together as one "comm" key (each
-    # shapes the communication)
-    vs = [v | {"comm": _comm_key(v)} for v in data.variants if v["strategy"] == strategy]
-    vary = varying(vs, _ROW_COLUMNS)
-    row_keys = sorted(
-        {(v["offload"], v["comm"], v["placement"], v["grad_accum"]) for v in vs},
-        key=lambda k: (order_index(k[0], OFFLOAD_ORDER), str(k[1]), k[2], k[3]),
-    )
-    cells = {(v["offload"], v["comm"], v["placement"], v["grad_accum"], v["link"]): v for v in vs}
-    shown = [c for c in _ROW_COLUMNS if c in vary]
+    vs = sorted((v for v in data.variants if v[STRATEGY] == strategy), key=_display_order)
+    vary = varying(vs, ROW_COLUMNS)
+    first: dict[tuple, dict] = {}  # a row of the table per (row key, grad_accum), in order
+    for v in vs:
+        first.setdefault((_row_key(v), v[GA]), v)
+    cells = {(_row_key(v), v[GA], v[LINK]): v for v in vs}
+    shown = [c for c in ROW_COLUMNS if c in vary]
     brackets = interval_words(vs)
     head = [
         *shown,
@@ -131,7 +119,7 @@ def _strategy_table(data: ReportData, strategy: str, links: list[str], sens: dic
         ),
         *(f"{x} ÷ {base}" for x in links if x != base),
     ]
-    trs = [_classic_row(strategy, key, shown, links, base, cells, sens) for key in row_keys]
+    trs = [_classic_row(strategy, v, shown, links, base, cells, sens) for v in first.values()]
     ths = "".join(f"<th>{esc(h)}</th>" for h in head)
     fixed = fixed_settings(vs, vary)
     sub = f" <small>({esc(', '.join(fixed))})</small>" if fixed else ""
@@ -143,26 +131,26 @@ def _strategy_table(data: ReportData, strategy: str, links: list[str], sens: dic
 
 def _classic_row(
     strategy: str,
-    key: tuple,
+    v: dict,
     shown: list[str],
     links: list[str],
     base: str | None,
     cells: dict[tuple, dict],
     sens: dict,
 ) -> str:
-    """One row: its varying columns, grad_accum, the time on each link, the ratio of each link
-    other than the baseline (uncoloured, "no CI", where a side rests on a single run)."""
-    off, comm, placement, ga = key
-    named = {"offload": off, **dict(zip(COMM_COLUMNS, comm, strict=True)), "placement": placement}
-    tds = [f"<td>{esc(named[c])}</td>" for c in shown]
+    """One row (``v``: its first variant): its varying columns, grad_accum, the time on each
+    link, the ratio of each link other than the baseline (uncoloured, "no CI", where a side
+    rests on a single run)."""
+    key, ga = _row_key(v), v[GA]
+    tds = [f"<td>{esc(v.get(c))}</td>" for c in shown]
     tds.append(f"<td class='num'>{ga}</td>")
-    tds += [time_cell(cells.get((*key, x))) for x in links]
+    tds += [time_cell(cells.get((key, ga, x))) for x in links]
     for x in links:
         if x == base:
             continue
-        pair = [cells.get((*key, y)) for y in (x, base)]
-        single = any(v is not None and _usable_runs(v) < 2 for v in pair)
-        tds.append(_ratio_cell(sens.get((strategy, off, ga, comm, placement, x)), single))
+        pair = [cells.get((key, ga, y)) for y in (x, base)]
+        single = any(p is not None and _usable_runs(p) < 2 for p in pair)
+        tds.append(_ratio_cell(sens.get((strategy, key, ga, x)), single))
     return f"<tr>{''.join(tds)}</tr>"
 
 
@@ -190,42 +178,13 @@ def time_cell(v: dict | None) -> str:
     return f"<td class='num'>{esc(text)}</td>"
 
 
-STRATEGY_TITLES = {"ddp": "DDP", "fsdp": "FSDP2", "hsdp": "HSDP (FSDP2, replicate x shard)"}
-
-
-def strategy_title(strategy: str) -> str:
-    """``DDP``, ``ZeRO-3``, ``FSDP2``, ..."""
-    return STRATEGY_TITLES.get(strategy) or strategy.upper().replace("ZERO", "ZeRO-")
-
-
-RESHARD_FIXED = {"true": "reshard after forward", "false": "no reshard after forward"}
-
-
 def fixed_settings(vs: list[dict], vary: set[str]) -> list[str]:
-    """What every variant of a strategy's table shares, worth a word under its title: offload,
-    bucket, a non-default overlap, bf16 gradients, the sync flavour and FSDP2's reshard
-    setting, placement, and what it sent (by collective and dtype: bf16 DDP and bf16 ZeRO
-    differ)."""
-    v0 = vs[0]
-    fixed = (
-        [f"offload {v0['offload']}"] if "offload" not in vary and v0["offload"] != "none" else []
-    )
-    if (
-        "bucket_mb" not in vary and v0.get("strategy") not in FSDP2_NAMES
-    ):  # FSDP2 records bucket 0: it has none
-        fixed += [f"bucket {v0['bucket_mb']} MB"]
-    if "overlap_comm" not in vary and v0.get("overlap_comm") not in (None, "default"):
-        fixed += [f"overlap_comm {v0['overlap_comm']}"]
-    if "ddp_grad_dtype" not in vary and v0.get("ddp_grad_dtype") == "bf16":
-        fixed += [f"gradients all-reduced in {v0['ddp_grad_dtype']}"]
-    sync = v0.get("grad_sync")
-    implied = v0.get("strategy") == "ddp" and sync == DDP_DEFAULT_SYNC  # as in the headline
-    if "grad_sync" not in vary and sync not in (None, "n/a") and not implied:
-        fixed += [f"grad_sync {sync}"]
-    reshard = v0.get("reshard_after_forward")
-    if "reshard_after_forward" not in vary and reshard in RESHARD_FIXED:
-        fixed += [RESHARD_FIXED[reshard]]
-    fixed += [f"placement {v0['placement']}"] if "placement" not in vary else []
+    """What every variant of a strategy's table shares, worth a word under its title: each key
+    that does not vary and applies, where the strategy's name would name it or it is not the
+    strategy's default (``flavours.fixed_words``: ``offload cpu``, ``bucket 25 MB``, ``overlap
+    off``, ``bf16 gradients``, ``reshard``, ``sync each``), then what it sent (by collective and
+    dtype: bf16 DDP and bf16 ZeRO differ)."""
+    fixed = fixed_words(vs[0], vary)
     sent = dict.fromkeys(v["comm_dtypes"] for v in vs if v.get("comm_dtypes"))
     fixed += [f"sent {' or '.join(sent)}"] if sent else []
     return fixed
@@ -268,24 +227,31 @@ def _run_list(rows: list[dict], cols: Sequence[str], empty: str) -> str:
     return html_table(rows, cols) if rows else f"<p class='note'>{esc(empty)}</p>"
 
 
+def key_columns(runs: list[dict]) -> list[str]:
+    """The variant-key columns of a list of runs: strategy, grad_accum and link always, and
+    every other key that varies among the sweep's runs, in variant-key order."""
+    shown = varying(runs) | {STRATEGY, GA, LINK}
+    return [k for k in VARIANT_KEY if k in shown]
+
+
 def attention_html(data: ReportData) -> str:
     runs = data.runs
     no_throttle = f"Throttling: {throttling(runs)}."
+    keys = key_columns(runs)
     parts = [
         "<h3>Failed runs</h3>",
         _failed_runs_html(runs),
         "<h3>Throttled runs</h3>",
         _run_list(
             [r for r in runs if r.get("throttled")],
-            ("seq", "strategy", "offload", "grad_accum", "link", "placement", "repeat",
-             "max_temp_c", "mean_power_w", "min_sm_clock_mhz", "telemetry"),
+            ("seq", *keys, "repeat", "max_temp_c", "mean_power_w", "min_sm_clock_mhz",
+             "telemetry"),
             no_throttle,
         ),
         "<h3>Link-mismatch runs</h3>",
         _run_list(
             [r for r in runs if r.get("link_check") == "mismatch"],
-            ("seq", "strategy", "grad_accum", "link", "link_env", "link_class",
-             "effective_transport", "nccl_version"),
+            ("seq", *keys, "link_env", "link_class", "effective_transport", "nccl_version"),
             "No run with link_check = mismatch.",
         ),
     ]  # fmt: skip

@@ -180,9 +180,12 @@ def test_default_flavour_per_strategy():
 
 def test_with_flavour_fills_only_what_is_missing_and_reads_booleans_as_text():
     row = {"strategy": "fsdp", "grad_sync": "last"}
-    assert with_flavour(row) == {**row, "reshard_after_forward": "true"}
+    filled = with_flavour(row)
+    assert filled["grad_sync"] == "last" and filled["reshard_after_forward"] == "true"
+    # every other axis the row lacks reads as FSDP2's default too (catalog.filled)
+    assert filled["offload"] == "none" and filled["ddp_grad_dtype"] == "n/a"
     assert row == {"strategy": "fsdp", "grad_sync": "last"}  # the input is not changed
-    full = FSDP_LAST | {"link": "x"}
+    full = COMMON | FSDP_LAST | {"link": "x"}  # every axis stored: the row itself
     assert with_flavour(full) is full
     assert with_flavour(FSDP_EACH | {"reshard_after_forward": False})["reshard_after_forward"] == (
         "false"

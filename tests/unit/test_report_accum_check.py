@@ -18,7 +18,7 @@ from orchestrator.report.sections import (
 
 KEY = {"offload": "none", "bucket_mb": 25, "overlap_comm": "default", "placement": "pack"}
 FSDP_LAST = {"strategy": "fsdp", "ddp_grad_dtype": "n/a", "grad_sync": "last",
-             "reshard_after_forward": "true"}  # fmt: skip
+             "reshard_after_forward": "true", "bucket_mb": 0}  # fmt: skip
 FSDP_EACH = FSDP_LAST | {"grad_sync": "each"}
 DDP_LAST = {"strategy": "ddp", "ddp_grad_dtype": "fp32", "grad_sync": "last",
             "reshard_after_forward": "n/a"}  # fmt: skip
@@ -131,32 +131,25 @@ def test_classic_tables_keep_fsdp2_flavours_apart():
     ]
     html = classic_tables(_data(variants=variants))
     ddp, fsdp = html.split("<h3>")[1:3]
-    assert fsdp.startswith("FSDP2 <small>(grad_sync each, placement pack,")  # no bucket
+    assert fsdp.startswith("FSDP2 <small>(sync each, sent")  # no bucket, the default placement
     assert "<th>reshard_after_forward</th>" in fsdp
     assert "<td>true</td>" in fsdp and "<td>false</td>" in fsdp  # two rows, not one
     assert fsdp.count("<tr><td>") == 2
     assert "3.00 s" in fsdp and "2.00 s" in fsdp
-    assert ddp.startswith("DDP <small>(bucket 25 MB, placement pack")  # its own no_sync
+    assert ddp.startswith("DDP <small>(bucket 25 MB, sent")  # its own no_sync
     assert strategy_title("fsdp") == "FSDP2" and strategy_title("hsdp").startswith("HSDP")
 
 
 def test_fixed_settings_name_the_flavour():
     v = KEY | FSDP_LAST | {"reshard_after_forward": "false", "comm_dtypes": None}
-    assert fixed_settings([v], set()) == [
-        "grad_sync last",
-        "no reshard after forward",
-        "placement pack",
-    ]
+    # as FSDP2's name reads them (reshard, then sync); the default placement is not named
+    assert fixed_settings([v], set()) == ["no reshard", "sync last"]
     ddp_each = KEY | DDP_LAST | {"grad_sync": "each", "comm_dtypes": None}
-    assert fixed_settings([ddp_each], set()) == ["bucket 25 MB", "grad_sync each", "placement pack"]
-    assert fixed_settings([KEY | DDP_LAST | {"comm_dtypes": None}], set()) == [
-        "bucket 25 MB",
-        "placement pack",
-    ]
-    assert fixed_settings([KEY | ZERO3 | {"comm_dtypes": None}], set()) == [
-        "bucket 25 MB",
-        "placement pack",
-    ]
+    assert fixed_settings([ddp_each], set()) == ["sync each", "bucket 25 MB"]
+    assert fixed_settings([KEY | DDP_LAST | {"comm_dtypes": None}], set()) == ["bucket 25 MB"]
+    assert fixed_settings([KEY | ZERO3 | {"comm_dtypes": None}], set()) == ["bucket 25 MB"]
+    spread = KEY | ZERO3 | {"placement": "spread", "comm_dtypes": None}
+    assert fixed_settings([spread], set()) == ["bucket 25 MB", "placement spread"]
 
 
 def test_bytes_figure_keeps_sync_flavours_apart():

@@ -288,7 +288,8 @@ def test_strategy_tables_say_what_each_strategy_sent_and_split_ddp_by_gradient_d
     assert "sent all_gather bf16 + reduce_scatter bf16" in zero and "ddp_grad_dtype" not in zero
     vary = {"ddp_grad_dtype"}
     assert group_label(variants[2], vary) == "ddp ga=1 grads=bf16"
-    assert group_label(variants[0], vary) == "ddp ga=1"  # DDP's default dtype is not named
+    # where the dtype varies, every DDP label names it (its default too); ZeRO has none
+    assert group_label(variants[0], vary) == "ddp ga=1 grads=fp32"
     assert group_label(variants[4], vary) == "zero3 ga=1"
 
 
@@ -309,21 +310,21 @@ def test_fixed_settings_name_what_a_strategy_table_shares():
     from orchestrator.report.sections import fixed_settings, strategy_title
 
     vs = [
-        {**VARIANT, "offload": "cpu", "overlap_comm": "on", "ddp_grad_dtype": "bf16",
+        {**VARIANT, "strategy": "ddp", "overlap_comm": "true", "ddp_grad_dtype": "bf16",
          "comm_dtypes": "all_reduce bf16"},
-        {**VARIANT, "offload": "cpu", "overlap_comm": "on", "ddp_grad_dtype": "bf16",
+        {**VARIANT, "strategy": "ddp", "overlap_comm": "true", "ddp_grad_dtype": "bf16",
          "comm_dtypes": None},
     ]  # fmt: skip
     assert fixed_settings(vs, set()) == [
-        "offload cpu",
         "bucket 25 MB",
-        "overlap_comm on",
-        "gradients all-reduced in bf16",
-        "placement pack",
+        "overlap on",
+        "bf16 gradients",
         "sent all_reduce bf16",
     ]
-    assert fixed_settings(vs, {"offload", "bucket_mb", "overlap_comm", "placement"}) == [
-        "gradients all-reduced in bf16",
+    assert fixed_settings(vs, {"bucket_mb", "overlap_comm", "ddp_grad_dtype"}) == [
         "sent all_reduce bf16",
     ]
+    # a joined axis reads as its phrase here; the default placement and overlap are not named
+    zero = {**VARIANT, "strategy": "zero3", "offload": "cpu", "placement": "spread"}
+    assert fixed_settings([zero], set()) == ["offload cpu", "bucket 25 MB", "placement spread"]
     assert [strategy_title(s) for s in ("ddp", "zero1", "zero3")] == ["DDP", "ZeRO-1", "ZeRO-3"]
