@@ -42,7 +42,11 @@ sends what ``last`` promises not to, and the accumulation check must say so.
 Collectives are recorded by ``workloads/collectives.py``'s recorder during the profiled steps;
 ``collectives`` keeps the last profiled pass's records (micro-batch by micro-batch).
 
-May import: collectives, contract, torch.
+Which strategy is which comes from the catalog (``workloads/catalog.py``): the strategies of the
+``fsdp2`` family run here, each offering the ``grad_sync`` flavours its entry lists; whether one
+shards over the 2-D mesh is :func:`hybrid`.
+
+May import: catalog, collectives, contract, torch.
 """
 
 from __future__ import annotations
@@ -54,19 +58,36 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from workloads import catalog
 from workloads.collectives import Collective, CollectiveRecorder, comm_records
 from workloads.contract import CommRecord
 
 if TYPE_CHECKING:  # torch is imported where a run is built: the option tables stay light
     import torch
 
-FSDP_STRATEGIES = ("fsdp", "hsdp")
-GRAD_SYNC = {"fsdp": ("each", "last"), "hsdp": ("each", "last", "replicate_last")}
-"""The ``grad_sync`` flavours each strategy offers (the module docstring says what each does)."""
-DEFAULT_GRAD_SYNC = "each"
-"""FSDP2's own behaviour, and torchtitan's choice, for both strategies."""
+FSDP_STRATEGIES = catalog.names("fsdp2")
+"""The strategies this module runs, from the catalog (kept importable for the driver modules
+that still read it; new code asks ``catalog.family_of``)."""
+GRAD_SYNC = {s: catalog.offered("grad_sync", s) for s in FSDP_STRATEGIES}
+"""The ``grad_sync`` flavours each strategy offers (the module docstring says what each does),
+from the catalog (``catalog.offered``), as :data:`FSDP_STRATEGIES`."""
 SYNC_BUG_ENV = "LINKSWEEP_PLANT_SYNC_BUG"
 """Set to 1 in a rank's environment (through a link's env) to plant the accumulation bug."""
+
+
+def hybrid(strategy: str) -> bool:
+    """Does ``strategy`` shard over a 2-D mesh, replicate x shard (HSDP), rather than over every
+    rank (FSDP2)? A ValueError for a name not in the catalog."""
+    entry = catalog.strategy(strategy)
+    if hasattr(entry, "hybrid"):  # ``Strategy.hybrid``, asked of the catalog (spec.py reads it)
+        return bool(entry.hybrid)
+    # Until the catalog's entries say which one shards within groups and replicates across
+    # them, that strategy is named here, once: a fact of the strategy no other field implies.
+    return entry.name == "hsdp"
+
+
+def _hybrid_names() -> list[str]:
+    return [s for s in catalog.names("fsdp2") if hybrid(s)]
 
 
 @dataclass(frozen=True)
@@ -74,39 +95,46 @@ class FsdpOptions:
     """What an FSDP2 run needs beyond ``RunConfig``'s shared fields."""
 
     strategy: str
-    """fsdp | hsdp"""
+    """A strategy of the catalog's ``fsdp2`` family."""
     reshard_after_forward: bool = True
     """For the transformer blocks: True frees their parameters after forward and gathers them
     again in backward (as ZeRO-3); False keeps them until backward ends (as ZeRO-2). The root
     keeps FSDP2's default (not resharded after forward)."""
-    grad_sync: str = DEFAULT_GRAD_SYNC
-    """each | last | replicate_last (hsdp only)."""
+    grad_sync: str | None = None
+    """each | last | replicate_last: one the strategy's entry offers (``catalog.offered``);
+    None: its default (``catalog.default``: FSDP2's own behaviour, and torchtitan's choice)."""
     hsdp_shard_size: int | None = None
-    """hsdp: ranks per shard group (resolved by the planner: ranks per node by default); the
-    world size must divide by it. None for fsdp."""
+    """A :func:`hybrid` strategy's ranks per shard group (resolved by the planner: ranks per
+    node by default); the world size must divide by it. None for the others."""
     sync_switch_bug: bool = False
     """Plant NVIDIA/cosmos-framework#161 (module docstring); a test of the accumulation check."""
 
     def __post_init__(self) -> None:
-        if self.strategy not in FSDP_STRATEGIES:
-            raise ValueError(f"strategy={self.strategy!r} is not one of {list(FSDP_STRATEGIES)}")
+        if catalog.family_of(self.strategy) != "fsdp2":
+            raise ValueError(
+                f"strategy={self.strategy!r} is not one of {list(catalog.names('fsdp2'))}"
+            )
         if not isinstance(self.reshard_after_forward, bool):
             raise ValueError(
                 f"reshard_after_forward={self.reshard_after_forward!r} is not true or false"
             )
-        allowed = GRAD_SYNC[self.strategy]
+        if self.grad_sync is None:
+            object.__setattr__(self, "grad_sync", catalog.default("grad_sync", self.strategy))
+        allowed = catalog.offered("grad_sync", self.strategy)
         if self.grad_sync not in allowed:
             raise ValueError(
                 f"grad_sync={self.grad_sync!r} is not one of {list(allowed)} for {self.strategy}"
             )
-        if self.strategy == "fsdp" and self.hsdp_shard_size is not None:
-            raise ValueError("hsdp_shard_size applies to hsdp only; fsdp shards over every rank")
-        if self.strategy == "hsdp" and (
-            not isinstance(self.hsdp_shard_size, int) or self.hsdp_shard_size < 1
-        ):
+        if not hybrid(self.strategy):
+            if self.hsdp_shard_size is not None:
+                raise ValueError(
+                    f"hsdp_shard_size applies to {' and '.join(_hybrid_names())} only; "
+                    f"{self.strategy} shards over every rank"
+                )
+        elif not isinstance(self.hsdp_shard_size, int) or self.hsdp_shard_size < 1:
             raise ValueError(
-                f"hsdp_shard_size={self.hsdp_shard_size!r}: hsdp needs a positive int "
-                "(the planner resolves the default, the ranks of one node)"
+                f"hsdp_shard_size={self.hsdp_shard_size!r}: {self.strategy} needs a positive "
+                "int (the planner resolves the default, the ranks of one node)"
             )
 
 
@@ -116,21 +144,21 @@ def options_from_config(cfg: Any) -> FsdpOptions:
     return FsdpOptions(
         strategy=cfg.strategy,
         reshard_after_forward=getattr(cfg, "reshard_after_forward", True),
-        grad_sync=getattr(cfg, "grad_sync", None) or DEFAULT_GRAD_SYNC,
+        grad_sync=getattr(cfg, "grad_sync", None),  # None: the strategy's default
         hsdp_shard_size=getattr(cfg, "hsdp_shard_size", None),
         sync_switch_bug=os.environ.get(SYNC_BUG_ENV, "") == "1",
     )
 
 
 def mesh_shape(strategy: str, world_size: int, shard_size: int | None) -> tuple[int, ...]:
-    """(world,) for fsdp; (replicate, shard) for hsdp. Raises ValueError when the world size
-    does not divide by the shard size, saying what would."""
-    if strategy == "fsdp":
+    """(world,) for FSDP2; (replicate, shard) for a :func:`hybrid` strategy. Raises ValueError
+    when the world size does not divide by the shard size, saying what would."""
+    if not hybrid(strategy):
         return (world_size,)
     if shard_size is None or shard_size < 1 or world_size % shard_size:
         raise ValueError(
             f"hsdp_shard_size={shard_size!r} does not divide world_size={world_size}: "
-            f"hsdp needs a world size that is a multiple of the shard size"
+            f"{strategy} needs a world size that is a multiple of the shard size"
         )
     return (world_size // shard_size, shard_size)
 
@@ -208,7 +236,7 @@ def apply_fully_shard(model: Any, mesh: Any, options: FsdpOptions, precision: st
 
 
 class FsdpStrategy:
-    """FSDP2 (``fsdp``) or HSDP (``hsdp``): the same interface as ``DDPStrategy`` and
+    """FSDP2 or HSDP (a strategy of the ``fsdp2`` family): the same interface as ``DDPStrategy`` and
     ``ZeroStrategy`` (``micro_step`` grad_accum times, ``boundary`` on the last, then
     ``optimizer_step``; ``profile_start`` / ``profile_stop`` around the profiled steps)."""
 

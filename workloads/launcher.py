@@ -20,7 +20,7 @@ its parent (``PR_SET_PDEATHSIG``). ``kill_run`` ends a run's ranks (timeout, fai
 A plain class; ``orchestrator/raycluster/launchers.py`` makes it a threaded actor (one thread per rank of a
 run on this node, plus ``kill_run``). Imports nothing from ``orchestrator``.
 
-May import: contract, cpu_policy, nccl_files, rank.
+May import: catalog, contract, cpu_policy, nccl_files, rank.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ import time
 import traceback
 from collections.abc import Callable
 
+from workloads import catalog
 from workloads.contract import NodeInfo, RankRecord
 from workloads.cpu_policy import idle_process, normal_self
 
@@ -62,11 +63,12 @@ LAZY_PRELOAD = (
     "distutils.compilers.C.unix",
     "distutils.sysconfig",
     "torch.utils.cpp_extension",
-    # The workload's modules a rank imports after the fork (milliseconds, but every run).
+    # The workload's modules a rank imports after the fork (milliseconds, but every run): the
+    # module of every strategy's workload class (the catalog's entries, a plugin's included).
     "workloads.diag",
     "workloads.telemetry",
     "workloads.ds_effective",
-    "workloads.fsdp",
+    *dict.fromkeys(s.workload.partition(":")[0] for s in catalog.STRATEGIES.values()),
 )
 """What a run would import lazily, imported once in the fork server by
 ``workloads.forkserver_lazy`` through :func:`import_quietly`."""

@@ -6,8 +6,8 @@ Rendezvous follows Ray Train: the driver asks rank 0 for its address and a free 
 out ``run`` to every rank. In: a ``contract.RunConfig`` or ``LinkbenchConfig``; out: one
 ``contract.RankRecord``. Imports nothing from ``orchestrator``.
 
-May import: contract, device, diag, linkbench, nccl_files, phases, train, deepspeed, ray, torch,
-transformers.
+May import: catalog, contract, device, diag, linkbench, nccl_files, phases, train, deepspeed, ray,
+torch, transformers.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from workloads import catalog
 from workloads.contract import DeviceDecision, LinkbenchConfig, NodeInfo, RankRecord, RunConfig
 from workloads.nccl_files import read_nccl_log
 from workloads.phases import PhaseClock
@@ -134,7 +135,7 @@ class Rank:
             if isinstance(cfg, RunConfig):  # what training will import, timed as one phase
                 import transformers  # noqa: F401
 
-                if cfg.strategy.startswith("zero"):
+                if catalog.family_of(cfg.strategy) == "zero":  # DeepSpeed runs that family
                     import deepspeed  # noqa: F401
             from workloads.diag import Armed
 

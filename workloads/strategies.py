@@ -6,7 +6,11 @@ Communication is accounted per collective (op, message bytes, count, time) durin
 outside the timed ones, because timing a collective means synchronising around it. Runs in rank
 processes; imports only workloads modules.
 
-May import: aio_check, contract, device, ds_comms, ds_effective, fsdp, deepspeed, torch.
+Which class a run builds is the catalog's (``workloads/catalog.py``): each strategy's entry names
+its ``workload`` (``DDPStrategy`` and ``ZeroStrategy`` here, ``workloads.fsdp.FsdpStrategy``), and
+:func:`make_strategy` builds that one; a name the catalog lacks is an error, never a fallback.
+
+May import: aio_check, catalog, contract, device, ds_comms, ds_effective, deepspeed, torch.
 """
 
 from __future__ import annotations
@@ -24,14 +28,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from workloads import catalog
 from workloads.contract import CommRecord, RunConfig
 from workloads.device import sync
 from workloads.ds_comms import comm_record, dtype_name
 
 DDP_DEFAULT_BUCKET_MIB = 25  # torch/nn/parallel/distributed.py _DEFAULT_BUCKET_CAP_MB
 
-DDP_GRAD_DTYPES = ("fp32", "bf16")
-"""The dtype DDP all-reduces gradients in (the ``ddp_grad_dtype`` grid axis). ``fp32``: DDP's
+DDP_GRAD_DTYPES = catalog.axis("ddp_grad_dtype").values
+"""The dtype DDP all-reduces gradients in (the catalog's ``ddp_grad_dtype`` axis). ``fp32``: DDP's
 default hook, the gradients' own dtype (fp32 even under bf16 autocast, which keeps parameters
 and so gradients in fp32); ``bf16``: torch's ``bf16_compress_hook``, which casts each bucket to
 bf16 before the all_reduce and back after it: half the bytes, as ZeRO's bf16 collectives."""
@@ -135,8 +140,6 @@ class DDPStrategy:
     or without overlap. DDP takes one comm hook; the counting hook below is it, and it calls
     torch's hook for the dtype, so the profiled pass counts the bytes that hook really sends.
     """
-
-    name = "ddp"
 
     def __init__(self, model, device, cfg, autocast_dtype):
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -266,8 +269,6 @@ class ZeroStrategy:
     accumulation boundary (``gradient_accumulation_steps`` in its config), as its docs require.
     """
 
-    name = "zero"
-
     def __init__(self, model, device, cfg, autocast_dtype):
         import deepspeed
 
@@ -334,10 +335,9 @@ class ZeroStrategy:
 
 
 def make_strategy(model, device, cfg: RunConfig, autocast_dtype):
-    if cfg.strategy == "ddp":
-        return DDPStrategy(model, device, cfg, autocast_dtype)
-    if cfg.strategy in ("fsdp", "hsdp"):  # workloads.fsdp.FSDP_STRATEGIES
-        from workloads.fsdp import FsdpStrategy
-
-        return FsdpStrategy(model, device, cfg, autocast_dtype)
-    return ZeroStrategy(model, device, cfg, autocast_dtype)
+    """The strategy object ``cfg.strategy``'s catalog entry names (its ``workload``, a
+    ``module:Class`` taking ``(model, device, cfg, autocast_dtype)``). A name the catalog lacks
+    is a ValueError naming the allowed values (``catalog.strategy``): never some other
+    strategy."""
+    workload = catalog.resolve(catalog.strategy(cfg.strategy).workload)
+    return workload(model, device, cfg, autocast_dtype)

@@ -84,7 +84,10 @@ the ``log_summary`` barriers, one-off collectives at initialize and in the first
 per rank). ``summarize_records`` drops messages smaller than ``ignore_below_bytes`` for that
 reason. With ``world_size == 1`` no bytes cross a link: the expectation is empty.
 
-May import: workloads.contract.
+Which of these a strategy is comes from its catalog entry (``workloads/catalog.py``): the ``ddp``
+family, or the ``zero`` family with its ``zero_stage``; FSDP2's theory is ``fsdp_theory.py``.
+
+May import: workloads.catalog, workloads.contract.
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from workloads import catalog
 from workloads.contract import CANONICAL_OPS, canonical_op
 
 __all__ = [
@@ -108,7 +112,9 @@ __all__ = [
     "expected_wire_bytes_per_step",
 ]
 
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+ZERO_STAGES = (1, 2, 3)
+"""The ZeRO stages this module models (``Strategy.zero_stage``); with the ``ddp`` family, the
+strategies it covers (FSDP2's theory is ``fsdp_theory``)."""
 
 _FACTOR = {
     # nccl-tests doc/PERFORMANCE.md
@@ -163,9 +169,22 @@ class CommExpectation:
     note: str = ""
 
 
+def _models(entry: catalog.Strategy) -> bool:
+    return entry.family == "ddp" or (entry.family == "zero" and entry.zero_stage in ZERO_STAGES)
+
+
+def modelled(strategy: str) -> catalog.Strategy:
+    """``strategy``'s catalog entry, when this module models it (a DDP strategy, or a ZeRO one
+    of a known stage); else a ValueError naming the strategies it models."""
+    entry = catalog.STRATEGIES.get(strategy)
+    if entry is None or not _models(entry):
+        known = [s.name for s in catalog.STRATEGIES.values() if _models(s)]
+        raise ValueError(f"strategy={strategy!r} is not one of {known}")
+    return entry
+
+
 def _validate(strategy: str, grad_accum: int, param_bytes: int, world_size: int) -> None:
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy={strategy!r} is not one of {list(STRATEGIES)}")
+    modelled(strategy)
     if not isinstance(grad_accum, int) or grad_accum < 1:
         raise ValueError(f"grad_accum must be a positive int, got {grad_accum!r}")
     if not isinstance(param_bytes, int) or param_bytes < 0:
@@ -182,7 +201,8 @@ def expected_comm(
 ) -> CommExpectation:
     """Expected per-rank collective volume of one optimizer step (see module docstring).
 
-    strategy: ddp | zero1 | zero2 | zero3.
+    strategy: a catalog name of the ddp or zero family (:func:`modelled`); a ZeRO strategy
+        issues what its ``zero_stage`` does.
     grad_accum: micro-steps per optimizer step.
     param_bytes: Psi = n_params x bytes per element of the communicated dtype.
     world_size: data-parallel ranks n.
@@ -198,20 +218,22 @@ def expected_comm(
     psi = param_bytes
     if world_size == 1:
         return CommExpectation(0, 0, {}, "world_size 1: no inter-rank traffic")
-    if strategy == "ddp":
+    entry = modelled(strategy)
+    stage = entry.zero_stage
+    if entry.family == "ddp":
         per_op = {"all_reduce": psi}
         note = (
             "DDP: one all_reduce of all gradients per optimizer step (no_sync on the first "
             "grad_accum-1 micro-steps), in buckets; flat in grad_accum"
         )
-    elif strategy == "zero1":
+    elif stage == 1:
         per_op = {"all_reduce": psi, "all_gather": psi}
         note = (
             "ZeRO-1 (stage_1_and_2.py): gradients all_reduced in buckets at the accumulation "
             "boundary only (reduce_gradients -> average_tensor -> allreduce_bucket), updated "
             "partitions all_gathered after the step (all_gather_dp_groups); flat in grad_accum"
         )
-    elif strategy == "zero2":
+    elif stage == 2:
         per_op = {"all_reduce": grad_accum * psi, "all_gather": psi}
         note = (
             "ZeRO-2 (stage_1_and_2.py): gradients all_reduced in buckets in every micro-step's "
@@ -321,8 +343,9 @@ def run_expectation(
     ddp_grad_dtype: str = "fp32",
     ddp_sync_each: bool = False,
 ) -> tuple[CommExpectation | None, str | None]:
-    """(analytic bytes per optimizer step, note) for one run, following the run's effective
-    DeepSpeed config (``runs.ds_config``, what DeepSpeed parsed after its defaults).
+    """(analytic bytes per optimizer step, note) for one run of a DDP or ZeRO strategy
+    (:func:`modelled`), following the run's effective DeepSpeed config (``runs.ds_config``,
+    what DeepSpeed parsed after its defaults).
 
     (None, None) with one rank (nothing crosses a link). (None, why) where the model cannot say
     (ZeRO-3 with a persistence threshold, an intermediate reuse distance, an unknown
@@ -339,16 +362,42 @@ def run_expectation(
     """
     if world_size < 2:
         return None, None
-    if strategy == "ddp":
-        if ddp_grad_dtype not in DDP_GRAD_BYTES:
-            raise ValueError(
-                f"ddp_grad_dtype={ddp_grad_dtype!r} is not one of {sorted(DDP_GRAD_BYTES)}"
-            )
-        reductions = grad_accum if ddp_sync_each else 1
-        psi = n_params * DDP_GRAD_BYTES[ddp_grad_dtype] * reductions
-        exp = expected_comm("ddp", grad_accum, psi, world_size)
-        each = "; grad_sync each: every micro-batch all-reduces" if ddp_sync_each else ""
-        return exp, f"{exp.note}; all_reduce in {ddp_grad_dtype}{each}"
+    if modelled(strategy).family == "ddp":
+        return _ddp_expectation(
+            strategy, grad_accum, world_size, n_params, ddp_grad_dtype, ddp_sync_each
+        )
+    return _zero_expectation(strategy, grad_accum, precision, world_size, n_params, ds_config)
+
+
+def _ddp_expectation(
+    strategy: str,
+    grad_accum: int,
+    world_size: int,
+    n_params: int,
+    grad_dtype: str,
+    sync_each: bool,
+) -> tuple[CommExpectation, str]:
+    """:func:`run_expectation` for a DDP strategy: every gradient once per reduction, in
+    ``grad_dtype``; one reduction per step, or one per micro-batch with ``sync_each``."""
+    if grad_dtype not in DDP_GRAD_BYTES:
+        raise ValueError(f"ddp_grad_dtype={grad_dtype!r} is not one of {sorted(DDP_GRAD_BYTES)}")
+    reductions = grad_accum if sync_each else 1
+    psi = n_params * DDP_GRAD_BYTES[grad_dtype] * reductions
+    exp = expected_comm(strategy, grad_accum, psi, world_size)
+    each = "; grad_sync each: every micro-batch all-reduces" if sync_each else ""
+    return exp, f"{exp.note}; all_reduce in {grad_dtype}{each}"
+
+
+def _zero_expectation(
+    strategy: str,
+    grad_accum: int,
+    precision: str,
+    world_size: int,
+    n_params: int,
+    ds_config: dict | None,
+) -> tuple[CommExpectation | None, str]:
+    """:func:`run_expectation` for a ZeRO strategy, by its stage (``Strategy.zero_stage``) and
+    the run's effective DeepSpeed config."""
     if not ds_config:
         return None, "no effective DeepSpeed config was reported for this run"
     zero = ds_config.get("zero_optimization") or {}
@@ -357,8 +406,9 @@ def run_expectation(
         cdt = ds_config.get("communication_data_type")
         return None, f"communication_data_type={cdt!r}: unknown element size"
     psi = n_params * bytes_per_param
-    if strategy == "zero1" and zero.get("overlap_comm"):
-        exp = expected_comm("zero1", grad_accum, psi, world_size)
+    stage = modelled(strategy).zero_stage
+    if stage == 1 and zero.get("overlap_comm"):
+        exp = expected_comm(strategy, grad_accum, psi, world_size)
         note = (
             "ZeRO-1 with overlap_comm: the gradient hooks reduce during the boundary "
             "micro-step's backward only (stage_1_and_2.py reduce_ready_partitions_and_remove_"
@@ -366,13 +416,13 @@ def run_expectation(
             "after the step; flat in grad_accum"
         )
         return exp, note
-    if strategy != "zero3":
+    if stage != 3:
         exp = expected_comm(strategy, grad_accum, psi, world_size)
         return exp, exp.note
     gathers, why = _zero3_gathers(zero, n_params)
     if gathers is None:
         return None, why
-    exp = expected_comm("zero3", grad_accum, psi, world_size, zero3_gathers_per_micro_step=gathers)
+    exp = expected_comm(strategy, grad_accum, psi, world_size, zero3_gathers_per_micro_step=gathers)
     return exp, f"{exp.note} ({why})"
 
 

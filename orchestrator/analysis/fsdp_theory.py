@@ -34,7 +34,10 @@ world; hsdp all-gather and reduce-scatter on the shard group (S), the all-reduce
 group (world / S), which is the group that crosses nodes. One-off work is not counted (FSDP2 has
 no collective at initialisation or in the optimizer step; the measured records show none).
 
-May import: comm_model, workloads.fsdp, workloads.model.
+Which strategies: the catalog's ``fsdp2`` family (``workloads/catalog.py``), each with the
+``grad_sync`` flavours its entry offers; a :func:`workloads.fsdp.hybrid` one is HSDP.
+
+May import: comm_model, workloads.catalog, workloads.fsdp, workloads.model.
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.analysis.comm_model import busbw_factor
-from workloads.fsdp import FSDP_STRATEGIES, GRAD_SYNC
+from workloads import catalog
+from workloads.fsdp import hybrid
 from workloads.model import GPT2_SIZES, N_POSITIONS, VOCAB_SIZE
 
 Shape = tuple[int, ...]
@@ -134,25 +138,24 @@ def _sum(dicts: Sequence[dict[str, int]]) -> dict[str, int]:
 
 def _validate(strategy, grad_sync, grad_accum, world_size, shard_size) -> int:
     """The shard group's size S, after checking the arguments (ValueError naming the field)."""
-    if strategy not in FSDP_STRATEGIES:
-        raise ValueError(f"strategy={strategy!r} is not one of {list(FSDP_STRATEGIES)}")
-    if grad_sync not in GRAD_SYNC[strategy]:
-        raise ValueError(
-            f"grad_sync={grad_sync!r} is not one of {list(GRAD_SYNC[strategy])} for {strategy}"
-        )
+    if catalog.family_of(strategy) != "fsdp2":
+        raise ValueError(f"strategy={strategy!r} is not one of {list(catalog.names('fsdp2'))}")
+    offered = catalog.offered("grad_sync", strategy)
+    if grad_sync not in offered:
+        raise ValueError(f"grad_sync={grad_sync!r} is not one of {list(offered)} for {strategy}")
     if not isinstance(grad_accum, int) or grad_accum < 1:
         raise ValueError(f"grad_accum must be a positive int, got {grad_accum!r}")
     if not isinstance(world_size, int) or world_size < 2:
         raise ValueError(
             f"world_size must be an int >= 2 (one rank sends nothing), got {world_size!r}"
         )
-    if strategy == "fsdp":
+    if not hybrid(strategy):
         if shard_size not in (None, world_size):
-            raise ValueError(f"hsdp_shard_size={shard_size!r}: fsdp shards over every rank")
+            raise ValueError(f"hsdp_shard_size={shard_size!r}: {strategy} shards over every rank")
         return world_size
     if not isinstance(shard_size, int) or shard_size < 2 or world_size % shard_size:
         raise ValueError(
-            f"hsdp_shard_size={shard_size!r}: hsdp needs a shard size >= 2 that divides "
+            f"hsdp_shard_size={shard_size!r}: {strategy} needs a shard size >= 2 that divides "
             f"world_size={world_size}"
         )
     return shard_size
@@ -170,7 +173,8 @@ def expected_fsdp(
 ) -> FsdpExpectation:
     """Expected bytes per micro-batch and per step for one rank (see the module docstring).
 
-    strategy: fsdp | hsdp. grad_sync: a flavour of ``workloads.fsdp.GRAD_SYNC[strategy]``.
+    strategy: a catalog name of the fsdp2 family. grad_sync: a flavour its entry offers
+    (``catalog.offered("grad_sync", strategy)``).
     reshard_after_forward: the blocks' setting (the root is never resharded after forward).
     shard_size: hsdp's shard group size S (None or the world size for fsdp).
     precision: fp32 | bf16 (:data:`PRECISION_BYTES`).
@@ -184,7 +188,7 @@ def expected_fsdp(
     gathers_per_block = 2 if reshard_after_forward else 1
     gathered = (root + gathers_per_block * sum(blocks)) * param_bytes
     reduced = (root + sum(blocks)) * reduce_bytes
-    hsdp = strategy == "hsdp"
+    hsdp = hybrid(strategy)
     micro: list[dict[str, int]] = []
     for m in range(grad_accum):
         final = m == grad_accum - 1

@@ -61,7 +61,10 @@ micro-batch are not certain, a finite stage3_model_persistence_threshold, fetch 
 module granularity, quantized or hierarchical (hpZ, MiCS) partitioning, ZenFlow, NVMe offload
 (not measured), and a model whose parameter shapes do not add up to the parameters trained.
 
-May import: comm_model, fsdp_theory.
+A strategy is ZeRO by its catalog entry's family and acts as its ``zero_stage`` (``workloads/
+catalog.py``); the stage decides, never the strategy's name.
+
+May import: comm_model, fsdp_theory, workloads.catalog.
 """
 
 from __future__ import annotations
@@ -75,8 +78,7 @@ from orchestrator.analysis.comm_model import (
     zero_bytes_per_param,
 )
 from orchestrator.analysis.fsdp_theory import gpt2_sharded_by_name
-
-ZERO_STRATEGIES = ("zero1", "zero2", "zero3")
+from workloads import catalog
 
 PARAM_BYTES = {"fp32": 4, "bf16": 2}
 """precision -> bytes per element of the parameters ZeRO-3 gathers (the model's dtype)."""
@@ -142,6 +144,15 @@ def _zero3_unsupported(zero: dict) -> str | None:
     return None
 
 
+def _stage(strategy: str) -> int:
+    """The ZeRO stage of ``strategy`` (1, 2 or 3); a ValueError naming the ZeRO strategies for
+    any other name."""
+    entry = catalog.STRATEGIES.get(strategy)
+    if entry is None or entry.family != "zero" or entry.zero_stage not in (1, 2, 3):
+        raise ValueError(f"strategy={strategy!r} is not one of {list(catalog.names('zero'))}")
+    return entry.zero_stage
+
+
 def non_final_promise(
     strategy: str,
     grad_accum: int,
@@ -154,14 +165,14 @@ def non_final_promise(
     """(bytes by op the non-final micro-batches send per optimizer step, note), or (None, why)
     where this module makes no promise (see the module docstring).
 
-    strategy: zero1 | zero2 | zero3. grad_accum: micro-batches per step. world_size: the data-
+    strategy: a catalog name of the zero family (its ``zero_stage``: 1, 2 or 3). grad_accum:
+    micro-batches per step. world_size: the data-
     parallel ranks. precision: fp32 | bf16 (the model's dtype). ds_config: the effective
     DeepSpeed config (``runs.ds_config``). param_numels: elements of each parameter in
     ``named_parameters`` order (:func:`gpt2_param_numels`). n_params: the parameters the run
     trained, to check ``param_numels`` against.
     """
-    if strategy not in ZERO_STRATEGIES:
-        raise ValueError(f"strategy={strategy!r} is not one of {list(ZERO_STRATEGIES)}")
+    stage = _stage(strategy)
     if world_size < 2:
         return None, "one rank: nothing crosses a link"
     if not ds_config:
@@ -175,12 +186,12 @@ def non_final_promise(
     if reduce_bytes is None:
         cdt = ds_config.get("communication_data_type")
         return None, f"communication_data_type={cdt!r}: unknown element size"
-    if strategy == "zero1":
-        return _grown("zero1", grad_accum, n_params * reduce_bytes, world_size), (
+    if stage == 1:
+        return _grown(strategy, grad_accum, n_params * reduce_bytes, world_size), (
             "ZeRO-1 reduces at the accumulation boundary only: nothing before it"
         )
-    if strategy == "zero2":
-        grown = _grown("zero2", grad_accum, n_params * reduce_bytes, world_size)
+    if stage == 2:
+        grown = _grown(strategy, grad_accum, n_params * reduce_bytes, world_size)
         if zero.get("reduce_scatter", True) and not zero.get(
             "use_multi_rank_bucket_allreduce", True
         ):
@@ -199,8 +210,8 @@ def non_final_promise(
     kept = persistent(param_numels, threshold)
     gathered = sum(padded(n, world_size) for n, k in zip(param_numels, kept, strict=True) if not k)
     reduced = sum(padded(n, world_size) for n in param_numels)
-    gather = _grown("zero3", grad_accum, gathered * PARAM_BYTES[precision], world_size)
-    scatter = _grown("zero3", grad_accum, reduced * reduce_bytes, world_size)
+    gather = _grown(strategy, grad_accum, gathered * PARAM_BYTES[precision], world_size)
+    scatter = _grown(strategy, grad_accum, reduced * reduce_bytes, world_size)
     promise = {
         "all_gather": gather.get("all_gather", 0),
         "reduce_scatter": scatter.get("reduce_scatter", 0),

@@ -2,13 +2,14 @@
 
 Input: the spec, the planned run and a ``raycluster.result.RunResult`` (per-rank
 ``workloads.contract.RankRecord``s and where each rank ran, or the failure). Output: dicts keyed
-by the columns of ``orchestrator/store/schema.py``. Figures come from ``stats``, bandwidths and
-expected volumes from ``comm_model`` (FSDP2's from ``fsdp_theory``), transports from
-``nccl_log``, link classes from ``topo``.
+by the columns of ``orchestrator/store/schema.py``. Figures come from ``stats``, bandwidths from
+``comm_model``, expected volumes and the accumulation promise from the theory the catalog names
+for the run's strategy (``theories.theory_of``), transports from ``nccl_log``, link classes from
+``topo``.
 
 One job: a run's (or a link microbenchmark's) result as the rows of every table it fills.
 
-May import: orchestrator.analysis.comm_model, orchestrator.analysis.flops, orchestrator.analysis.fsdp_theory, orchestrator.analysis.zero_promise, orchestrator.topology.nccl_log, planner, spec, trace_rows, orchestrator.analysis.stats, orchestrator.topology.matrix,
+May import: orchestrator.analysis.comm_model, orchestrator.analysis.flops, orchestrator.analysis.theories, orchestrator.topology.nccl_log, planner, spec, trace_rows, orchestrator.analysis.stats, orchestrator.topology.matrix,
 orchestrator.raycluster.result, workloads.contract, workloads.model, workloads.telemetry.
 """
 
@@ -20,7 +21,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from orchestrator.analysis import comm_model, flops, fsdp_theory, stats, zero_promise
+from orchestrator.analysis import comm_model, flops, stats, theories
 from orchestrator.raycluster.result import RunResult
 from orchestrator.sweep import trace_rows
 from orchestrator.sweep.planner import PlannedRun
@@ -224,8 +225,7 @@ def _comm_rows(run_id: str, rank: int, t: TrainingRecord, world_size: int) -> li
 
 
 def _comm_facts(spec: SweepSpec, planned: PlannedRun, trained, link_algbw) -> dict:
-    """Measured bytes per step (max over ranks), the analytic expectation, predicted seconds."""
-    v = planned.variant
+    """Measured bytes per step (max over ranks), the theory's expectation, predicted seconds."""
     first = trained[0][1] if trained else None
     out = {
         "comm_bytes_per_step": None,
@@ -242,89 +242,43 @@ def _comm_facts(spec: SweepSpec, planned: PlannedRun, trained, link_algbw) -> di
         if link_algbw:
             per_step = [(c.op, c.msg_bytes, c.count / first.profile_steps) for c in first.comms]
             out["predicted_comm_s_per_step"] = comm_model.predict_comm_s(per_step, link_algbw)
-    if v.strategy in fsdp_theory.FSDP_STRATEGIES:
-        exp, note = _fsdp_expectation(spec, v)
-        total = sum(exp.per_step.values()) if exp else None
-        return out | {"expected_comm_bytes_per_step": total, "comm_note": note}
-    expectation, out["comm_note"] = comm_model.run_expectation(
-        v.strategy,
-        v.grad_accum,
-        spec.precision,
-        spec.world_size,
-        first.n_params,
-        _rank0(trained).ds_config,
-        ddp_grad_dtype=v.ddp_grad_dtype,  # DDP only; ZeRO reads its config
-        ddp_sync_each=v.grad_sync == "each",
+    theory = _theory(spec, planned.variant, trained)
+    return out | {"expected_comm_bytes_per_step": theory.bytes_per_step, "comm_note": theory.note}
+
+
+def _theory(spec: SweepSpec, v, trained) -> theories.Theory:
+    """The run's theory (the one its strategy's catalog entry names): from its variant, the
+    spec's ranks, precision and model, and rank 0's parameters and effective DeepSpeed config
+    (none where no rank reported)."""
+    rank0 = _rank0(trained) if trained else None
+    facts = theories.TheoryFacts(
+        variant=v.to_dict(),
+        world_size=spec.world_size,
+        precision=spec.precision,
+        model=spec.model,
+        n_params=rank0.n_params if rank0 else None,
+        ds_config=rank0.ds_config if rank0 else None,
     )
-    if expectation is not None:
-        out["expected_comm_bytes_per_step"] = expectation.msg_bytes_per_step
-    return out
-
-
-def _fsdp_expectation(spec: SweepSpec, v) -> tuple[fsdp_theory.FsdpExpectation | None, str]:
-    """FSDP2's expected bytes (``fsdp_theory``) and its note; None and why where the theory
-    has none (one rank, an hsdp shard group of one)."""
-    try:
-        exp = fsdp_theory.expected_fsdp(
-            v.strategy,
-            v.grad_sync,
-            v.reshard_after_forward == "true",
-            v.grad_accum,
-            spec.world_size,
-            fsdp_theory.gpt2_sharded_by_name(spec.model),
-            shard_size=v.hsdp_shard_size,
-            precision=spec.precision,
-        )
-    except ValueError as exc:
-        return None, f"no FSDP2 theory: {exc}"
-    return exp, exp.note
+    return theories.theory_of(facts)
 
 
 def _accumulation_facts(spec: SweepSpec, v, trained) -> dict:
     """The accumulation check: what the non-final micro-batches sent (rank 0, per step), what
-    the strategy and flavour promise, and the verdict (``comm_model.accumulation_verdict``).
-
-    Promises: DDP ``last`` nothing (``no_sync``), ``each`` one all-reduce of every gradient per
-    micro-batch; DDP's broadcasts are outside it (rebuilding its buckets after the first step
-    broadcasts a few bytes in a micro-batch). FSDP2: ``fsdp_theory``'s non-final bytes. ZeRO:
-    ``zero_promise``'s, from the run's effective DeepSpeed config; where it has none the verdict
-    says why (``unchecked: ...``)."""
+    the strategy and flavour promise (the theory's ``non_final``, outside its ``ignore``d ops),
+    and the verdict (``comm_model.accumulation_verdict``); where the theory makes no promise,
+    the verdict says why (``unchecked: ...``)."""
     rank0 = _rank0(trained) if trained else None
     measured = rank0.non_final_bytes if rank0 else None
-    promised, ignore, why = None, (), "no promise known for this strategy"
-    if rank0 is not None and v.strategy == "ddp":
-        per_micro = rank0.n_params * comm_model.DDP_GRAD_BYTES[v.ddp_grad_dtype]
-        each = {"all_reduce": (v.grad_accum - 1) * per_micro}
-        promised, ignore = (each if v.grad_sync == "each" else {}), ("broadcast",)
-    elif v.strategy in fsdp_theory.FSDP_STRATEGIES:
-        exp, _ = _fsdp_expectation(spec, v)
-        promised = dict(exp.non_final) if exp else None
-    elif rank0 is not None and v.strategy in zero_promise.ZERO_STRATEGIES:
-        promised, why = _zero_promise(spec, v, rank0)
-    verdict = comm_model.accumulation_verdict(measured, promised, v.grad_accum, ignore, why)
+    theory = _theory(spec, v, trained)
+    promised = theory.non_final
+    verdict = comm_model.accumulation_verdict(
+        measured, promised, v.grad_accum, theory.ignore, theory.no_promise_why
+    )
     return {
         "non_final_bytes": measured,
-        "promised_non_final_bytes": promised,
+        "promised_non_final_bytes": dict(promised) if promised is not None else None,
         "accum_check": verdict,
     }
-
-
-def _zero_promise(spec: SweepSpec, v, rank0: TrainingRecord) -> tuple[dict | None, str]:
-    """``zero_promise.non_final_promise`` for a ZeRO run: its stage, the spec's ranks and
-    precision, rank 0's effective DeepSpeed config and the model's parameter shapes."""
-    try:
-        numels = zero_promise.gpt2_param_numels(spec.model)
-    except ValueError as exc:
-        return None, f"no parameter shapes for this model: {exc}"
-    return zero_promise.non_final_promise(
-        v.strategy,
-        v.grad_accum,
-        spec.world_size,
-        spec.precision,
-        rank0.ds_config,
-        numels,
-        rank0.n_params,
-    )
 
 
 def _rank0(trained: list[tuple[int, TrainingRecord]]) -> TrainingRecord:
