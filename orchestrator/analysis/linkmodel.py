@@ -1,8 +1,9 @@
 """The link model: how much of a variant's communication its step cannot hide, and what another
 link would cost. Pure: run rows in, rows and numbers out (no Ray, no DuckDB, no files).
 
-For one variant group (``stats.GROUP_KEY``: everything but the link, the flavour included:
-``grad_sync`` and ``reshard_after_forward``, so two FSDP2 flavours are two fits, never one)
+For one variant group (``stats.GROUP_KEY``: every axis of the catalog but the link, the flavour
+included: ``grad_sync`` and ``reshard_after_forward``, so two FSDP2 flavours are two fits, never
+one)
 measured on two or more links, fit
 
     step_time(link) = compute_s + exposure x predicted_comm_s(link)
@@ -56,11 +57,11 @@ messages can beat a shaped link's rate inside its burst). The step time is
 exposure are correlated, so their marginal intervals cannot be combined), and the slowdown is
 against the measured median step time on the fastest measured link (highest bus bandwidth).
 
-``project_sweep`` groups a sweep's runs itself: there a run row without a flavour (NULL or
-missing) is its strategy's default flavour (``flavours.with_flavour``), so it joins that group
-rather than forming its own (or failing to sort against the others). ``link_model_rows`` takes
-one group as its caller selected it (``sweep/execute.py``, by the stored key, which the planner
-and the v8 migration always fill) and keeps its key as given.
+``project_sweep`` groups a sweep's runs itself: there a run row without an axis (NULL or
+missing) reads as its strategy's default (``flavours.with_flavour``: ``catalog.filled``), so it
+joins that group rather than forming its own (or failing to sort against the others).
+``link_model_rows`` takes one group as its caller selected it (``sweep/execute.py``, by the
+stored key, which the planner and the migrations always fill) and keeps its key as given.
 
 May import: flavours, stats, numpy.
 """

@@ -389,12 +389,14 @@ PER_STRATEGY = implied_axes()
 """``implied_axes()`` at import."""
 
 
-def varying(rows: Iterable[Mapping[str, Any]], keys: Sequence[str] = VARIANT_KEY) -> set[str]:
-    """The keys that take more than one value over ``rows`` (the rest need no label).
+def varying(rows: Iterable[Mapping[str, Any]], keys: Sequence[str] | None = None) -> set[str]:
+    """The keys (default: the catalog's variant key, as it is now) that take more than one value
+    over ``rows`` (the rest need no label).
     :data:`PER_STRATEGY` keys vary only where one strategy has several: each framework's own
     default bucket (DDP 25 MiB, DeepSpeed's), DDP's fp32 against ZeRO's ``n/a``, DDP's sync
     ``last`` against FSDP2's ``each`` and ZeRO's ``n/a`` are implied by the strategy's name."""
     rows = list(rows)
+    keys = catalog.variant_key() if keys is None else keys
     knobs = implied_axes()
     out = {k for k in keys if k not in knobs and len({r.get(k) for r in rows}) > 1}
     for key in knobs:
