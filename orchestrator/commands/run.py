@@ -5,9 +5,10 @@ the ranks off the nodes a fleet check (``linksweep fleet``) named suspect, besid
 file's ``exclude_nodes``.
 
 May import: sweeping, orchestrator.cli_help, orchestrator.errors, orchestrator.sweep.exclusions,
-orchestrator.analysis.headline,
+orchestrator.analysis.headline, orchestrator.analysis.stats,
 orchestrator.analysis.links, orchestrator.report.accumulation, orchestrator.sweep.ledger,
-orchestrator.sweep.resume, orchestrator.store, orchestrator.sweep.execute, orchestrator.ui.
+orchestrator.sweep.resume, orchestrator.store, orchestrator.sweep.execute, orchestrator.ui,
+workloads.catalog.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from orchestrator.cli_help import ADDRESS_HELP, DB_HELP, EXIT_CODES
-from orchestrator.commands.sweeping import load_checked, on_cluster, open_store, print_query_table
+from orchestrator.commands.sweeping import load_checked, on_cluster, open_store
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, err
 
 if TYPE_CHECKING:
@@ -171,24 +172,7 @@ def _exclusion_entries(
 def _print_summary(store: TableStore, sweep_id: str) -> None:
     from orchestrator.store import Q
 
-    print_query_table(
-        store, Q.VARIANT_SUMMARY_TABLE, sweep_id, f"variant_summary (sweep {sweep_id})"
-    )
-    print_query_table(
-        store,
-        Q.SENSITIVITY_TABLE,
-        sweep_id,
-        "link_sensitivity (variant median / baseline median)",
-        if_empty=False,
-    )
-    print_query_table(
-        store,
-        Q.LINK_MODEL_EXPOSURE_TABLE,
-        sweep_id,
-        "link model: step = compute_s + exposure x predicted comm (exposure: share of "
-        "communication the step does not hide; 95% bootstrap interval)",
-        if_empty=False,
-    )
+    print_variant_tables(store, sweep_id)
     for r in store.rows(Q.LINK_MISMATCHES, sweep_id=sweep_id):
         print(
             f"LINK MISMATCH run #{r['seq']}: link {r['link']!r} on a {r['link_class']} pair but "
@@ -211,6 +195,49 @@ def _print_summary(store: TableStore, sweep_id: str) -> None:
 
     for line in accumulation_lines(store.rows(Q.ACCUM_CHECKS, sweep_id=sweep_id)):
         print(line, file=sys.stderr)
+
+
+def print_variant_tables(store: TableStore, sweep_id: str) -> None:
+    """The end-of-run tables: variants, slowdowns, the link model's exposures. Each shows every
+    axis that varies among its rows and none that does not (:func:`shown_columns`)."""
+    from orchestrator.store import Q
+    from orchestrator.ui import print_table
+
+    for query, title, if_empty in (
+        (Q.VARIANT_SUMMARY_TABLE, f"variant_summary (sweep {sweep_id})", True),
+        (Q.SENSITIVITY_TABLE, "link_sensitivity (variant median / baseline median)", False),
+        (
+            Q.LINK_MODEL_EXPOSURE_TABLE,
+            "link model: step = compute_s + exposure x predicted comm (exposure: share of "
+            "communication the step does not hide; 95% bootstrap interval)",
+            False,
+        ),
+    ):
+        cols, rows = store.table(query, sweep_id=sweep_id)
+        if rows or if_empty:
+            print_table(*shown_columns(cols, rows), title=title, digits=4)
+
+
+def shown_columns(cols: list[str], rows: list[tuple]) -> tuple[list[str], list[tuple]]:
+    """A variant table's columns (a key column headed by its axis's short name, as the queries
+    select it) less the grid axes that take one value over ``rows``, where a value each strategy
+    implies (DDP's bucket against ZeRO's) counts as one (``stats.varying``, as labels do). The
+    strategy and the link always show: they name the row."""
+    from orchestrator.analysis.stats import varying
+    from workloads import catalog
+
+    axis_of = {a.short: a.name for a in catalog.grid_axes()}
+    named = [
+        {
+            axis_of.get(c, c): v
+            for c, v in zip(cols, r, strict=True)
+            if c in axis_of or c == "strategy"
+        }
+        for r in rows
+    ]
+    vary = varying(named, [axis_of[c] for c in cols if c in axis_of])
+    keep = [i for i, c in enumerate(cols) if c not in axis_of or axis_of[c] in vary]
+    return [cols[i] for i in keep], [tuple(r[i] for i in keep) for r in rows]
 
 
 def _print_headline(store: TableStore, sweep_id: str) -> None:

@@ -2,12 +2,26 @@
 ``schema.SCHEMA_VERSION``, one list of statements per version step. Pure data;
 ``orchestrator/store/db.py`` applies it.
 
-May import: schema.
+Two parts. The hand-written steps (v2..v12) stay as they were written: each says what an older
+row meant (DDP before v7 all-reduced fp32, so its rows say fp32). Then the derived steps: an axis
+the catalog adds after ``catalog.BASE_SCHEMA_VERSION`` (``Axis.since``) gets, in the step of its
+version, its column in every table keyed by variant and a value on every old row: the axis's
+default where it applies to the row's strategy (the strategy's own default where it has one),
+its placeholder where it does not (:func:`fill_sql`). An axis ``renamed_from`` an older column
+reads that column's values through its mapping, then the old column is dropped. So a database
+made by an older linksweep opens under a newer one and reads as if each new axis had its
+default, and the version still moves one step per change.
+
+May import: schema, workloads.catalog.
 """
 
 from __future__ import annotations
 
-from orchestrator.store.schema import TABLES
+from typing import Any
+
+from orchestrator.store import schema
+from orchestrator.store.schema import TABLES, sql_literal
+from workloads import catalog
 
 # v3's migration recomputes v2's intervals from the stored run figures (included runs only).
 _V2_FIGURES = """SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, link, placement,
@@ -25,8 +39,11 @@ _V2_KEY_MATCH = """{t}.sweep_id = {a}.sweep_id AND {t}.strategy = {a}.strategy
 # v7's tables keyed by variant besides runs: each gets the ddp_grad_dtype key column.
 _V7_KEYED = ("variant_stats", "sensitivity_stats", "link_model", "link_model_check")
 
-# version -> SQL statements that bring a database from version-1 to version.
-MIGRATIONS: dict[int, list[str]] = {
+
+# The hand-written steps: version -> SQL statements that bring a database from version-1 to
+# version. (A step that creates a table an older database lacks creates it as TABLES has it now,
+# the catalog as it was at import: a derived step after it adds whatever column it lacks.)
+_HISTORIC: dict[int, list[str]] = {
     # v2: figures are computed once, in Python (orchestrator/analysis/stats.py), and stored; views select.
     # Databases written by v1 get their figures filled in by v1's own SQL formulas, once.
     2: [
@@ -238,3 +255,85 @@ MIGRATIONS: dict[int, list[str]] = {
     # from TABLES). Runs traced before v12 have no rows there.
     12: [],
 }
+
+
+def _in(column: str, values: Any, sql_type: str | None = None) -> str:
+    return f"{column} IN ({', '.join(sql_literal(v, sql_type) for v in values)})"
+
+
+def fill_sql(axis: catalog.Axis) -> str:
+    """A SQL expression of a row's strategy (and of the axes it requires): the value a run of
+    that strategy had before ``axis`` existed, as :func:`workloads.catalog.filled` reads it. Per
+    strategy ``catalog.default`` (a strategy's own default shows); where the axis does not apply
+    (another family or strategy, or ``requires`` not met) its placeholder ``axis.na``; a
+    strategy the catalog does not know takes the axis's default where the axis applies to every
+    strategy."""
+    universal = axis.families is None and axis.strategies is None
+    fallback = axis.default if universal else axis.na
+    clauses = []
+    if axis.requires is not None:
+        other, values = axis.requires
+        met = _in(other, values, catalog.axis(other).sql_type)
+        clauses.append(
+            f"WHEN NOT coalesce({met}, false) THEN {sql_literal(axis.na, axis.sql_type)}"
+        )
+    by_value: dict[Any, list[str]] = {}
+    for name in catalog.names():
+        by_value.setdefault(catalog.default(axis.name, name), []).append(name)
+    for value, names in by_value.items():
+        if value != fallback:
+            clauses.append(
+                f"WHEN {_in('strategy', names)} THEN {sql_literal(value, axis.sql_type)}"
+            )
+    fallback_sql = sql_literal(fallback, axis.sql_type)
+    return f"CASE {' '.join(clauses)} ELSE {fallback_sql} END" if clauses else fallback_sql
+
+
+def axis_statements(axis: catalog.Axis) -> list[str]:
+    """The derived step of one axis: per table keyed by variant whose key holds it, add its
+    column, set every old row (:func:`fill_sql`; an axis ``renamed_from`` an old column maps the
+    old column's values first), and drop the old column. The old column is a key column of
+    every such table (every axis's column is, since the step that added it), so it is there to
+    read; views name it until ``db.py`` recreates them after the migrations, which DuckDB
+    allows (a view is bound when read)."""
+    fill = fill_sql(axis)
+    if axis.renamed_from is not None:
+        old, mapping = axis.renamed_from
+        whens = " ".join(
+            f"WHEN {sql_literal(k)} THEN {sql_literal(v, axis.sql_type)}"
+            for k, v in mapping.items()
+        )
+        fill = f"CASE {old} {whens} ELSE {fill} END"
+    out = []
+    for table in (t for t in schema.VARIANT_TABLES if axis.name in schema.key_of(t)):
+        out += [
+            f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {axis.name} {axis.sql_type}",
+            f"UPDATE {table} SET {axis.name} = {fill} WHERE {axis.name} IS NULL",
+        ]
+        if axis.renamed_from is not None:
+            out.append(f"ALTER TABLE {table} DROP COLUMN IF EXISTS {axis.renamed_from[0]}")
+    return out
+
+
+def derived() -> dict[int, list[str]]:
+    """version -> the statements of the axes the catalog adds after the base version (in the
+    catalog's order, so an axis another requires is filled first)."""
+    out: dict[int, list[str]] = {}
+    for axis in catalog.AXES.values():
+        if axis.since > catalog.BASE_SCHEMA_VERSION:
+            out.setdefault(axis.since, []).extend(axis_statements(axis))
+    return out
+
+
+def migrations() -> dict[int, list[str]]:
+    """version -> every statement of that step, hand-written first, then derived; one entry per
+    version from 2 to the catalog's schema version (an empty list where nothing changed)."""
+    historic, extra = _HISTORIC, derived()
+    return {
+        v: [*historic.get(v, []), *extra.get(v, [])] for v in range(2, catalog.schema_version() + 1)
+    }
+
+
+MIGRATIONS: dict[int, list[str]] = migrations()
+"""version -> SQL statements that bring a database from version-1 to version (the catalog as it
+was at import, a plugin's axes included)."""

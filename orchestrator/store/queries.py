@@ -3,15 +3,21 @@ parameters (``$name``, DuckDB's named parameters). Pure data; run them with
 ``Store.rows(Q.NAME, name=value)`` or ``Reader.rows(...)``.
 
 A query's name says what it returns; its parameters are the ``$`` names in its text. Nothing
-here is pasted together from values.
+here is pasted together from values. The variant key's columns are never typed here: every list
+of them (selected, matched, ordered by) is generated from the catalog (``workloads/catalog.py``)
+when this module is imported (a plugin's axes included), in the catalog's order; rows sort as the
+catalog lists strategies and each axis's values (:func:`key_order`).
 
-May import: nothing (the standard library only).
+May import: schema, workloads.catalog.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from orchestrator.store.schema import group_key, sql_literal, variant_key
+from workloads import catalog
 
 
 # The rule for which runs count in figures, as SQL (orchestrator/analysis/stats.py ``included`` is the
@@ -29,11 +35,62 @@ class Query:
 
     @property
     def params(self) -> frozenset[str]:
-        return frozenset(re.findall(r"\$([a-z_]+)", self.sql))
+        return frozenset(re.findall(r"\$([a-z_0-9]+)", self.sql))
 
 
 def _q(name: str, sql: str) -> Query:
     return Query(name, " ".join(sql.split()))
+
+
+# --- the variant key, from the catalog -------------------------------------------------------
+KEY = variant_key()
+"""Every key column (strategy first, link and placement last)."""
+GROUP = group_key()
+"""The key without the link: a variant group (a variant on every link)."""
+
+
+def key_columns(key: tuple[str, ...] = KEY, alias: str = "") -> str:
+    """``strategy, offload, ...`` (``alias``: each prefixed ``alias.``)."""
+    return ", ".join(f"{alias}.{c}" if alias else c for c in key)
+
+
+def key_labelled(key: tuple[str, ...] = KEY) -> str:
+    """The key columns for a printed table: each as its axis's short name (``grad_accum AS
+    ga``, ``grad_sync AS sync``)."""
+    shorts = (catalog.axis(c).short for c in key)
+    return ", ".join(c if s == c else f"{c} AS {s}" for c, s in zip(key, shorts, strict=True))
+
+
+def key_params(key: tuple[str, ...] = GROUP) -> str:
+    """``strategy = $strategy AND ...``: rows of one variant (group), its key bound by name."""
+    return " AND ".join(f"{c} = ${c}" for c in key)
+
+
+def _value_order(name: str) -> tuple:
+    """The values of an axis in the catalog's order (strategies: display order); () for an
+    open axis (integers), which sorts by value."""
+    if name == "strategy":
+        return catalog.names()
+    a = catalog.axis(name)
+    if a.values is None:
+        return ()
+    extra = (v for s in catalog.STRATEGIES.values() for v in s.values.get(name, ()))
+    return tuple(dict.fromkeys([*a.values, *extra]))
+
+
+def key_order(key: tuple[str, ...] = KEY, alias: str = "") -> str:
+    """An ORDER BY list over ``key``: strategies as the catalog lists them, each closed axis's
+    values in its order, open axes by value; a value the catalog does not list (``n/a``) after
+    those, by itself."""
+    out = []
+    for c in key:
+        col = f"{alias}.{c}" if alias else c
+        values = _value_order(c)
+        if values:
+            whens = " ".join(f"WHEN {sql_literal(v)} THEN {i}" for i, v in enumerate(values))
+            out.append(f"CASE {col} {whens} END")
+        out.append(col)
+    return ", ".join(out)
 
 
 # --- sweeps ---------------------------------------------------------------------------------
@@ -66,8 +123,7 @@ LATEST_SWEEP_NAMED = _q(
 )
 SWEEP_RUN_SLOTS = _q(
     "sweep_run_slots",
-    """SELECT run_id, seq, "repeat", strategy, offload, grad_accum, bucket_mb, overlap_comm, link,
-              placement, ddp_grad_dtype, grad_sync, reshard_after_forward, status,
+    f"""SELECT run_id, seq, "repeat", {key_columns()}, status,
               coalesce(attempt, 1) AS attempt, superseded_by
        FROM runs WHERE sweep_id = $sweep_id ORDER BY seq, attempt""",
 )
@@ -77,18 +133,13 @@ SWEEP_RUN_SLOTS = _q(
 # reads (link_class, ranks_per_gpu): a one-GPU rehearsal never makes a slowdown or a link model.
 VARIANT_GROUP_RUNS = _q(
     "variant_group_runs",
-    """SELECT strategy, offload, grad_accum, bucket_mb, overlap_comm, ddp_grad_dtype, grad_sync,
-              reshard_after_forward, link, placement, status,
+    f"""SELECT {key_columns()}, status,
               coalesce(throttled, false) AS throttled, median_step_time_s,
               samples_per_s, tokens_per_s, comm_bytes_per_step, expected_comm_bytes_per_step,
               predicted_comm_s_per_step, peak_mem_bytes, achieved_tflops_per_gpu, mfu,
               link_class, coalesce(ranks_per_gpu, 1) AS ranks_per_gpu
        FROM runs
-       WHERE sweep_id = $sweep_id AND strategy = $strategy AND offload = $offload
-         AND grad_accum = $grad_accum AND bucket_mb = $bucket_mb AND placement = $placement
-         AND overlap_comm = $overlap_comm AND ddp_grad_dtype = $ddp_grad_dtype
-         AND grad_sync = $grad_sync AND reshard_after_forward = $reshard_after_forward
-         AND superseded_by IS NULL
+       WHERE sweep_id = $sweep_id AND {key_params()} AND superseded_by IS NULL
        ORDER BY seq""",
 )
 LINK_ALGBW = _q(
@@ -101,8 +152,7 @@ LINK_ALGBW = _q(
 # --- the link model (orchestrator/analysis/linkmodel.py) --------------------------------------------
 SWEEP_MODEL_RUNS = _q(
     "sweep_model_runs",
-    """SELECT strategy, offload, grad_accum, bucket_mb, overlap_comm, ddp_grad_dtype, grad_sync,
-              reshard_after_forward, link, placement, status,
+    f"""SELECT {key_columns()}, status,
               coalesce(throttled, false) AS throttled, median_step_time_s,
               predicted_comm_s_per_step, link_class, coalesce(ranks_per_gpu, 1) AS ranks_per_gpu
        FROM runs WHERE sweep_id = $sweep_id ORDER BY seq""",
@@ -123,49 +173,40 @@ LINK_BUSBW = _q(
 )
 LINK_MODEL_EXPOSURE_TABLE = _q(
     "link_model_exposure_table",
-    """SELECT strategy, offload, overlap_comm AS overlap, ddp_grad_dtype AS grads,
-              grad_sync AS sync, reshard_after_forward AS reshard, grad_accum AS ga,
-              bucket_mb AS bucket, placement, n_links AS links, exposure,
+    f"""SELECT {key_labelled(GROUP)}, n_links AS links, exposure,
               exposure_ci_low AS ci_low, exposure_ci_high AS ci_high, compute_s, quality AS fit
        FROM link_model WHERE sweep_id = $sweep_id AND n_links >= 2
-       ORDER BY strategy, offload, overlap_comm, ddp_grad_dtype, grad_sync,
-                reshard_after_forward, grad_accum, bucket_mb, placement""",
+       ORDER BY {key_order(GROUP)}""",
 )
 REPORT_LINK_MODEL = _q("report_link_model", "SELECT * FROM link_model WHERE sweep_id = $sweep_id")
 REPORT_LINK_MODEL_CHECK = _q(
     "report_link_model_check",
-    """SELECT * FROM link_model_check WHERE sweep_id = $sweep_id
-       ORDER BY strategy, offload, overlap_comm, ddp_grad_dtype, grad_sync,
-                reshard_after_forward, grad_accum, bucket_mb, placement, predicted_comm_s""",
+    f"""SELECT * FROM link_model_check WHERE sweep_id = $sweep_id
+       ORDER BY {key_order(GROUP)}, predicted_comm_s""",
 )
 
 # --- `linksweep run` summary ----------------------------------------------------------------
+# Every key column, as its axis's short name: the printing (orchestrator/commands/run.py) leaves
+# out the axes that do not vary among the rows.
 VARIANT_SUMMARY_TABLE = _q(
     "variant_summary_table",
-    """SELECT strategy, offload, overlap_comm AS overlap, grad_sync AS sync,
-              reshard_after_forward AS reshard, grad_accum AS ga, link, placement, n_runs,
-              n_excluded AS excl, median_step_time_s AS step_s, ci_low_s, ci_high_s,
+    f"""SELECT {key_labelled()}, n_runs, n_excluded AS excl, median_step_time_s AS step_s, ci_low_s, ci_high_s,
               interval_kind, samples_per_s, tokens_per_s, comm_bytes_per_step AS comm_B_per_step,
               achieved_tflops_per_gpu AS tflops_per_gpu, mfu
        FROM variant_summary WHERE sweep_id = $sweep_id
-       ORDER BY strategy, offload, overlap_comm, grad_sync, reshard_after_forward, grad_accum,
-                link, placement""",
+       ORDER BY {key_order()}""",
 )
 SENSITIVITY_TABLE = _q(
     "sensitivity_table",
-    """SELECT strategy, offload, overlap_comm AS overlap, grad_sync AS sync,
-              reshard_after_forward AS reshard, grad_accum AS ga, placement, link,
-              baseline_link, slowdown, ci_low, ci_high, interval_kind
+    f"""SELECT {key_labelled()}, baseline_link, slowdown, ci_low, ci_high, interval_kind
        FROM link_sensitivity WHERE sweep_id = $sweep_id
-       ORDER BY strategy, offload, overlap_comm, grad_sync, reshard_after_forward, grad_accum,
-                placement, link""",
+       ORDER BY {key_order()}""",
 )
 # The accumulation check of every run, for the end-of-run lines that name the failed ones
 # (``report.accumulation.accumulation_lines``: the count of runs checked needs them all).
 ACCUM_CHECKS = _q(
     "accum_checks",
-    """SELECT run_id, seq, strategy, offload, grad_accum, bucket_mb, overlap_comm,
-              ddp_grad_dtype, grad_sync, reshard_after_forward, link, placement, accum_check,
+    f"""SELECT run_id, seq, {key_columns()}, accum_check,
               non_final_bytes, promised_non_final_bytes
        FROM runs WHERE sweep_id = $sweep_id ORDER BY seq""",
 )
@@ -197,23 +238,16 @@ REPORT_RUNS = _q(
 # Each variant's figures, and the collectives its included runs sent by op and dtype, largest
 # first (``comm_dtypes``: "all_gather bf16 + reduce_scatter bf16"; an (op, dtype) carrying under
 # 1% of the largest one's bytes, such as scalar norms, flags and ZeRO-3's index broadcasts, is
-# left out), so strategies are compared with what they sent. A variant row without a
-# ddp_grad_dtype takes the runs of either DDP dtype.
+# left out), so strategies are compared with what they sent. A key column the variant row leaves
+# NULL (a row stored without that column) matches the runs of any value.
 REPORT_VARIANTS = _q(
     "report_variants",
     f"""SELECT v.*,
                (SELECT string_agg(op || ' ' || dtype, ' + ' ORDER BY nbytes DESC, op, dtype)
                 FROM (SELECT c.op, c.dtype, sum(c.msg_bytes * c.count) AS nbytes
                       FROM comms c JOIN runs r ON r.run_id = c.run_id
-                      WHERE r.sweep_id = v.sweep_id AND r.strategy = v.strategy
-                        AND r.offload = v.offload AND r.grad_accum = v.grad_accum
-                        AND r.bucket_mb = v.bucket_mb AND r.link = v.link
-                        AND r.placement = v.placement
-                        AND r.overlap_comm IS NOT DISTINCT FROM v.overlap_comm
-                        AND (v.ddp_grad_dtype IS NULL OR r.ddp_grad_dtype = v.ddp_grad_dtype)
-                        AND (v.grad_sync IS NULL OR r.grad_sync = v.grad_sync)
-                        AND (v.reshard_after_forward IS NULL
-                             OR r.reshard_after_forward = v.reshard_after_forward)
+                      WHERE r.sweep_id = v.sweep_id
+                        AND {" AND ".join(f"(v.{c} IS NULL OR r.{c} = v.{c})" for c in KEY)}
                         AND {included_run_sql("r")} AND r.superseded_by IS NULL
                         AND c.dtype IS NOT NULL
                       GROUP BY c.op, c.dtype
@@ -225,9 +259,7 @@ REPORT_SENSITIVITY = _q(
 )
 REPORT_STEP_TIMES = _q(
     "report_step_times",
-    f"""SELECT r.strategy, r.offload, r.grad_accum, r.bucket_mb, r.overlap_comm,
-               r.ddp_grad_dtype, r.grad_sync, r.reshard_after_forward, r.link, r.placement,
-               r.run_id, st.step, st.step_time_s
+    f"""SELECT {key_columns(alias="r")}, r.run_id, st.step, st.step_time_s
         FROM step_times st JOIN runs r ON r.run_id = st.run_id
         WHERE r.sweep_id = $sweep_id AND {included_run_sql("r")}""",
 )
@@ -268,13 +300,13 @@ BENCH_RUNS = _q(
 )
 BENCH_VARIANTS = _q(
     "bench_variants",
-    """SELECT strategy, grad_accum, n_runs, n_excluded, median_step_time_s, ci_low_s,
+    f"""SELECT {key_columns()}, n_runs, n_excluded, median_step_time_s, ci_low_s,
               ci_high_s, comm_bytes_per_step, expected_comm_bytes_per_step, peak_mem_bytes
-       FROM variant_summary""",
+       FROM variant_summary ORDER BY {key_order()}""",
 )
 BENCH_OK_RUN_FIGURES = _q(
     "bench_ok_run_figures",
-    """SELECT strategy, grad_accum, median_step_time_s FROM run_summary
+    f"""SELECT {key_columns()}, median_step_time_s FROM run_summary
        WHERE status = 'ok' AND median_step_time_s IS NOT NULL ORDER BY seq""",
 )
 BENCH_FAULT_RUNS = _q(
@@ -310,20 +342,17 @@ _PHASES_PER_RUN = """SELECT ph.run_id, ph.phase, max(ph.seconds) AS s
                      WHERE {where} GROUP BY ph.run_id, ph.phase"""
 REPORT_TRACE_EXPOSURE = _q(
     "report_trace_exposure",
-    """SELECT * FROM trace_exposure WHERE sweep_id = $sweep_id
-       ORDER BY strategy, grad_accum, grad_sync, reshard_after_forward, offload, link""",
+    f"""SELECT * FROM trace_exposure WHERE sweep_id = $sweep_id ORDER BY {key_order()}""",
 )
 REPORT_TRACE_COLLECTIVES = _q(
     "report_trace_collectives",
-    """SELECT * FROM trace_collective_exposure WHERE sweep_id = $sweep_id
-       ORDER BY strategy, grad_accum, grad_sync, reshard_after_forward, offload, link,
-                exposed_s DESC""",
+    f"""SELECT * FROM trace_collective_exposure WHERE sweep_id = $sweep_id
+       ORDER BY {key_order()}, exposed_s DESC""",
 )
 # Each traced ok run's rank files, first run of each variant x link first (the timeline draws it).
 REPORT_TRACES = _q(
     "report_traces",
-    """SELECT t.run_id, t.rank, t.path, t.steps, r.seq, r.strategy, r.offload, r.grad_accum,
-              r.grad_sync, r.reshard_after_forward, r.link
+    f"""SELECT t.run_id, t.rank, t.path, t.steps, r.seq, {key_columns(alias="r")}
        FROM traces t JOIN runs r USING (run_id)
        WHERE r.sweep_id = $sweep_id AND r.status = 'ok' AND r.superseded_by IS NULL
              AND t.path IS NOT NULL

@@ -4,16 +4,77 @@ computed by ``orchestrator/analysis/stats.py`` and stored in ``runs``, ``variant
 ``sensitivity_stats``; the views select them and add nothing but joins and renames, except
 ``step_times`` (per-step max over ranks) and ``link_bandwidth`` (the microbenchmark's medians).
 
+The variant key's columns are the catalog's axes (``workloads/catalog.py``), never typed here:
+each table keyed by variant (:data:`VARIANT_TABLES`) holds them where its text says ``@key@``,
+and a view lists them where its text says ``@key@`` (or matches on them: ``@same a b@``).
+``tables()`` and ``views()`` build the text from the catalog as it is when called (:data:`TABLES`
+and :data:`VIEWS`: as it was at import, a plugin's axes included); the schema version is the
+catalog's (an axis added after ``catalog.BASE_SCHEMA_VERSION`` moves it, and
+``migrations.derived`` adds its column).
+
 One job: what the database holds, column by column, at one version: every table and view.
 
-May import: nothing (the standard library only).
+May import: workloads.catalog.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 12
+import re
+from typing import Any
 
-TABLES: dict[str, str] = {
+from workloads import catalog
+
+SCHEMA_VERSION = catalog.schema_version()
+
+VARIANT_TABLES = ("runs", "variant_stats", "sensitivity_stats", "link_model", "link_model_check")
+"""The tables keyed by variant: each holds every column of the variant key (``link_model``: of
+the group key), generated from the catalog where its text says ``@key@``."""
+GROUP_TABLES = ("link_model",)
+"""Keyed by variant group: a variant on every link (the link model fits across links)."""
+_KEY = "@key@"
+
+
+def variant_key() -> tuple[str, ...]:
+    """The variant key's columns in the catalog's order (strategy first, link and placement last)."""
+    return catalog.variant_key()
+
+
+def group_key() -> tuple[str, ...]:
+    """The variant key without the link: a variant group, one variant on every link."""
+    return tuple(k for k in catalog.variant_key() if k != "link")
+
+
+def key_of(table: str) -> tuple[str, ...]:
+    """The key columns a table keyed by variant holds."""
+    return group_key() if table in GROUP_TABLES else variant_key()
+
+
+def _key_columns(table: str) -> str:
+    sep = ",\n        "
+    return sep.join(f"{k} {catalog.axis(k).sql_type}" for k in key_of(table)) + ","
+
+
+def sql_literal(value: Any, sql_type: str | None = None) -> str:
+    """A catalog value as a SQL literal of the column's type (None: by the value's own type):
+    an integer as itself, text quoted, a boolean as ``true``/``false`` text (how a text axis
+    stores it). A value the column cannot hold is a ValueError."""
+    if sql_type == "INTEGER" or (sql_type is None and type(value) is int):
+        if type(value) is not int:
+            raise ValueError(f"{value!r} is not an INTEGER")
+        return str(value)
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return "'" + text.replace("'", "''") + "'"
+
+
+def tables() -> dict[str, str]:
+    """Every table's column list, the key columns generated from the catalog as it is now."""
+    return {
+        name: cols.replace(_KEY, _key_columns(name)) if name in VARIANT_TABLES else cols
+        for name, cols in _TABLES.items()
+    }
+
+
+_TABLES: dict[str, str] = {
     "meta": """
         key VARCHAR PRIMARY KEY,
         value VARCHAR
@@ -41,13 +102,8 @@ TABLES: dict[str, str] = {
         run_id VARCHAR PRIMARY KEY,
         sweep_id VARCHAR,
         seq INTEGER,                 -- execution order within the sweep (interleaved repeats)
-        strategy VARCHAR,
-        offload VARCHAR,
-        grad_accum INTEGER,
-        bucket_mb INTEGER,
-        link VARCHAR,
+        @key@
         link_env JSON,
-        placement VARCHAR,
         world_size INTEGER,
         model VARCHAR,
         n_params BIGINT,
@@ -91,7 +147,6 @@ TABLES: dict[str, str] = {
         p90_step_time_s DOUBLE,
         samples_per_s DOUBLE,        -- samples of all ranks / sum of step times
         tokens_per_s DOUBLE,
-        overlap_comm VARCHAR,        -- default | true | false (grid axis)
         ds_config JSON,              -- ZeRO: the config DeepSpeed parsed, after its defaults
         gpu_name VARCHAR,            -- NVML's name of rank 0's GPU; NULL on CPU
         model_flops_per_step DOUBLE, -- all ranks (orchestrator/analysis/flops.py)
@@ -110,9 +165,6 @@ TABLES: dict[str, str] = {
         ranks_per_gpu INTEGER,       -- 1, or 2: the one-GPU rehearsal (link_class shared-gpu)
         ranks_per_node INTEGER,      -- ranks each node held: pack world_size; spread the
                                      -- sweep's ranks_per_node, else 1 (v10)
-        ddp_grad_dtype VARCHAR,      -- DDP's all_reduce dtype, fp32 | bf16 (grid axis); ZeRO: n/a
-        grad_sync VARCHAR,           -- each | last | replicate_last (grid axis, v8); ZeRO: n/a
-        reshard_after_forward VARCHAR,  -- FSDP2 blocks: true | false (grid axis); others: n/a
         hsdp_shard_size INTEGER,     -- hsdp: ranks per shard group; NULL for the others
         -- the accumulation check (v9): bytes by op the non-final micro-batches sent per step
         non_final_bytes JSON,        -- measured (rank 0, profiled pass)
@@ -273,12 +325,7 @@ TABLES: dict[str, str] = {
     """,
     "variant_stats": """
         sweep_id VARCHAR,
-        strategy VARCHAR,
-        offload VARCHAR,
-        grad_accum INTEGER,
-        bucket_mb INTEGER,
-        link VARCHAR,
-        placement VARCHAR,
+        @key@
         n_runs INTEGER,
         n_excluded INTEGER,
         median_step_time_s DOUBLE,
@@ -292,26 +339,17 @@ TABLES: dict[str, str] = {
         expected_comm_bytes_per_step DOUBLE,
         predicted_comm_s_per_step DOUBLE,
         peak_mem_bytes BIGINT,
-        overlap_comm VARCHAR, ddp_grad_dtype VARCHAR, grad_sync VARCHAR,
-        reshard_after_forward VARCHAR,
         achieved_tflops_per_gpu DOUBLE,
         mfu DOUBLE
     """,
     "sensitivity_stats": """
         sweep_id VARCHAR,
-        strategy VARCHAR,
-        offload VARCHAR,
-        grad_accum INTEGER,
-        bucket_mb INTEGER,
-        placement VARCHAR,
-        link VARCHAR,
+        @key@
         baseline_link VARCHAR,
         slowdown DOUBLE,
         ci_low DOUBLE,               -- interval of the slowdown; its kind: interval_kind
         ci_high DOUBLE,
-        interval_kind VARCHAR,       -- range (of run-pair ratios, < 5 runs a side) | bootstrap95
-        overlap_comm VARCHAR, ddp_grad_dtype VARCHAR, grad_sync VARCHAR,
-        reshard_after_forward VARCHAR
+        interval_kind VARCHAR        -- range (of run-pair ratios, < 5 runs a side) | bootstrap95
     """,
     # What each link of a sweep physically is, recorded when the sweep starts: for the emulated
     # cluster the tc shape `cluster up` recorded; elsewhere what the link's env asks NCCL for.
@@ -337,13 +375,7 @@ TABLES: dict[str, str] = {
     # step_time = compute_s + exposure x predicted_comm_s(link), fitted on the group's links.
     "link_model": """
         sweep_id VARCHAR,
-        strategy VARCHAR,
-        offload VARCHAR,
-        grad_accum INTEGER,
-        bucket_mb INTEGER,
-        overlap_comm VARCHAR, ddp_grad_dtype VARCHAR, grad_sync VARCHAR,
-        reshard_after_forward VARCHAR,
-        placement VARCHAR,
+        @key@
         n_links INTEGER,             -- links with included runs (the fit's points)
         n_runs INTEGER,
         n_excluded INTEGER,          -- failed, throttled or without a figure/prediction
@@ -362,14 +394,7 @@ TABLES: dict[str, str] = {
     # Leave-one-link-out: each link's median step time predicted by the line through the others.
     "link_model_check": """
         sweep_id VARCHAR,
-        strategy VARCHAR,
-        offload VARCHAR,
-        grad_accum INTEGER,
-        bucket_mb INTEGER,
-        overlap_comm VARCHAR, ddp_grad_dtype VARCHAR, grad_sync VARCHAR,
-        reshard_after_forward VARCHAR,
-        placement VARCHAR,
-        link VARCHAR,
+        @key@
         n_runs INTEGER,              -- the link's included runs
         predicted_comm_s DOUBLE,     -- median over them
         measured_step_s DOUBLE,      -- median over them
@@ -467,19 +492,25 @@ TABLES: dict[str, str] = {
     """,
 }
 
-_VARIANT_KEY = (
-    "strategy", "offload", "grad_accum", "bucket_mb", "overlap_comm", "ddp_grad_dtype",
-    "grad_sync", "reshard_after_forward", "placement",
-)  # fmt: skip
+
+def _view_key(marker: re.Match) -> str:
+    """A view's ``@key@`` (the key columns), ``@key r@`` (each as ``r.column``) or ``@same a
+    b@`` (``a`` and ``b`` agree on every column of the group key), from the catalog."""
+    word, *names = marker[1].split()
+    if word == "same":
+        a, b = names
+        return " AND ".join(f"{a}.{c} IS NOT DISTINCT FROM {b}.{c}" for c in group_key())
+    return ", ".join(f"{names[0]}.{c}" if names else c for c in variant_key())
 
 
-def _same(a: str, b: str) -> str:
-    return " AND ".join(f"{a}.{c} IS NOT DISTINCT FROM {b}.{c}" for c in _VARIANT_KEY)
+def views() -> dict[str, str]:
+    """Every view's SELECT, the key columns listed from the catalog as it is now."""
+    return {
+        name: re.sub(r"@((?:key|same)[a-z ]*)@", _view_key, sql) for name, sql in _VIEWS.items()
+    }
 
 
-_KEY = ", ".join(_VARIANT_KEY)
-
-VIEWS: dict[str, str] = {
+_VIEWS: dict[str, str] = {
     # Per step: the slowest rank sets the pace (max over ranks), warmup excluded; for plots. The
     # run figures are computed once, by orchestrator/analysis/stats.py, and stored in runs (tested equal).
     "step_times": """
@@ -488,8 +519,7 @@ VIEWS: dict[str, str] = {
         FROM steps WHERE NOT warmup GROUP BY run_id, step
     """,
     "run_summary": """
-        SELECT run_id, sweep_id, seq, strategy, offload, grad_accum, bucket_mb, overlap_comm,
-               ddp_grad_dtype, grad_sync, reshard_after_forward, link, placement, world_size,
+        SELECT run_id, sweep_id, seq, @key@, world_size,
                model, precision, "repeat", backend,
                status, throttled, link_class, effective_transport, link_check,
                coalesce(n_steps, 0) AS n_steps, median_step_time_s, p10_step_time_s,
@@ -500,18 +530,14 @@ VIEWS: dict[str, str] = {
         FROM runs
     """,
     "variant_summary": """
-        SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, overlap_comm, ddp_grad_dtype,
-               grad_sync, reshard_after_forward,
-               link, placement, n_runs, n_excluded, median_step_time_s, ci_low_s, ci_high_s,
+        SELECT sweep_id, @key@, n_runs, n_excluded, median_step_time_s, ci_low_s, ci_high_s,
                interval_kind, samples_per_s, tokens_per_s, comm_bytes_per_step,
                expected_comm_bytes_per_step, predicted_comm_s_per_step, peak_mem_bytes,
                achieved_tflops_per_gpu, mfu
         FROM variant_stats
     """,
     "link_sensitivity": """
-        SELECT sweep_id, strategy, offload, grad_accum, bucket_mb, overlap_comm, ddp_grad_dtype,
-               grad_sync, reshard_after_forward,
-               placement, link, baseline_link, slowdown, ci_low, ci_high, interval_kind
+        SELECT sweep_id, @key@, baseline_link, slowdown, ci_low, ci_high, interval_kind
         FROM sensitivity_stats
     """,
     # The link microbenchmark's figure per (link, placement, collective, size, source,
@@ -554,18 +580,18 @@ VIEWS: dict[str, str] = {
     # step its traces measured (per traced step the slowest rank's, median over steps, then
     # median and range over runs) beside the link model's fitted exposure x the communication
     # time it predicts on that link (and that product at the exposure's interval ends).
-    "trace_exposure": f"""
+    "trace_exposure": """
         WITH per_step AS (
             SELECT run_id, step, max(exposed_s) AS exposed_s, max(comm_s) AS comm_s
             FROM trace_overlap WHERE step IS NOT NULL GROUP BY run_id, step
         ), per_run AS (
-            SELECT r.sweep_id, {", ".join("r." + c for c in _VARIANT_KEY)}, r.link, r.run_id,
+            SELECT r.sweep_id, @key r@, r.run_id,
                    median(p.exposed_s) AS exposed_s, median(p.comm_s) AS comm_s
             FROM per_step p JOIN runs r USING (run_id)
             WHERE r.status = 'ok' AND r.superseded_by IS NULL
             GROUP BY ALL
         ), m AS (
-            SELECT sweep_id, {_KEY}, link, count(*) AS n_runs,
+            SELECT sweep_id, @key@, count(*) AS n_runs,
                    median(exposed_s) AS measured_exposed_s, min(exposed_s) AS measured_low_s,
                    max(exposed_s) AS measured_high_s, median(comm_s) AS measured_comm_s
             FROM per_run GROUP BY ALL
@@ -578,19 +604,19 @@ VIEWS: dict[str, str] = {
                lm.quality AS fit_quality
         FROM m
         LEFT JOIN link_model_check c
-            ON c.sweep_id = m.sweep_id AND c.link = m.link AND {_same("c", "m")}
-        LEFT JOIN link_model lm ON lm.sweep_id = m.sweep_id AND {_same("lm", "m")}
+            ON c.sweep_id = m.sweep_id AND c.link = m.link AND @same c m@
+        LEFT JOIN link_model lm ON lm.sweep_id = m.sweep_id AND @same lm m@
     """,
     # Which collectives the traces show exposed: per variant, link and collective (called,
     # run as, group size), per traced step the slowest rank's figures, median over steps, then
     # median and range over runs (as trace_exposure does for the whole step).
-    "trace_collective_exposure": f"""
+    "trace_collective_exposure": """
         WITH per_step AS (
             SELECT run_id, step, issued_op, ran_as, group_size, max(n) AS n,
                    max(msg_bytes) AS msg_bytes, max(busy_s) AS busy_s, max(exposed_s) AS exposed_s
             FROM trace_collectives WHERE step IS NOT NULL GROUP BY ALL
         ), per_run AS (
-            SELECT r.sweep_id, {", ".join("r." + c for c in _VARIANT_KEY)}, r.link, r.run_id,
+            SELECT r.sweep_id, @key r@, r.run_id,
                    p.issued_op, p.ran_as, p.group_size, median(p.n) AS n,
                    median(p.msg_bytes) AS msg_bytes, median(p.busy_s) AS busy_s,
                    median(p.exposed_s) AS exposed_s
@@ -598,7 +624,7 @@ VIEWS: dict[str, str] = {
             WHERE r.status = 'ok' AND r.superseded_by IS NULL
             GROUP BY ALL
         )
-        SELECT sweep_id, {_KEY}, link, issued_op, ran_as, group_size, count(*) AS n_runs,
+        SELECT sweep_id, @key@, issued_op, ran_as, group_size, count(*) AS n_runs,
                median(n) AS per_step_n, median(msg_bytes) AS per_step_msg_bytes,
                median(busy_s) AS busy_s, median(exposed_s) AS exposed_s,
                min(exposed_s) AS exposed_low_s, max(exposed_s) AS exposed_high_s
@@ -620,3 +646,7 @@ VIEWS: dict[str, str] = {
         WHERE p.suspect
     """,
 }
+
+
+TABLES: dict[str, str] = tables()
+VIEWS: dict[str, str] = views()

@@ -3,10 +3,11 @@
 ``python -m orchestrator.store.schema_doc > docs/schema.md`` builds the schema in an in-memory
 database, reads every table's and view's columns and types back, and writes them with their
 meaning: for a table column, the ``--`` comment next to it in ``schema.py``; for a view column,
-``VIEW_COLUMNS`` below, else the comment of the table column of the same name.
+``VIEW_COLUMNS`` below, else the comment of the table column of the same name; a key column
+(an axis of the variant key), its catalog entry's ``doc`` (``workloads/catalog.py``).
 ``tests/unit/test_docs.py`` checks the file against the schema in both directions.
 
-May import: db, schema.
+May import: db, schema, workloads.catalog.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 
 from orchestrator.store.db import Store
 from orchestrator.store.schema import SCHEMA_VERSION, TABLES, VIEWS
+from workloads import catalog
 
 TABLE_ROWS = {
     "meta": "key (schema_version)",
@@ -45,8 +47,7 @@ TABLE_ROWS = {
 VIEW_ROWS = {
     "step_times": "timed step of a run (max over ranks, warmup excluded)",
     "run_summary": "run",
-    "variant_summary": "variant: sweep x strategy x offload x grad_accum x bucket_mb x link "
-    "x placement",
+    "variant_summary": "variant: sweep x " + " x ".join(catalog.variant_key()),
     "link_sensitivity": "variant x non-baseline link",
     "link_bandwidth": "sweep x link x placement x collective x message size",
     "link_overview": "link of a sweep: described, rated and measured",
@@ -129,16 +130,7 @@ VIEW_SOURCE = {
 COMMON = {
     "sweep_id": "the sweep (`sweeps.sweep_id`, e.g. 20261122-073748-e8d5eb)",
     "run_id": "the run (`runs.run_id`)",
-    "strategy": "ddp | zero1 | zero2 | zero3 | fsdp | hsdp",
-    "offload": "none | cpu (ZeRO, FSDP2) | nvme (zero3)",
-    "grad_accum": "micro-steps per optimizer step",
-    "bucket_mb": "MiB: DDP bucket_cap_mb; DeepSpeed reduce/allgather bucket (the same bytes)",
-    "ddp_grad_dtype": "DDP's gradient all_reduce dtype, fp32 | bf16 (grid axis); n/a for ZeRO",
-    "grad_sync": "each | last | replicate_last: what non-final micro-batches reduce; ZeRO: n/a",
-    "reshard_after_forward": "FSDP2's blocks freed after forward: true | false; others: n/a",
-    "link": "link name from the sweep file's `links`",
     "baseline_link": "the link slowdowns are measured against",
-    "placement": "pack: ranks on one node; spread: one rank per node",
     "world_size": "ranks",
     "rank": "global rank",
     "step": "optimizer step index",
@@ -188,6 +180,15 @@ COMMON = {
     "started_at": "UTC",
     "finished_at": "UTC",
 }
+
+
+def axis_meaning(axis: catalog.Axis) -> str:
+    """A key column's meaning: its catalog entry's doc, and its value where it does not apply."""
+    where = f" Where it does not apply: {axis.na}." if axis in catalog.knob_axes() else ""
+    return f"{axis.doc}{where}"
+
+
+COMMON |= {a.name: axis_meaning(a) for a in catalog.AXES.values()}
 
 
 def table_comments() -> dict[tuple[str, str], str]:

@@ -1,0 +1,270 @@
+"""The store follows the catalog (``workloads/catalog.py``): the key columns of every table and
+view keyed by variant, and of every query, come from the catalog's axes; an axis added after
+``catalog.BASE_SCHEMA_VERSION`` gets its column through a migration derived from its entry, so a
+database made before it opens (``Store``) and its old rows read the axis's default where it
+applies and its placeholder where it does not; an axis renamed from an older column reads that
+column through its mapping. And ``linksweep run``'s end-of-run tables show every axis that varies
+among their rows and none that does not.
+
+The axes added here live only while a test runs (the ``catalog`` fixture restores the catalog);
+the store's module constants were derived at import, so a test that opens a database under the
+changed catalog hands ``db.py`` the schema and migrations built again from it."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.store import Q, Store, db, migrations, queries, schema
+from workloads import catalog
+
+NEXT = catalog.BASE_SCHEMA_VERSION + 1
+
+
+@pytest.fixture
+def changed_catalog():
+    """The catalog's entries, put back as they were after the test."""
+    axes, strategies = dict(catalog.AXES), dict(catalog.STRATEGIES)
+    yield catalog
+    catalog.AXES.clear()
+    catalog.AXES.update(axes)
+    catalog.STRATEGIES.clear()
+    catalog.STRATEGIES.update(strategies)
+
+
+def _knob(**kw) -> catalog.Axis:
+    """A text axis for DDP alone (off | on, default off), added one version past the base."""
+    args = {"families": ("ddp",), "since": NEXT} | kw
+    return catalog.Axis("knob_x", "VARCHAR", ("off", "on"), "off", **args)
+
+
+def _in(names) -> str:
+    return ", ".join(f"'{n}'" for n in names)
+
+
+def _under_the_catalog(monkeypatch) -> None:
+    """``db.py`` opens databases with the schema and migrations of the catalog as it is now."""
+    monkeypatch.setattr(db, "SCHEMA_VERSION", catalog.schema_version())
+    monkeypatch.setattr(db, "TABLES", schema.tables())
+    monkeypatch.setattr(db, "VIEWS", schema.views())
+    monkeypatch.setattr(db, "MIGRATIONS", migrations.migrations())
+
+
+def test_no_derived_step_below_the_base_and_one_version_a_step():
+    assert migrations.derived() == {}
+    assert schema.SCHEMA_VERSION == catalog.schema_version() == catalog.BASE_SCHEMA_VERSION
+    assert sorted(migrations.MIGRATIONS) == list(range(2, schema.SCHEMA_VERSION + 1))
+
+
+def test_every_keyed_table_and_view_holds_the_catalogs_key():
+    key = catalog.variant_key()
+    for table in schema.VARIANT_TABLES:
+        columns = [line.split()[0] for line in schema.TABLES[table].splitlines() if line.strip()]
+        expected = [k for k in key if k != "link"] if table in schema.GROUP_TABLES else key
+        assert [c for c in columns if c in key] == list(expected), table
+    for view in ("run_summary", "variant_summary", "link_sensitivity"):
+        assert ", ".join(key) in " ".join(schema.VIEWS[view].split()), view
+
+
+def test_a_new_axis_derives_its_column_and_old_rows_value(changed_catalog):
+    default_on = catalog.Strategy(
+        "ddp_alt", "ddp", "DDP-alt", "DDP alt", "workloads.strategies:DDPStrategy",
+        "orchestrator.analysis.theories:ddp", defaults={"knob_x": "on"},
+    )  # fmt: skip
+    catalog.add_strategy(default_on)
+    catalog.add_axis(_knob())
+    ddp = [n for n in catalog.names("ddp") if n != "ddp_alt"]
+    fill = f"CASE WHEN strategy IN ({_in(ddp)}) THEN 'off' WHEN strategy IN ('ddp_alt') THEN 'on' ELSE 'n/a' END"
+    assert migrations.fill_sql(catalog.axis("knob_x")) == fill
+    assert catalog.schema_version() == NEXT
+    expected = [
+        stmt
+        for table in schema.VARIANT_TABLES
+        for stmt in (
+            f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS knob_x VARCHAR",
+            f"UPDATE {table} SET knob_x = {fill} WHERE knob_x IS NULL",
+        )
+    ]
+    assert migrations.derived() == {NEXT: expected}
+    steps = migrations.migrations()
+    assert sorted(steps) == list(range(2, NEXT + 1)) and steps[NEXT] == expected
+    assert steps[7] == migrations.MIGRATIONS[7]  # the hand-written steps stay as written
+    assert "knob_x VARCHAR" in schema.tables()["link_model"]
+    assert "knob_x" in schema.views()["variant_summary"]
+
+
+def test_an_axis_that_requires_another_applies_only_where_it_is_met(changed_catalog):
+    catalog.add_axis(_knob())
+    rank = catalog.Axis(
+        "rank_x", "INTEGER", None, 4, families=("ddp",), requires=("knob_x", ("on",)), na=0,
+        since=NEXT,
+    )  # fmt: skip
+    catalog.add_axis(rank)
+    assert migrations.fill_sql(rank) == (
+        "CASE WHEN NOT coalesce(knob_x IN ('on'), false) THEN 0 "
+        f"WHEN strategy IN ({_in(catalog.names('ddp'))}) THEN 4 ELSE 0 END"
+    )
+    step = migrations.derived()[NEXT]
+    # knob_x is filled first (the catalog's order): rank_x's rule reads it
+    first_rank = next(i for i, s in enumerate(step) if "rank_x" in s)
+    assert all("rank_x" not in s for s in step[:first_rank]) and "knob_x" in step[0]
+
+
+def _old_database(path: str) -> None:
+    """A database made by this linksweep (the base schema), rows of three families in it."""
+    key = {"sweep_id": "s", "grad_accum": 1, "link": "a", "placement": "pack"}
+    rows = [
+        {"strategy": "ddp", "offload": "none", "bucket_mb": 25, "ddp_grad_dtype": "bf16"},
+        {"strategy": "zero3", "offload": "cpu", "bucket_mb": 5, "ddp_grad_dtype": "n/a"},
+        {"strategy": "fsdp", "offload": "none", "bucket_mb": 0, "ddp_grad_dtype": "n/a"},
+    ]
+    with Store(path) as s, s.transaction():
+        s.insert("sweeps", [{"sweep_id": "s", "name": "old"}])
+        s.insert(
+            "runs", [{"run_id": r["strategy"], "seq": i, **key, **r} for i, r in enumerate(rows)]
+        )
+        s.insert("variant_stats", [{**key, **r, "n_runs": 1} for r in rows])
+        s.insert("link_model", [{"sweep_id": "s", "strategy": r["strategy"]} for r in rows])
+
+
+def test_a_database_made_before_an_axis_opens_with_its_column(
+    changed_catalog, tmp_path, monkeypatch
+):
+    path = str(tmp_path / "old.duckdb")
+    _old_database(path)
+    catalog.add_axis(_knob())
+    _under_the_catalog(monkeypatch)
+    with Store(path) as s:
+        assert s.query("SELECT value FROM meta WHERE key = 'schema_version'")[1] == [(str(NEXT),)]
+        got = s.query("SELECT strategy, knob_x FROM runs ORDER BY seq")[1]
+        assert got == [("ddp", "off"), ("zero3", "n/a"), ("fsdp", "n/a")]
+        got = s.query("SELECT strategy, knob_x FROM variant_summary ORDER BY strategy")[1]
+        assert got == [("ddp", "off"), ("fsdp", "n/a"), ("zero3", "n/a")]
+        assert s.query("SELECT count(*) FROM link_model WHERE knob_x IS NULL")[1] == [(0,)]
+        s.insert("runs", [{"run_id": "new", "strategy": "ddp", "knob_x": "on"}])
+    with Store(path) as s:  # opened again: nothing left to migrate, the new row as written
+        assert s.query("SELECT knob_x FROM runs WHERE run_id = 'new'")[1] == [("on",)]
+
+
+def test_an_axis_renamed_from_an_old_column_reads_it_through_its_mapping(
+    changed_catalog, tmp_path, monkeypatch
+):
+    path = str(tmp_path / "old.duckdb")
+    _old_database(path)
+    del catalog.AXES["ddp_grad_dtype"]
+    catalog.add_axis(
+        catalog.Axis(
+            "compression_x", "VARCHAR", ("none", "bf16", "powersgd"), "none", families=("ddp",),
+            since=NEXT, renamed_from=("ddp_grad_dtype", {"fp32": "none", "bf16": "bf16"}),
+        )
+    )  # fmt: skip
+    step = migrations.derived()[NEXT]
+    assert "ALTER TABLE runs DROP COLUMN IF EXISTS ddp_grad_dtype" in step
+    assert "CASE ddp_grad_dtype WHEN 'fp32' THEN 'none' WHEN 'bf16' THEN 'bf16' ELSE " in step[1]
+    _under_the_catalog(monkeypatch)
+    with Store(path) as s:
+        got = s.query("SELECT strategy, compression_x FROM runs ORDER BY seq")[1]
+        assert got == [("ddp", "bf16"), ("zero3", "n/a"), ("fsdp", "n/a")]
+        got = s.query("SELECT strategy, compression_x FROM variant_summary ORDER BY strategy")[1]
+        assert got == [("ddp", "bf16"), ("fsdp", "n/a"), ("zero3", "n/a")]
+        for table in schema.VARIANT_TABLES:
+            columns = {r[0] for r in s.query(f"DESCRIBE {table}")[1]}
+            assert "compression_x" in columns and "ddp_grad_dtype" not in columns, table
+
+
+def test_queries_list_the_catalogs_key():
+    key = catalog.variant_key()
+    group = tuple(k for k in key if k != "link")
+    assert Q.VARIANT_GROUP_RUNS.params == {"sweep_id", *group}
+    assert queries.key_columns(key) in Q.SWEEP_RUN_SLOTS.sql
+    assert queries.key_columns(key, "r") in Q.REPORT_STEP_TIMES.sql
+    shorts = {catalog.axis(k).short for k in key}
+    for query in (Q.VARIANT_SUMMARY_TABLE, Q.SENSITIVITY_TABLE):
+        assert all(f" {s}," in query.sql or f"{s}," in query.sql for s in shorts), query.name
+    for k in key:
+        assert f"r.{k} = v.{k}" in Q.REPORT_VARIANTS.sql, k
+
+
+def test_rows_sort_as_the_catalog_lists_strategies(tmp_path):
+    order = list(catalog.names())
+    shuffled = sorted(order)  # alphabetical: not the catalog's order
+    assert shuffled != order
+    with Store(str(tmp_path / "o.duckdb")) as s:
+        with s.transaction():
+            s.insert(
+                "variant_stats",
+                [{"sweep_id": "s", "strategy": n, "link": "a", "grad_accum": 1} for n in shuffled],
+            )
+        got = [r["strategy"] for r in s.rows(Q.VARIANT_SUMMARY_TABLE, sweep_id="s")]
+    assert got == order
+
+
+# --- linksweep run's end-of-run tables ------------------------------------------------------
+
+
+def _sweep_over_bucket(path: str) -> None:
+    """Variant and slowdown rows of a DDP sweep over bucket_mb (4 and 25) on two links."""
+    key = {"sweep_id": "s", "strategy": "ddp", "offload": "none", "grad_accum": 1}
+    key |= {"overlap_comm": "default", "ddp_grad_dtype": "fp32", "grad_sync": "last"}
+    key |= {"reshard_after_forward": "n/a", "placement": "pack"}
+    with Store(path) as s, s.transaction():
+        s.insert(
+            "variant_stats",
+            [
+                {**key, "bucket_mb": b, "link": link, "n_runs": 2, "median_step_time_s": t}
+                for b, link, t in (
+                    (4, "fast", 1.0),
+                    (25, "fast", 1.1),
+                    (4, "slow", 2.0),
+                    (25, "slow", 3.0),
+                )
+            ],
+        )
+        s.insert(
+            "sensitivity_stats",
+            [
+                {**key, "bucket_mb": b, "link": "slow", "baseline_link": "fast", "slowdown": x}
+                for b, x in ((4, 2.0), (25, 2.7))
+            ],
+        )
+
+
+def _tables(path: str, capsys) -> dict[str, list[str]]:
+    from orchestrator.commands.run import print_variant_tables
+
+    with Store(path) as s:
+        print_variant_tables(s, "s")
+    lines, blocks = capsys.readouterr().out.splitlines(), {}
+    for title, header in zip(lines, lines[1:], strict=False):
+        if title.startswith(("variant_summary (", "link_sensitivity (", "link model:")):
+            blocks[title.split()[0]] = header.split()
+    return blocks
+
+
+def test_a_sweep_over_bucket_mb_shows_the_bucket_in_the_end_of_run_tables(tmp_path, capsys):
+    path = str(tmp_path / "b.duckdb")
+    _sweep_over_bucket(path)
+    tables = _tables(path, capsys)
+    assert "bucket" in tables["variant_summary"] and "bucket" in tables["link_sensitivity"]
+    assert tables["variant_summary"][:3] == ["strategy", "bucket", "link"]
+
+
+def test_an_axis_the_sweep_does_not_vary_is_not_shown(tmp_path, capsys):
+    path = str(tmp_path / "b.duckdb")
+    _sweep_over_bucket(path)
+    tables = _tables(path, capsys)
+    for header in tables.values():
+        for short in ("offload", "ga", "overlap", "grads", "sync", "reshard", "placement"):
+            assert short not in header, (short, header)
+        assert "strategy" in header and "link" in header  # they name the row
+
+
+def test_shown_columns_keep_what_names_the_row_and_each_strategys_own_value_counts_once():
+    from orchestrator.commands.run import shown_columns
+
+    cols = ["strategy", "bucket", "sync", "link", "step_s"]
+    rows = [("ddp", 25, "last", "a", 1.0), ("zero3", 5, "n/a", "a", 2.0)]
+    # DDP's bucket and sync against ZeRO's: what each strategy implies, not a sweep axis
+    assert shown_columns(cols, rows) == (
+        ["strategy", "link", "step_s"],
+        [("ddp", "a", 1.0), ("zero3", "a", 2.0)],
+    )
