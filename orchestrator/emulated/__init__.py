@@ -77,18 +77,19 @@ Ray therefore lists nodes + 1 alive nodes; the N emulated nodes carry the custom
 resource `emulated_node_<i>` and all CPUs/GPUs. The head's ports are fixed and kept
 off Ray's defaults so a host `ray start --head` never collides with it.
 
-Modules, one job each (none imports `ray`; Ray is reached only through
-`orchestrator.raycluster`, the driver's Ray package):
+One module per job (none imports `ray`; Ray is reached only through
+`orchestrator.raycluster`, the driver's Ray package; `__main__` is `python -m` above):
     shapes     pure: link shapes, `--link` parsing, the tc of one shaped device, constants.
     faults     pure: planted faults (`--slow-node`, `--slow-pair`), their parsing, checks
                and tc (one root qdisc per device), `planted_faults` for reports.
-    plan       pure: the plan (`plan_emulated`), every name, address and ip/tc command.
+    blueprint  pure: the plan (`plan_emulated`), every name, address and ip/tc command.
     netns      applies and undoes the plan with `ip`/`tc`; root and preflight checks.
     raynodes   `ray start` argv (pure), starting Ray, the state file, finding and
                stopping the cluster's processes, waiting until the nodes are alive.
     lifecycle  `up`, `down`, `status`, `plant_faults`.
     check      `measure_link_busbw`: a gloo all_reduce through one link; the code that
                runs in its actors is `workloads.linkcheck`.
+    describe   what the links are, as `up` recorded them, for `linksweep run`.
 
 `up` writes a JSON state file before each creation step, so `down` after a crash undoes
 exactly what was started and nothing else. Ray processes are found again by an env

@@ -9,6 +9,7 @@ One module per job:
     runs       one run: placement group, ranks (fresh actors or forked), records, clean-up,
                stacks of a hung run, rank 0's progress.
     launchers  the sweep's per-node launcher actors that fork ranks (``launcher: fork``).
+    pinned_probes  the fleet check's Ray side: which nodes, and the probes pinned to them.
     result     ``RunResult``, what a run produced; pure, so rows and unit tests use it.
 
 Words used here (the measurement's vocabulary is in ``workloads/contract.py``):

@@ -34,23 +34,33 @@ Exit codes (``orchestrator/errors.py``): 0 written (also for a sweep with nothin
 2 when the database or the sweep does not exist or cannot be read, or the output folder cannot
 be written. Messages go to stderr as ``linksweep: ...``.
 
-The package, one job per module, each importing only the ones before it:
+Figures are drawn on ``matplotlib.figure.Figure`` with the Agg canvas, never pyplot: no global
+state, no display. No SQL in this package: ``reading`` reads through ``orchestrator.store.Reader``
+(read-only) and the named queries of ``orchestrator/store/queries.py``.
 
-- ``fmt``: number, size and time formatting (pure).
-- ``labels``: variant labels and ordering shared by figures and tables (pure).
-- ``data``: ``ReportData``, ``pick_sweep``, ``load_report_data``: the only reading I/O, through
-  ``orchestrator.store.Reader`` (read-only) and the named queries of
-  ``orchestrator/store/queries.py``. No SQL in this package.
-- ``draw``: matplotlib style and axis helpers; ``plots``: rows -> ``Figure`` or the reason it
-  is not drawn; ``figures``: ``build_figures`` -> PNG bytes. Figures are drawn on
-  ``matplotlib.figure.Figure`` with the Agg canvas, never pyplot: no global state, no display.
-- ``accumulation``: the runs that failed the accumulation check, in words (pure), for the
-  "Read with care" box, the runs needing attention and ``linksweep run``'s summary.
-- ``markup``: HTML tables and escaping; ``sections``: the report's sections; ``html``:
-  ``render_html``, rows and PNG bytes -> the page.
-- ``baseline_view``: the "Compared with baseline" section and ``compared_with_baseline.png``
-  (``linksweep report --baseline NAME``), from ``orchestrator.compare.comparison``'s JSON, which
-  ``commands/report.py`` computes (``docs/compare.md``).
+One module per job:
+    fmt             number, size and time formatting; pure.
+    labels          variant labels and ordering shared by figures and tables; pure.
+    reading         ``ReportData``, ``pick_sweep``, ``load_report_data``: the only reading I/O.
+    draw            matplotlib style and axis helpers.
+    plots           rows -> ``Figure`` and caption, or the reason it is not drawn.
+    figures         ``build_figures`` -> PNG bytes (a figure that fails becomes a note).
+    markup          HTML building blocks: escaping, tables of rows, the "missing" box.
+    sections        the report's sections: the classic link table, the runs needing
+                    attention, provenance.
+    findings        the first screen: the headline, the caveats box, the links described.
+    predicted       measured vs predicted: does the link's bandwidth explain the slowdown.
+    accumulation    the runs that failed the accumulation check, in words; pure (the "Read
+                    with care" box, the runs needing attention, ``linksweep run``'s summary).
+    phases          where a run's seconds go, phase by phase.
+    timeline        one traced step per variant and link, a lane per rank.
+    linkmodel_view  the link model's figure and section.
+    nccltests_view  nccl-tests beside linksweep's busbw.
+    baseline_view   the "Compared with baseline" section and ``compared_with_baseline.png``
+                    (``linksweep report --baseline NAME``), from
+                    ``orchestrator.compare.comparison``'s JSON (``docs/compare.md``).
+    fleet_view      a fleet check's ``fleet.html`` and its heatmaps.
+    html            ``render_html``: rows and PNG bytes -> the page.
 
 Units follow the schema's names: ``_s`` seconds, ``_bytes`` bytes, ``_gbps`` GB/s with
 1 GB = 1e9 B. Message sizes in the microbenchmark are powers of two and are labelled in KiB/MiB.

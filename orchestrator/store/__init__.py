@@ -6,6 +6,20 @@ The store's typed interface (``TableStore``, what ``Store`` and ``LiveStore`` bo
 driver's ``SweepStore``) and the one list of what a sweep writes, when and through which route
 (direct, spool, heartbeat) are in ``writes.py``.
 
+One module per job:
+    schema      every table and view at one version; the variant key's columns from the catalog.
+    migrations  the steps that bring an older database up to date: hand-written, then derived
+                from the catalog's axes (``Axis.since``).
+    queries     every named SELECT, with bound parameters; pure data.
+    db          DuckDB connections, migrations applied: the only module that imports duckdb.
+    writes      the typed interface, and the one list of what a sweep writes where.
+    spool       each finished run written durably beside the database before its commit.
+    live        the driver's handle during a sweep: the database open only while used.
+    liveness    is a ``running`` sweep's driver still alive.
+    columnar    dict rows -> one Arrow table typed by the target table; pure.
+    snapshot    one sweep's comparable facts, read from a database file read-only.
+    schema_doc  docs/schema.md, generated from the real schema.
+
 May import: db, queries, schema, writes.
 """
 
