@@ -416,7 +416,7 @@ def test_report_lists_failed_throttled_and_mismatch_runs(full_report):
 def test_report_classic_table(full_report):
     _, page, _ = full_report
     classic = page.split("id='classic'")[1].split("<h2")[0]
-    assert "<h3>DDP <small>(bucket 25 MB, placement pack)</small></h3>" in classic
+    assert "<h3>DDP <small>(bucket 25 MB)</small></h3>" in classic  # pack: the default
     assert "<h3>ZeRO-3 <small>" in classic
     ddp = classic.split("<h3>DDP")[1].split("<h3>")[0]
     # each link with its measured busbw; the brackets say what they are (3 runs: the range)
