@@ -88,8 +88,10 @@ def build_variant(spec, args: argparse.Namespace):
     if link not in spec.links:
         errors.append(f"--link: unknown link {link!r}; links defined: {list(spec.links)}")
     if not offload_applies(strategy, offload):
+        takers = [s for s in catalog.names() if offload in (catalog.offered("offload", s) or ())]
         errors.append(
-            f"--offload: {offload!r} is not offered by {strategy}; allowed: {list(offered)}"
+            f"--offload: {offload!r} needs {' or '.join(takers)}; --strategy {strategy} "
+            f"allows {list(offered)}"
         )
     if errors:
         raise SpecError(errors)
