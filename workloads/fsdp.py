@@ -78,12 +78,7 @@ SYNC_BUG_ENV = "LINKSWEEP_PLANT_SYNC_BUG"
 def hybrid(strategy: str) -> bool:
     """Does ``strategy`` shard over a 2-D mesh, replicate x shard (HSDP), rather than over every
     rank (FSDP2)? A ValueError for a name not in the catalog."""
-    entry = catalog.strategy(strategy)
-    if hasattr(entry, "hybrid"):  # ``Strategy.hybrid``, asked of the catalog (spec.py reads it)
-        return bool(entry.hybrid)
-    # Until the catalog's entries say which one shards within groups and replicates across
-    # them, that strategy is named here, once: a fact of the strategy no other field implies.
-    return entry.name == "hsdp"
+    return catalog.strategy(strategy).hybrid
 
 
 def _hybrid_names() -> list[str]:
