@@ -68,6 +68,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.analysis.flavours import (  # noqa: F401 - strategy_name: the report's import
+    GA,
+    LINK,
     display,
     series_name,
     sort_key,
@@ -93,8 +95,6 @@ APART = "overlap_comm"
 """The axis whose settings the headline compares apart: overlap on against off of one strategy
 is not "which strategy is hurt most" (it changes how much of the communication a step hides),
 so each setting gets its own sentences."""
-SERIES_OMIT = ("grad_accum", "link")
-"""Not in a series' name: grad_accum is the headline table's columns, the link its own table."""
 
 
 @dataclass(frozen=True)
@@ -518,13 +518,11 @@ def _link_sentences(
     settings = sorted({r.get(APART) for r in first.values()}, key=lambda v: value_key(APART, v))
     for setting in settings:
         sub = {
-            series_name(first[s], vary, (*SERIES_OMIT, APART)): c
+            series_name(first[s], vary, (GA, LINK, APART)): c
             for s, c in cells.items()
             if first[s].get(APART) == setting
         }
-        of = {
-            series_name(r, vary, (*SERIES_OMIT, APART)): r.get("strategy") for r in first.values()
-        }
+        of = {series_name(r, vary, (GA, LINK, APART)): r.get("strategy") for r in first.values()}
         out += _sentences(f"{label} with {axis.phrase(setting)}", base, sub, gas, of)
     return out
 
@@ -555,7 +553,7 @@ def build_headline(
             lo, hi = r.get("ci_low"), r.get("ci_high")
             if lo is not None and lo == hi:  # one run a side: a point says nothing of spread
                 lo = hi = None
-            name = series_name(r, vary, SERIES_OMIT)
+            name = series_name(r, vary)
             first.setdefault(name, r)
             cells.setdefault(name, {})[int(r["grad_accum"])] = Cell(
                 r["slowdown"], lo, hi, r.get("interval_kind")
@@ -566,7 +564,7 @@ def build_headline(
         dtypes: dict[str, list[str]] = {}
         for v in sorted(variants, key=lambda v: int(v["grad_accum"])):
             if v.get("link") == base and v.get("comm_bytes_per_step") is not None:
-                key = series_name(v, vary, SERIES_OMIT)
+                key = series_name(v, vary)
                 if key in cells:
                     nbytes.setdefault(key, {})[int(v["grad_accum"])] = v["comm_bytes_per_step"]
                     if v.get("comm_dtypes"):
