@@ -2,15 +2,15 @@
 ``schema.SCHEMA_VERSION``, one list of statements per version step. Pure data;
 ``orchestrator/store/db.py`` applies it.
 
-Two parts. The hand-written steps (v2..v12) stay as they were written: each says what an older
-row meant (DDP before v7 all-reduced fp32, so its rows say fp32). Then the derived steps: an axis
-the catalog adds after ``catalog.BASE_SCHEMA_VERSION`` (``Axis.since``) gets, in the step of its
-version, its column in every table keyed by variant and a value on every old row: the axis's
-default where it applies to the row's strategy (the strategy's own default where it has one),
-its placeholder where it does not (:func:`fill_sql`). An axis ``renamed_from`` an older column
-reads that column's values through its mapping, then the old column is dropped. So a database
-made by an older linksweep opens under a newer one and reads as if each new axis had its
-default, and the version still moves one step per change.
+Two parts. The hand-written steps (v2..v12, and any later change no axis makes) stay as they
+were written: each says what an older row meant (DDP before v7 all-reduced fp32, so its rows say
+fp32). Then the derived steps: an axis the catalog adds after v12 (``Axis.since``) gets, in the
+step of its version, its column in every table keyed by variant and a value on every old row:
+the axis's default where it applies to the row's strategy (the strategy's own default where it
+has one), its placeholder where it does not (:func:`fill_sql`). An axis ``renamed_from`` an
+older column reads that column's values through its mapping, then the old column is dropped. So
+a database made by an older linksweep opens under a newer one and reads as if each new axis had
+its default, and the version still moves one step per change.
 
 May import: schema, workloads.catalog.
 """
@@ -42,7 +42,9 @@ _V7_KEYED = ("variant_stats", "sensitivity_stats", "link_model", "link_model_che
 
 # The hand-written steps: version -> SQL statements that bring a database from version-1 to
 # version. (A step that creates a table an older database lacks creates it as TABLES has it now,
-# the catalog as it was at import: a derived step after it adds whatever column it lacks.)
+# the catalog as it was at import: a derived step after it adds whatever column it lacks.) They
+# name strategies as they were when each step was written ('ddp' in v3, v7, v8): what an old
+# row meant is history, not something the catalog derives.
 _HISTORIC: dict[int, list[str]] = {
     # v2: figures are computed once, in Python (orchestrator/analysis/stats.py), and stored; views select.
     # Databases written by v1 get their figures filled in by v1's own SQL formulas, once.
@@ -315,12 +317,19 @@ def axis_statements(axis: catalog.Axis) -> list[str]:
     return out
 
 
+AXES_BY_HAND_UNTIL = 12
+"""The last version whose axes the hand-written steps migrate (v7 ``ddp_grad_dtype``, v8
+``grad_sync`` and ``reshard_after_forward``); every axis with a later ``since`` is derived. Fixed:
+``catalog.BASE_SCHEMA_VERSION`` (equal today) rises with a hand-written step that no axis
+makes, and an axis added before that rise keeps its derived step."""
+
+
 def derived() -> dict[int, list[str]]:
-    """version -> the statements of the axes the catalog adds after the base version (in the
-    catalog's order, so an axis another requires is filled first)."""
+    """version -> the statements of the axes the catalog adds after the hand-written ones (in
+    the catalog's order, so an axis another requires is filled first)."""
     out: dict[int, list[str]] = {}
     for axis in catalog.AXES.values():
-        if axis.since > catalog.BASE_SCHEMA_VERSION:
+        if axis.since > AXES_BY_HAND_UNTIL:
             out.setdefault(axis.since, []).extend(axis_statements(axis))
     return out
 
