@@ -98,7 +98,10 @@ def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
 def _plugin_env() -> dict[str, str]:
     env = dict(os.environ)
     env[catalog.PLUGINS_ENV] = HERE
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    # this module as pytest named it (``integration.test_catalog_extension``: tests/ is the
+    # package root), importable in the child and in its ranks
+    paths = [str(REPO), str(REPO / "tests"), env.get("PYTHONPATH")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     env.pop("RAY_ADDRESS", None)  # its own embedded cluster: its workers inherit this env
     return env
 
