@@ -43,7 +43,9 @@ An integer axis names its own placeholder (:attr:`Axis.na`)."""
 
 PLUGINS_ENV = "LINKSWEEP_CATALOG_PLUGINS"
 BASE_SCHEMA_VERSION = 12
-"""The store's schema version before any axis added through the catalog (``Axis.since``)."""
+"""The newest schema version written by a hand-written migration (``store/migrations.py``):
+the store's version is this or the newest axis's ``since``, whichever is larger. A hand-written
+step raises it; the axes' derived steps are keyed on their own ``since``."""
 
 
 @dataclass(frozen=True)
@@ -121,9 +123,10 @@ class Axis:
     as a series' own word."""
     doc: str = ""
     since: int = 0
-    """Schema version whose migration added the column. Axes added after
-    ``BASE_SCHEMA_VERSION`` get it from :func:`migration` derived statements; older ones were
-    migrated by hand (``store/migrations.py``)."""
+    """Schema version whose migration added the column: the next version when the axis is
+    added. Axes since v13 get their column from statements the store derives from the entry
+    (``store/migrations.py`` ``derived``; old rows read the default where the axis applies,
+    else the placeholder); older ones were migrated by hand."""
     renamed_from: tuple[str, Mapping[Any, Any]] | None = None
     """(old grid key and column, old value -> new value): a sweep file still saying the old key
     is read with a message, and the derived migration fills the column from the old one."""

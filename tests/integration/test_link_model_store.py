@@ -70,7 +70,7 @@ def test_refresh_link_model_fills_one_group(tmp_path):
     spec = SimpleNamespace(seed=0)
     with Store(db) as s:
         _fill(s)
-        v = Variant("zero3", 8, "r50", "spread")
+        v = Variant("zero3", 8, "r50", "spread", bucket_mb=25)  # as _fill stored them
         refresh_link_model(s, spec, "s1", v)
         refresh_link_model(s, spec, "s1", v)  # idempotent: replaces, never duplicates
         (m,) = s.rows(Q.REPORT_LINK_MODEL, sweep_id="s1")
