@@ -135,6 +135,13 @@ class Axis:
     elsewhere: str = ""
     """Why the strategies it does not apply to have no such setting (said when a sweep lists
     the axis for them alone)."""
+    conflicts: Mapping[Any, tuple[str, tuple, str]] = field(default_factory=dict)
+    """value -> (other axis, its values, why): a variant may not combine them; a grid that
+    lists both is refused before anything runs."""
+    warmup: Mapping[Any, str] = field(default_factory=dict)
+    """value -> ``module:function(grad_accum, grad_sync) -> (warmup steps, why)``: the fewest
+    warmup steps a variant with that value needs (PowerSGD compresses only from its start
+    iteration on, and the profiled and timed steps must already compress)."""
 
     @property
     def short(self) -> str:
@@ -256,11 +263,30 @@ for _a in (
         "true / false: ZeRO's overlap_comm; DDP false all-reduces the gradients after backward.",
     ),
     Axis(
-        "ddp_grad_dtype", "VARCHAR", ("fp32", "bf16"), "fp32", families=("ddp",), label="grads",
-        words="{value} gradients",
-        doc="DDP only: the dtype DDP all-reduces gradients in. fp32: DDP's default; bf16: "
-        "torch's bf16_compress_hook, half the bytes.",
-        since=7,
+        "grad_compression", "VARCHAR", ("none", "bf16", "fp16", "powersgd"), "none",
+        families=("ddp",), label="compress", in_strategy_name=True,
+        words={"none": "uncompressed", "bf16": "bf16 gradients", "fp16": "fp16 gradients",
+               "powersgd": "PowerSGD"},
+        doc="DDP only: how DDP compresses its gradients on the link, each through torch's own "
+        "DDP comm hook: none (allreduce_hook: the gradients' own dtype, fp32), bf16 / fp16 "
+        "(bf16_compress_hook / fp16_compress_hook: half the bytes), powersgd (powerSGD_hook: "
+        "each large enough matrix sent as two rank-r factors P and Q, error feedback and warm "
+        "start on; powersgd_rank sets r). Compression is the third answer to a slow link, "
+        "beside syncing less often (grad_accum) and sending shards (ZeRO, FSDP2).",
+        since=13, renamed_from=("ddp_grad_dtype", {"fp32": "none", "bf16": "bf16"}),
+        conflicts={"powersgd": ("overlap_comm", ("false",), "overlap_comm false is linksweep's "
+                                "own all-reduce after backward, which carries no comm hook")},
+        warmup={"powersgd": "workloads.compression:powersgd_min_warmup_steps"},
+        elsewhere="ZeRO's and FSDP2's dtypes follow precision and their own configs",
+    ),
+    Axis(
+        "powersgd_rank", "INTEGER", None, 1, families=("ddp",),
+        requires=("grad_compression", ("powersgd",)), na=0, minimum=1, label="rank",
+        words="rank {value}", in_strategy_name=True,
+        doc="grad_compression powersgd only: the rank r of PowerSGD's low-rank approximation "
+        "(torch's matrix_approximation_rank; default 1, torch's): an n x m gradient is sent as "
+        "r x (n + m) numbers where that is at most half of n x m (min_compression_rate 2).",
+        since=13,
     ),
     Axis(
         "grad_sync", "VARCHAR", ("each", "last", "replicate_last"), None,

@@ -466,7 +466,6 @@ def run_config(spec: SweepSpec, v: Variant, run_id: str) -> RunConfig:
         run_id=run_id,
         strategy=v.strategy,
         grad_accum=v.grad_accum,
-        ddp_grad_dtype=_applied(v, "ddp_grad_dtype", "fp32"),
         bucket_mb=given_bucket,
         offload=v.offload,
         overlap_comm=v.overlap_comm,

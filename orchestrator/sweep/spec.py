@@ -446,6 +446,8 @@ def axis_errors(spec: SweepSpec) -> list[str]:
             continue
         errors.extend(_value_errors(a, values, takers))
         errors.extend(_refusals(a, values, takers))
+        errors.extend(_conflicts(g, a, values, takers))
+        errors.extend(_warmup_errors(spec, a, values, takers))
     unshared = [st for st in listed if not catalog.strategy(st).shared_gpu]
     if spec.ranks_per_gpu == 2 and unshared:
         alike = [st for st in catalog.names() if not catalog.strategy(st).shared_gpu]
@@ -497,6 +499,45 @@ def _value_errors(a: catalog.Axis, values: list, takers: list[str]) -> list[str]
             f"grid.{a.name}: {value!r} applies to {_owners(owners)}, and none of them is "
             f"listed (grid.strategy is {takers}); allowed values per strategy: {allowed}"
         )
+    return errors
+
+
+def _conflicts(g: Any, a: catalog.Axis, values: list, takers: list[str]) -> list[str]:
+    """A listed value of ``a`` that may not run beside a listed value of another axis
+    (``Axis.conflicts``) for a strategy both apply to: the grid would make that variant."""
+    errors = []
+    for value, (other, bad, why) in a.conflicts.items():
+        if value not in values:
+            continue
+        clash = [v for v in (getattr(g, other) or [catalog.default(other)]) if v in bad]
+        both = [st for st in takers if catalog.offered(other, st) != ()]
+        if clash and both:
+            errors.append(
+                f"grid.{a.name}: {value!r} is refused with grid.{other} {clash} ({why}); "
+                f"allowed: one of them, in two sweeps"
+            )
+    return errors
+
+
+def _warmup_errors(spec: SweepSpec, a: catalog.Axis, values: list, takers: list[str]) -> list[str]:
+    """A listed value that needs more warmup steps than the file gives (``Axis.warmup``), for
+    the grid's grad_accum and sync flavours."""
+    errors = []
+    for value, rule in a.warmup.items():
+        if value not in values:
+            continue
+        need = catalog.resolve(rule)
+        points = [
+            (ga, sync) for st in takers for ga in spec.grid.grad_accum
+            for sync in (spec.grid.grad_sync or [catalog.default("grad_sync", st)])
+            if sync in (catalog.offered("grad_sync", st) or (sync,))
+        ]  # fmt: skip
+        worst = max((need(ga, sync) for ga, sync in points), key=lambda n: n[0])
+        if spec.warmup_steps < worst[0]:
+            errors.append(
+                f"warmup_steps: {spec.warmup_steps} is too few for grid.{a.name} {value!r}: "
+                f"{worst[1]}; allowed: warmup_steps >= {worst[0]}"
+            )
     return errors
 
 
