@@ -167,7 +167,10 @@ _FSDP_REFUSES = {
     "overlap_comm": "FSDP2 has no overlap switch (it always overlaps)",
 }
 
-FAMILIES = {"ddp": "DDP", "zero": "ZeRO", "fsdp2": "FSDP2"}
+DDP, ZERO, FSDP2 = "ddp", "zero", "fsdp2"
+"""The strategy families: what kind of engine runs a strategy. Code that must treat a kind alike
+compares ``family_of(name)`` with these, never a strategy's name."""
+FAMILIES = {DDP: "DDP", ZERO: "ZeRO", FSDP2: "FSDP2"}
 """Each family's name for people (``the FSDP2 strategies``)."""
 STRATEGIES: dict[str, Strategy] = {}
 AXES: dict[str, Axis] = {}
@@ -196,25 +199,25 @@ def add_axis(entry: Axis, before: str = "link") -> Axis:
 
 for _s in (
     Strategy(
-        "ddp", "ddp", "DDP", "DDP", _DDP_WORKLOAD, "orchestrator.analysis.theories:ddp",
+        "ddp", DDP, "DDP", "DDP", _DDP_WORKLOAD, "orchestrator.analysis.theories:ddp",
         values={"offload": ("none",), "grad_sync": ("each", "last")},
         defaults={"grad_sync": "last"},
         doc="torch DistributedDataParallel",
     ),
     Strategy(
-        "zero1", "zero", "ZeRO-1", "ZeRO-1", _ZERO_WORKLOAD, "orchestrator.analysis.theories:zero",
+        "zero1", ZERO, "ZeRO-1", "ZeRO-1", _ZERO_WORKLOAD, "orchestrator.analysis.theories:zero",
         values={"offload": ("none", "cpu")}, zero_stage=1, doc="DeepSpeed ZeRO stage 1",
     ),
     Strategy(
-        "zero2", "zero", "ZeRO-2", "ZeRO-2", _ZERO_WORKLOAD, "orchestrator.analysis.theories:zero",
+        "zero2", ZERO, "ZeRO-2", "ZeRO-2", _ZERO_WORKLOAD, "orchestrator.analysis.theories:zero",
         values={"offload": ("none", "cpu")}, zero_stage=2, doc="DeepSpeed ZeRO stage 2",
     ),
     Strategy(
-        "zero3", "zero", "ZeRO-3", "ZeRO-3", _ZERO_WORKLOAD, "orchestrator.analysis.theories:zero",
+        "zero3", ZERO, "ZeRO-3", "ZeRO-3", _ZERO_WORKLOAD, "orchestrator.analysis.theories:zero",
         zero_stage=3, doc="DeepSpeed ZeRO stage 3 (the only stage DeepSpeed swaps to NVMe)",
     ),
     Strategy(
-        "fsdp", "fsdp2", "FSDP2", "FSDP2", _FSDP_WORKLOAD, "orchestrator.analysis.theories:fsdp",
+        "fsdp", FSDP2, "FSDP2", "FSDP2", _FSDP_WORKLOAD, "orchestrator.analysis.theories:fsdp",
         values={"offload": ("none", "cpu"), "grad_sync": ("each", "last"),
                 "bucket_mb": (0,), "overlap_comm": ("default",)},
         defaults={"grad_sync": "each"}, refuses=_FSDP_REFUSES,
@@ -222,7 +225,7 @@ for _s in (
         doc="PyTorch FSDP2: fully_shard on each transformer block and the root",
     ),
     Strategy(
-        "hsdp", "fsdp2", "HSDP", "HSDP (FSDP2, replicate x shard)", _FSDP_WORKLOAD,
+        "hsdp", FSDP2, "HSDP", "HSDP (FSDP2, replicate x shard)", _FSDP_WORKLOAD,
         "orchestrator.analysis.theories:fsdp",
         values={"offload": ("none", "cpu"), "grad_sync": ("each", "last", "replicate_last"),
                 "bucket_mb": (0,), "overlap_comm": ("default",)},
@@ -264,7 +267,7 @@ for _a in (
     ),
     Axis(
         "grad_compression", "VARCHAR", ("none", "bf16", "fp16", "powersgd"), "none",
-        families=("ddp",), label="compress", in_strategy_name=True,
+        families=(DDP,), label="compress", in_strategy_name=True,
         words={"none": "uncompressed", "bf16": "bf16 gradients", "fp16": "fp16 gradients",
                "powersgd": "PowerSGD"},
         doc="DDP only: how DDP compresses its gradients on the link, each through torch's own "
@@ -280,7 +283,7 @@ for _a in (
         elsewhere="ZeRO's and FSDP2's dtypes follow precision and their own configs",
     ),
     Axis(
-        "powersgd_rank", "INTEGER", None, 1, families=("ddp",),
+        "powersgd_rank", "INTEGER", None, 1, families=(DDP,),
         requires=("grad_compression", ("powersgd",)), na=0, minimum=1, label="rank",
         words="rank {value}", in_strategy_name=True,
         doc="grad_compression powersgd only: the rank r of PowerSGD's low-rank approximation "
@@ -290,7 +293,7 @@ for _a in (
     ),
     Axis(
         "grad_sync", "VARCHAR", ("each", "last", "replicate_last"), None,
-        families=("ddp", "fsdp2"), label="sync", words="sync {value}", in_strategy_name=True,
+        families=(DDP, FSDP2), label="sync", words="sync {value}", in_strategy_name=True,
         doc="Sync frequency in an accumulation window's non-final micro-batches: each (reduce "
         "every micro-batch), last (only on the last: DDP's no_sync, FSDP2's "
         "set_requires_gradient_sync), replicate_last (hsdp: reduce-scatter every micro-batch, "
@@ -299,7 +302,7 @@ for _a in (
         since=8, elsewhere="ZeRO's sync is DeepSpeed's own",
     ),
     Axis(
-        "reshard_after_forward", "VARCHAR", ("true", "false"), "true", families=("fsdp2",),
+        "reshard_after_forward", "VARCHAR", ("true", "false"), "true", families=(FSDP2,),
         label="reshard", words={"true": "reshard", "false": "no reshard"},
         in_strategy_name=True,
         doc="FSDP2 strategies only: true frees a transformer block's parameters after forward "

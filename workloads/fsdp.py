@@ -65,7 +65,7 @@ from workloads.contract import CommRecord
 if TYPE_CHECKING:  # torch is imported where a run is built: the option tables stay light
     import torch
 
-FSDP_STRATEGIES = catalog.names("fsdp2")
+FSDP_STRATEGIES = catalog.names(catalog.FSDP2)
 """The strategies this module runs, from the catalog (kept importable for the driver modules
 that still read it; new code asks ``catalog.family_of``)."""
 GRAD_SYNC = {s: catalog.offered("grad_sync", s) for s in FSDP_STRATEGIES}
@@ -82,7 +82,7 @@ def hybrid(strategy: str) -> bool:
 
 
 def _hybrid_names() -> list[str]:
-    return [s for s in catalog.names("fsdp2") if hybrid(s)]
+    return [s for s in catalog.names(catalog.FSDP2) if hybrid(s)]
 
 
 @dataclass(frozen=True)
@@ -105,9 +105,9 @@ class FsdpOptions:
     """Plant NVIDIA/cosmos-framework#161 (module docstring); a test of the accumulation check."""
 
     def __post_init__(self) -> None:
-        if catalog.family_of(self.strategy) != "fsdp2":
+        if catalog.family_of(self.strategy) != catalog.FSDP2:
             raise ValueError(
-                f"strategy={self.strategy!r} is not one of {list(catalog.names('fsdp2'))}"
+                f"strategy={self.strategy!r} is not one of {list(catalog.names(catalog.FSDP2))}"
             )
         if not isinstance(self.reshard_after_forward, bool):
             raise ValueError(

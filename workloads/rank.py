@@ -135,7 +135,7 @@ class Rank:
             if isinstance(cfg, RunConfig):  # what training will import, timed as one phase
                 import transformers  # noqa: F401
 
-                if catalog.family_of(cfg.strategy) == "zero":  # DeepSpeed runs that family
+                if catalog.family_of(cfg.strategy) == catalog.ZERO:  # DeepSpeed runs that family
                     import deepspeed  # noqa: F401
             from workloads.diag import Armed
 

@@ -138,8 +138,10 @@ def _sum(dicts: Sequence[dict[str, int]]) -> dict[str, int]:
 
 def _validate(strategy, grad_sync, grad_accum, world_size, shard_size) -> int:
     """The shard group's size S, after checking the arguments (ValueError naming the field)."""
-    if catalog.family_of(strategy) != "fsdp2":
-        raise ValueError(f"strategy={strategy!r} is not one of {list(catalog.names('fsdp2'))}")
+    if catalog.family_of(strategy) != catalog.FSDP2:
+        raise ValueError(
+            f"strategy={strategy!r} is not one of {list(catalog.names(catalog.FSDP2))}"
+        )
     offered = catalog.offered("grad_sync", strategy)
     if grad_sync not in offered:
         raise ValueError(f"grad_sync={grad_sync!r} is not one of {list(offered)} for {strategy}")

@@ -336,7 +336,7 @@ def _versus(here: Mapping[str, Cell], fsdp: list[str], comps: list[str]) -> str:
     return ", ".join(parts)
 
 
-FSDP2 = "fsdp2"
+FSDP2 = catalog.FSDP2
 """The family whose flavours the FSDP2 sentence compares (``catalog.FAMILIES``)."""
 
 
@@ -346,7 +346,7 @@ def _counterpart(strategy: Any) -> bool:
     entry = catalog.STRATEGIES.get(str(strategy))
     if entry is None:
         return False
-    return entry.family == "ddp" or (entry.family == "zero" and entry.zero_stage == 3)
+    return entry.family == catalog.DDP or (entry.family == catalog.ZERO and entry.zero_stage == 3)
 
 
 def _fsdp_sentence(
@@ -358,7 +358,7 @@ def _fsdp_sentence(
     fsdp = [s for s in cells if catalog.family_of(strategy_of.get(s)) == FSDP2]
     comps = sorted(  # the sharded counterpart first, then DDP
         (s for s in cells if _counterpart(strategy_of.get(s))),
-        key=lambda s: catalog.family_of(strategy_of.get(s)) == "ddp",
+        key=lambda s: catalog.family_of(strategy_of.get(s)) == catalog.DDP,
     )
     if not fsdp or not comps:
         return None

@@ -148,8 +148,8 @@ def _stage(strategy: str) -> int:
     """The ZeRO stage of ``strategy`` (1, 2 or 3); a ValueError naming the ZeRO strategies for
     any other name."""
     entry = catalog.STRATEGIES.get(strategy)
-    if entry is None or entry.family != "zero" or entry.zero_stage not in (1, 2, 3):
-        raise ValueError(f"strategy={strategy!r} is not one of {list(catalog.names('zero'))}")
+    if entry is None or entry.family != catalog.ZERO or entry.zero_stage not in (1, 2, 3):
+        raise ValueError(f"strategy={strategy!r} is not one of {list(catalog.names(catalog.ZERO))}")
     return entry.zero_stage
 
 

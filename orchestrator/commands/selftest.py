@@ -334,7 +334,7 @@ def _run_sweep(out: Path, db: str, label: str, key: str, spec_dict: dict) -> ver
     from orchestrator.store.live import LiveStore
     from orchestrator.sweep import preflight
     from orchestrator.sweep.execute import execute_sweep
-    from orchestrator.sweep.spec import SpecError, catalog_members, load_spec
+    from orchestrator.sweep.spec import SpecError, deepspeed_runs, load_spec
     from orchestrator.ui import SweepUI
 
     path = out / "sweeps" / f"{key}.yaml"
@@ -342,7 +342,7 @@ def _run_sweep(out: Path, db: str, label: str, key: str, spec_dict: dict) -> ver
     print(f"selftest: sweep {path}", file=sys.stderr)
     try:
         spec = load_spec(str(path))
-        if catalog_members(spec.grid.strategy, "zero"):
+        if deepspeed_runs(spec):
             from orchestrator.sweep.ds_check import check_deepspeed
 
             if problems := check_deepspeed(spec):

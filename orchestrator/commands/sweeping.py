@@ -24,13 +24,13 @@ def load_checked(sweep_path: str, db: str, deepspeed: bool):
     """The sweep file's spec, checked (with ``deepspeed``: its ZeRO configs by DeepSpeed's own
     models), and the database checked writable; None after saying why (the caller exits 2)."""
     from orchestrator.store import StoreError, check_writable
-    from orchestrator.sweep.spec import SpecError, catalog_members, load_spec
+    from orchestrator.sweep.spec import SpecError, deepspeed_runs, load_spec
 
     try:
         spec = load_spec(sweep_path)
         for note in spec.notes:  # a renamed key, read under its new name
             print(f"linksweep: {sweep_path}: {note}", file=sys.stderr)
-        if deepspeed and catalog_members(spec.grid.strategy, "zero"):
+        if deepspeed and deepspeed_runs(spec):
             from orchestrator.sweep.ds_check import check_deepspeed
 
             if problems := check_deepspeed(spec):  # DeepSpeed's own models, before any work

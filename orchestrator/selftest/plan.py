@@ -31,13 +31,13 @@ Needs = Literal["", "gpu", "cuda", "2 gpus", "2 devices"]
 # catalog by family so that no name is typed here: every built-in DDP and ZeRO strategy in the
 # two-rank checks, the first DDP one alone, the deepest ZeRO stage for --quick and NVMe.
 _BUILT_IN = [s for s in catalog.STRATEGIES.values() if s.workload.startswith("workloads.")]
-_DDP = next(s.name for s in _BUILT_IN if s.family == "ddp")
+_DDP = next(s.name for s in _BUILT_IN if s.family == catalog.DDP)
 _ZERO3 = max((s for s in _BUILT_IN if s.zero_stage), key=lambda s: s.zero_stage).name
-STRATEGIES = tuple(s.name for s in _BUILT_IN if s.family in ("ddp", "zero"))
+STRATEGIES = tuple(s.name for s in _BUILT_IN if s.family in (catalog.DDP, catalog.ZERO))
 GRAD_ACCUMS = (1, 8)  # the sync-frequency axis' two ends: DDP/ZeRO-1 sync once, ZeRO-2/3 each
 HANG_FAULT = "1:1:hang"  # rank 1 blocks at step 1 (workloads/train.py LINKSWEEP_INJECT_FAULT)
 FSDP2_GRID = {
-    "strategy": catalog.names("fsdp2")[0],
+    "strategy": catalog.names(catalog.FSDP2)[0],
     "grad_accum": 2,
     "grad_sync": "last",
     "placement": "pack",

@@ -349,12 +349,13 @@ class SweepSpec(BaseModel):
             )
         errors.extend(axis_errors(self))
         errors.extend(_hybrid_errors(self))
-        if not catalog_members(self.grid.strategy, "zero"):
+        if not deepspeed_runs(self):
             for key in ("deepspeed", "deepspeed_preset"):
                 if getattr(self, key) is not None:
                     errors.append(
                         f"{key}: applies to ZeRO runs only; grid.strategy is "
-                        f"{self.grid.strategy} (add {_or(catalog.names('zero'))}, or remove it)"
+                        f"{self.grid.strategy} (add {_or(catalog.names(catalog.ZERO))}, or remove "
+                        "it)"
                     )
         if "spread" in self.grid.placement and self.world_size < 2:
             errors.append("grid.placement: 'spread' needs world_size >= 2")
@@ -394,9 +395,10 @@ class SweepSpec(BaseModel):
         return self.model_dump(mode="json")
 
 
-def catalog_members(strategies: list[str], family: str) -> list[str]:
-    """The listed strategies of one catalog family."""
-    return [st for st in strategies if catalog.family_of(st) == family]
+def deepspeed_runs(spec: SweepSpec) -> list[str]:
+    """The listed strategies DeepSpeed runs (those with a ZeRO stage): what the ``deepspeed:``
+    block, its preset and DeepSpeed's own config check apply to."""
+    return [st for st in spec.grid.strategy if catalog.strategy(st).zero_stage is not None]
 
 
 def _or(items: Any) -> str:
