@@ -1,7 +1,8 @@
 """Schema v7: each collective's dtype (``comms.dtype``) and DDP's gradient dtype as a variant
-column (``ddp_grad_dtype``). A v6 database (the v7 columns dropped, as v6 wrote it) upgrades in
-place: DDP rows say fp32, as every DDP run before v7 all-reduced fp32; ZeRO runs' ddp_grad_dtype
-is n/a and their collectives' dtype NULL (not recorded)."""
+column (``ddp_grad_dtype``, which v13 folds into ``grad_compression``: fp32 reads as none). A v6
+database (the v7 columns dropped, as v6 wrote it) upgrades in place through v7 and v13: DDP rows
+said fp32 at v7, as every DDP run before v7 all-reduced fp32, and so read uncompressed (none)
+now; ZeRO runs' compression is n/a and their collectives' dtype NULL (not recorded)."""
 
 from __future__ import annotations
 
@@ -34,24 +35,27 @@ def test_v6_database_upgrades_with_each_collectives_dtype(tmp_path):
         )
     as_version(db, 6)
     with Store(db) as s:
-        assert s.query("SELECT run_id, ddp_grad_dtype FROM runs ORDER BY run_id")[1] == [
-            ("d", "fp32"),
+        assert s.query("SELECT run_id, grad_compression FROM runs ORDER BY run_id")[1] == [
+            ("d", "none"),
             ("z", "n/a"),
         ]
         assert s.query("SELECT run_id, dtype FROM comms ORDER BY run_id")[1] == [
             ("d", "fp32"),
             ("z", None),
         ]
-        assert s.query("SELECT strategy, ddp_grad_dtype FROM variant_summary ORDER BY 1")[1] == [
-            ("ddp", "fp32"),
+        assert s.query("SELECT strategy, grad_compression FROM variant_summary ORDER BY 1")[1] == [
+            ("ddp", "none"),
             ("zero3", "n/a"),
         ]
-        assert s.query("SELECT ddp_grad_dtype FROM run_summary ORDER BY run_id")[1] == [
-            ("fp32",),
+        assert s.query("SELECT grad_compression FROM run_summary ORDER BY run_id")[1] == [
+            ("none",),
             ("n/a",),
         ]
-        assert s.query("SELECT count(*) FROM link_model WHERE ddp_grad_dtype IS NULL")[1] == [(0,)]
-    assert SCHEMA_VERSION >= 7  # v8 and later keep what v7 added
+        assert s.query("SELECT count(*) FROM link_model WHERE grad_compression IS NULL")[1] == [
+            (0,)
+        ]
+        assert "ddp_grad_dtype" not in {r[0] for r in s.query("DESCRIBE runs")[1]}
+    assert SCHEMA_VERSION >= 13  # v13 folds v7's ddp_grad_dtype into grad_compression
     assert read_query(db, "SELECT value FROM meta")[1] == [(str(SCHEMA_VERSION),)]
 
 
@@ -61,7 +65,7 @@ def test_report_variants_name_what_each_strategy_sent(tmp_path):
     key = {"sweep_id": "s", "offload": "none", "grad_accum": 1, "bucket_mb": 25}
     key |= {"link": "a", "placement": "pack", "overlap_comm": "default"}
     runs = [
-        ("d32", "ddp", "fp32", "ok"),
+        ("d32", "ddp", "none", "ok"),
         ("d16", "ddp", "bf16", "ok"),
         ("z3", "zero3", "n/a", "ok"),
         ("z3x", "zero3", "n/a", "failed"),  # not in figures: its collectives are not named
@@ -81,7 +85,7 @@ def test_report_variants_name_what_each_strategy_sent(tmp_path):
             s.insert(
                 "runs",
                 [
-                    {"run_id": r, "strategy": st, "ddp_grad_dtype": g, "status": ok, **key}
+                    {"run_id": r, "strategy": st, "grad_compression": g, "status": ok, **key}
                     for r, st, g, ok in runs
                 ],
             )
@@ -95,17 +99,17 @@ def test_report_variants_name_what_each_strategy_sent(tmp_path):
             s.insert(
                 "variant_stats",
                 [
-                    {"strategy": "ddp", "ddp_grad_dtype": "fp32", **key},
-                    {"strategy": "ddp", "ddp_grad_dtype": "bf16", **key},
-                    {"strategy": "zero3", "ddp_grad_dtype": "n/a", **key},
+                    {"strategy": "ddp", "grad_compression": "none", **key},
+                    {"strategy": "ddp", "grad_compression": "bf16", **key},
+                    {"strategy": "zero3", "grad_compression": "n/a", **key},
                 ],
             )
         got = {
-            (v["strategy"], v["ddp_grad_dtype"]): v["comm_dtypes"]
+            (v["strategy"], v["grad_compression"]): v["comm_dtypes"]
             for v in s.rows(Q.REPORT_VARIANTS, sweep_id="s")
         }
     assert got == {
-        ("ddp", "fp32"): "all_reduce fp32",
+        ("ddp", "none"): "all_reduce fp32",
         ("ddp", "bf16"): "all_reduce bf16",
         ("zero3", "n/a"): "all_gather bf16 + reduce_scatter bf16",
     }

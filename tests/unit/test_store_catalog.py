@@ -3,8 +3,10 @@ view keyed by variant, and of every query, come from the catalog's axes; an axis
 the hand-written steps (v12) gets its column through a migration derived from its entry, so a
 database made before it opens (``Store``) and its old rows read the axis's default where it
 applies and its placeholder where it does not; an axis renamed from an older column reads that
-column through its mapping. And ``linksweep run``'s end-of-run tables show every axis that varies
-among their rows and none that does not.
+column through its mapping. The first derived axes are v13's ``grad_compression`` (renamed from
+``ddp_grad_dtype``: fp32 reads as none) and ``powersgd_rank``: a v12 database opens reading them.
+And ``linksweep run``'s end-of-run tables show every axis that varies among their rows and none
+that does not.
 
 The axes added here live only while a test runs (the ``changed_catalog`` fixture puts it back);
 the store's module constants were derived at import, so a test that opens a database under the
@@ -12,9 +14,14 @@ changed catalog hands ``db.py`` the schema and migrations built again from it.""
 
 from __future__ import annotations
 
+import re
+
+import duckdb
 import pytest
 
 from orchestrator.store import Q, Store, db, migrations, queries, schema
+from orchestrator.sweep.planner import Variant
+from tests.unit.schema_downgrade import as_version
 from workloads import catalog
 
 NEXT = catalog.schema_version() + 1
@@ -53,11 +60,48 @@ def test_axes_migrated_by_hand_get_no_derived_step_and_versions_go_one_at_a_time
     by_hand = [a.name for a in catalog.AXES.values() if a.since <= migrations.AXES_BY_HAND_UNTIL]
     derived = migrations.derived()
     assert all(v > migrations.AXES_BY_HAND_UNTIL for v in derived)
-    assert not any(
-        f" {name} " in stmt for stmts in derived.values() for stmt in stmts for name in by_hand
-    )
+    altered = re.compile(r"ALTER TABLE \w+ (?:ADD|DROP) COLUMN (?:IF (?:NOT )?EXISTS )?(\w+)")
+    touched = {m[1] for stmts in derived.values() for s in stmts if (m := altered.match(s))}
+    assert not touched & set(by_hand)
     assert catalog.schema_version() == schema.SCHEMA_VERSION
     assert sorted(migrations.MIGRATIONS) == list(range(2, schema.SCHEMA_VERSION + 1))
+
+
+def test_the_first_derived_step_folds_ddp_grad_dtype_into_grad_compression():
+    """v13: grad_compression (ddp_grad_dtype's values mapped: fp32 -> none, bf16 -> bf16; else
+    DDP's default none, the placeholder elsewhere), the old column dropped, then powersgd_rank
+    (1 where the compression is PowerSGD and the strategy DDP, else 0), in every keyed table."""
+    ddp = _in(catalog.names("ddp"))
+    compression = (
+        "CASE ddp_grad_dtype WHEN 'fp32' THEN 'none' WHEN 'bf16' THEN 'bf16' "
+        f"ELSE CASE WHEN strategy IN ({ddp}) THEN 'none' ELSE 'n/a' END END"
+    )
+    rank = (
+        "CASE WHEN NOT coalesce(grad_compression IN ('powersgd'), false) THEN 0 "
+        f"WHEN strategy IN ({ddp}) THEN 1 ELSE 0 END"
+    )
+    tables = schema.VARIANT_TABLES
+    assert migrations.derived()[13] == [
+        *(
+            stmt
+            for t in tables
+            for stmt in (
+                f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS grad_compression VARCHAR",
+                f"UPDATE {t} SET grad_compression = {compression} WHERE grad_compression IS NULL",
+                f"ALTER TABLE {t} DROP COLUMN IF EXISTS ddp_grad_dtype",
+            )
+        ),
+        *(
+            stmt
+            for t in tables
+            for stmt in (
+                f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS powersgd_rank INTEGER",
+                f"UPDATE {t} SET powersgd_rank = {rank} WHERE powersgd_rank IS NULL",
+            )
+        ),
+    ]
+    assert min(migrations.derived()) == 13 and schema.SCHEMA_VERSION >= 13
+    assert migrations.MIGRATIONS[13] == migrations.derived()[13]  # no hand-written v13
 
 
 def test_every_keyed_table_and_view_holds_the_catalogs_key():
@@ -76,6 +120,7 @@ def test_a_new_axis_derives_its_column_and_old_rows_value(changed_catalog):
         "orchestrator.analysis.theories:ddp", defaults={"knob_x": "on"},
     )  # fmt: skip
     catalog.add_strategy(default_on)
+    before = migrations.derived()  # the catalog's own derived steps (ddp_alt among DDP's)
     catalog.add_axis(_knob())
     ddp = [n for n in catalog.names("ddp") if n != "ddp_alt"]
     fill = f"CASE WHEN strategy IN ({_in(ddp)}) THEN 'off' WHEN strategy IN ('ddp_alt') THEN 'on' ELSE 'n/a' END"
@@ -89,7 +134,7 @@ def test_a_new_axis_derives_its_column_and_old_rows_value(changed_catalog):
             f"UPDATE {table} SET knob_x = {fill} WHERE knob_x IS NULL",
         )
     ]
-    assert migrations.derived() == {NEXT: expected}
+    assert migrations.derived() == {**before, NEXT: expected}
     steps = migrations.migrations()
     assert sorted(steps) == list(range(2, NEXT + 1)) and steps[NEXT] == expected
     assert steps[7] == migrations.MIGRATIONS[7]  # the hand-written steps stay as written
@@ -115,18 +160,18 @@ def test_an_axis_that_requires_another_applies_only_where_it_is_met(changed_cata
 
 
 def _old_database(path: str) -> None:
-    """A database made by this linksweep (the base schema), rows of three families in it."""
+    """A database made by this linksweep (the current schema), rows of three families in it:
+    DDP uncompressed and in bf16, ZeRO-3 and FSDP2 (no compression: n/a)."""
     key = {"sweep_id": "s", "grad_accum": 1, "link": "a", "placement": "pack"}
     rows = [
-        {"strategy": "ddp", "offload": "none", "bucket_mb": 25, "ddp_grad_dtype": "bf16"},
-        {"strategy": "zero3", "offload": "cpu", "bucket_mb": 5, "ddp_grad_dtype": "n/a"},
-        {"strategy": "fsdp", "offload": "none", "bucket_mb": 0, "ddp_grad_dtype": "n/a"},
+        {"strategy": "ddp", "offload": "none", "bucket_mb": 25, "grad_compression": "none"},
+        {"strategy": "ddp", "offload": "none", "bucket_mb": 25, "grad_compression": "bf16"},
+        {"strategy": "zero3", "offload": "cpu", "bucket_mb": 5, "grad_compression": "n/a"},
+        {"strategy": "fsdp", "offload": "none", "bucket_mb": 0, "grad_compression": "n/a"},
     ]
     with Store(path) as s, s.transaction():
         s.insert("sweeps", [{"sweep_id": "s", "name": "old"}])
-        s.insert(
-            "runs", [{"run_id": r["strategy"], "seq": i, **key, **r} for i, r in enumerate(rows)]
-        )
+        s.insert("runs", [{"run_id": f"r{i}", "seq": i, **key, **r} for i, r in enumerate(rows)])
         s.insert("variant_stats", [{**key, **r, "n_runs": 1} for r in rows])
         s.insert("link_model", [{"sweep_id": "s", "strategy": r["strategy"]} for r in rows])
 
@@ -141,39 +186,51 @@ def test_a_database_made_before_an_axis_opens_with_its_column(
     with Store(path) as s:
         assert s.query("SELECT value FROM meta WHERE key = 'schema_version'")[1] == [(str(NEXT),)]
         got = s.query("SELECT strategy, knob_x FROM runs ORDER BY seq")[1]
-        assert got == [("ddp", "off"), ("zero3", "n/a"), ("fsdp", "n/a")]
+        assert got == [("ddp", "off"), ("ddp", "off"), ("zero3", "n/a"), ("fsdp", "n/a")]
         got = s.query("SELECT strategy, knob_x FROM variant_summary ORDER BY strategy")[1]
-        assert got == [("ddp", "off"), ("fsdp", "n/a"), ("zero3", "n/a")]
+        assert got == [("ddp", "off"), ("ddp", "off"), ("fsdp", "n/a"), ("zero3", "n/a")]
         assert s.query("SELECT count(*) FROM link_model WHERE knob_x IS NULL")[1] == [(0,)]
         s.insert("runs", [{"run_id": "new", "strategy": "ddp", "knob_x": "on"}])
     with Store(path) as s:  # opened again: nothing left to migrate, the new row as written
         assert s.query("SELECT knob_x FROM runs WHERE run_id = 'new'")[1] == [("on",)]
 
 
-def test_an_axis_renamed_from_an_old_column_reads_it_through_its_mapping(
-    changed_catalog, tmp_path, monkeypatch
-):
-    path = str(tmp_path / "old.duckdb")
+def test_a_v12_database_reads_grad_compression_from_its_ddp_grad_dtype(tmp_path):
+    """A database as v12 wrote it (``ddp_grad_dtype`` fp32 | bf16 | n/a, no ``grad_compression``
+    nor ``powersgd_rank``) opens under this linksweep: the renamed axis reads the old column
+    through its mapping, the rank its placeholder, and the old column is gone."""
+    path = str(tmp_path / "v12.duckdb")
     _old_database(path)
-    del catalog.AXES["ddp_grad_dtype"]
-    catalog.add_axis(
-        catalog.Axis(
-            "compression_x", "VARCHAR", ("none", "bf16", "powersgd"), "none", families=("ddp",),
-            since=NEXT, renamed_from=("ddp_grad_dtype", {"fp32": "none", "bf16": "bf16"}),
-        )
-    )  # fmt: skip
-    step = migrations.derived()[NEXT]
-    assert "ALTER TABLE runs DROP COLUMN IF EXISTS ddp_grad_dtype" in step
-    assert "CASE ddp_grad_dtype WHEN 'fp32' THEN 'none' WHEN 'bf16' THEN 'bf16' ELSE " in step[1]
-    _under_the_catalog(monkeypatch)
+    as_version(path, 12)
+    con = duckdb.connect(path)
+    try:  # as v12 left it
+        got = con.execute("SELECT strategy, ddp_grad_dtype FROM runs ORDER BY seq").fetchall()
+        assert got == [("ddp", "fp32"), ("ddp", "bf16"), ("zero3", "n/a"), ("fsdp", "n/a")]
+        columns = {r[0] for r in con.execute("DESCRIBE variant_stats").fetchall()}
+        assert "ddp_grad_dtype" in columns and not {"grad_compression", "powersgd_rank"} & columns
+    finally:
+        con.close()
     with Store(path) as s:
-        got = s.query("SELECT strategy, compression_x FROM runs ORDER BY seq")[1]
-        assert got == [("ddp", "bf16"), ("zero3", "n/a"), ("fsdp", "n/a")]
-        got = s.query("SELECT strategy, compression_x FROM variant_summary ORDER BY strategy")[1]
-        assert got == [("ddp", "bf16"), ("fsdp", "n/a"), ("zero3", "n/a")]
+        version = s.query("SELECT value FROM meta WHERE key = 'schema_version'")[1]
+        assert version == [(str(schema.SCHEMA_VERSION),)]
+        got = s.query("SELECT strategy, grad_compression, powersgd_rank FROM runs ORDER BY seq")[1]
+        assert got == [
+            ("ddp", "none", 0),
+            ("ddp", "bf16", 0),
+            ("zero3", "n/a", 0),
+            ("fsdp", "n/a", 0),
+        ]
+        got = s.query(
+            "SELECT strategy, grad_compression FROM variant_summary ORDER BY strategy, 2 DESC"
+        )[1]
+        assert got == [("ddp", "none"), ("ddp", "bf16"), ("fsdp", "n/a"), ("zero3", "n/a")]
+        assert s.query("SELECT count(*) FROM link_model WHERE grad_compression IS NULL")[1] == [
+            (0,)
+        ]
         for table in schema.VARIANT_TABLES:
             columns = {r[0] for r in s.query(f"DESCRIBE {table}")[1]}
-            assert "compression_x" in columns and "ddp_grad_dtype" not in columns, table
+            assert {"grad_compression", "powersgd_rank"} <= columns, table
+            assert "ddp_grad_dtype" not in columns, table
 
 
 def test_queries_list_the_catalogs_key():
@@ -207,15 +264,17 @@ def test_rows_sort_as_the_catalog_lists_strategies(tmp_path):
 
 
 def _sweep_over_bucket(path: str) -> None:
-    """Variant and slowdown rows of a DDP sweep over bucket_mb (4 and 25) on two links."""
-    key = {"sweep_id": "s", "strategy": "ddp", "offload": "none", "grad_accum": 1}
-    key |= {"overlap_comm": "default", "ddp_grad_dtype": "fp32", "grad_sync": "last"}
-    key |= {"reshard_after_forward": "n/a", "placement": "pack"}
+    """Variant and slowdown rows of a DDP sweep over bucket_mb (4 and 25) on two links (every
+    other key column DDP's default, as the planner names it)."""
+
+    def key(bucket_mb: int, link: str) -> dict:
+        return {"sweep_id": "s", **Variant("ddp", 1, link, "pack", bucket_mb=bucket_mb).axes}
+
     with Store(path) as s, s.transaction():
         s.insert(
             "variant_stats",
             [
-                {**key, "bucket_mb": b, "link": link, "n_runs": 2, "median_step_time_s": t}
+                {**key(b, link), "n_runs": 2, "median_step_time_s": t}
                 for b, link, t in (
                     (4, "fast", 1.0),
                     (25, "fast", 1.1),
@@ -227,7 +286,7 @@ def _sweep_over_bucket(path: str) -> None:
         s.insert(
             "sensitivity_stats",
             [
-                {**key, "bucket_mb": b, "link": "slow", "baseline_link": "fast", "slowdown": x}
+                {**key(b, "slow"), "baseline_link": "fast", "slowdown": x}
                 for b, x in ((4, 2.0), (25, 2.7))
             ],
         )
@@ -258,7 +317,7 @@ def test_an_axis_the_sweep_does_not_vary_is_not_shown(tmp_path, capsys):
     _sweep_over_bucket(path)
     tables = _tables(path, capsys)
     for header in tables.values():
-        for short in ("offload", "ga", "overlap", "grads", "sync", "reshard", "placement"):
+        for short in {a.short for a in catalog.AXES.values()} - {"strategy", "bucket", "link"}:
             assert short not in header, (short, header)
         assert "strategy" in header and "link" in header  # they name the row
 
