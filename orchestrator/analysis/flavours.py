@@ -91,8 +91,10 @@ def with_flavour(row: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def default_flavour(strategy: str) -> dict[str, Any]:
     """Each flavour axis's value that ``strategy`` runs when the grid names none; the
-    placeholder where the axis does not apply."""
-    return {k: catalog.default(k, strategy) for k in flavour_axes()}
+    placeholder where the axis does not apply (to the strategy, or to the defaults of the axes
+    it requires: DDP's ``powersgd_rank`` where its compression is none)."""
+    row = catalog.filled({"strategy": strategy})
+    return {k: row[k] for k in flavour_axes()}
 
 
 def applies(row: Mapping[str, Any], name: str) -> bool:

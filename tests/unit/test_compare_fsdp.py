@@ -25,21 +25,25 @@ from orchestrator.compare.comparison import (
     comparison_json,
 )
 from orchestrator.compare.table import key_columns, render_markdown, render_table
+from orchestrator.sweep.planner import Variant
+from workloads import catalog
 
 JITTER = (0.99, 1.0, 1.01)
 COMMON = {"offload": "none", "grad_accum": 4, "bucket_mb": 0, "overlap_comm": "default",
           "placement": "spread", "status": "ok", "throttled": False, "link_class": "NET",
           "ranks_per_gpu": 1}  # fmt: skip
-FSDP_EACH = {"strategy": "fsdp", "ddp_grad_dtype": "n/a", "grad_sync": "each",
+UNCOMPRESSED = {"grad_compression": "none", "powersgd_rank": 0}  # DDP's default
+NO_COMPRESSION = {"grad_compression": "n/a", "powersgd_rank": 0}  # not DDP: the placeholders
+FSDP_EACH = {"strategy": "fsdp", **NO_COMPRESSION, "grad_sync": "each",
              "reshard_after_forward": "true"}  # fmt: skip
-FSDP_LAST = {"strategy": "fsdp", "ddp_grad_dtype": "n/a", "grad_sync": "last",
+FSDP_LAST = {"strategy": "fsdp", **NO_COMPRESSION, "grad_sync": "last",
              "reshard_after_forward": "false"}  # fmt: skip
-HSDP_REPL = {"strategy": "hsdp", "ddp_grad_dtype": "n/a", "grad_sync": "replicate_last",
+HSDP_REPL = {"strategy": "hsdp", **NO_COMPRESSION, "grad_sync": "replicate_last",
              "reshard_after_forward": "false"}  # fmt: skip
-DDP_LAST = {"strategy": "ddp", "ddp_grad_dtype": "fp32", "grad_sync": "last",
+DDP_LAST = {"strategy": "ddp", **UNCOMPRESSED, "grad_sync": "last",
             "reshard_after_forward": "n/a"}  # fmt: skip
 DDP_EACH = DDP_LAST | {"grad_sync": "each"}
-ZERO3 = {"strategy": "zero3", "ddp_grad_dtype": "n/a", "grad_sync": "n/a",
+ZERO3 = {"strategy": "zero3", **NO_COMPRESSION, "grad_sync": "n/a",
          "reshard_after_forward": "n/a"}  # fmt: skip
 
 
@@ -171,11 +175,18 @@ def test_the_table_names_the_flavour_in_the_strategy_column():
 
 
 def test_default_flavour_per_strategy():
-    assert default_flavour("ddp") == {"grad_sync": "last", "reshard_after_forward": "n/a"}
-    assert default_flavour("fsdp") == {"grad_sync": "each", "reshard_after_forward": "true"}
-    assert default_flavour("hsdp") == {"grad_sync": "each", "reshard_after_forward": "true"}
+    # DDP's compression is none by default, so its PowerSGD rank is the placeholder (0)
+    assert default_flavour("ddp") == UNCOMPRESSED | {"grad_sync": "last",
+                                                     "reshard_after_forward": "n/a"}  # fmt: skip
+    fsdp2 = NO_COMPRESSION | {"grad_sync": "each", "reshard_after_forward": "true"}
+    assert default_flavour("fsdp") == fsdp2
+    assert default_flavour("hsdp") == fsdp2
     for s in ("zero1", "zero2", "zero3"):
-        assert default_flavour(s) == {"grad_sync": "n/a", "reshard_after_forward": "n/a"}
+        assert default_flavour(s) == NO_COMPRESSION | {"grad_sync": "n/a",
+                                                       "reshard_after_forward": "n/a"}  # fmt: skip
+    for s in catalog.names():  # what the planner runs when the grid names no flavour
+        axes = Variant(s, 1, "x", "pack").axes
+        assert default_flavour(s) == {k: axes[k] for k in default_flavour(s)}, s
 
 
 def test_with_flavour_fills_only_what_is_missing_and_reads_booleans_as_text():
@@ -183,9 +194,10 @@ def test_with_flavour_fills_only_what_is_missing_and_reads_booleans_as_text():
     filled = with_flavour(row)
     assert filled["grad_sync"] == "last" and filled["reshard_after_forward"] == "true"
     # every other axis the row lacks reads as FSDP2's default too (catalog.filled)
-    assert filled["offload"] == "none" and filled["ddp_grad_dtype"] == "n/a"
+    assert filled["offload"] == "none" and filled["grad_compression"] == "n/a"
+    assert filled["powersgd_rank"] == 0
     assert row == {"strategy": "fsdp", "grad_sync": "last"}  # the input is not changed
-    full = COMMON | FSDP_LAST | {"link": "x"}  # every axis stored: the row itself
+    full = catalog.filled(COMMON | FSDP_LAST | {"link": "x"})  # every axis: the row itself
     assert with_flavour(full) is full
     assert with_flavour(FSDP_EACH | {"reshard_after_forward": False})["reshard_after_forward"] == (
         "false"
