@@ -265,26 +265,27 @@ def test_why_names_the_collectives_and_dtypes_each_strategy_sent():
     """bf16 DDP all-reduces fp32 gradients unless compressed; bf16 ZeRO sends bf16: the
     sentence that explains a slowdown by bytes says which collectives in which dtype."""
     sens = [
-        _sens("ddp", 1, 1.91, 1.60, 2.00) | {"ddp_grad_dtype": "fp32"},
-        _sens("ddp", 1, 1.40, 1.30, 1.50) | {"ddp_grad_dtype": "bf16"},
-        _sens("zero3", 1, 2.29, 2.10, 2.40) | {"ddp_grad_dtype": "n/a"},
+        _sens("ddp", 1, 1.91, 1.60, 2.00) | {"grad_compression": "none"},
+        _sens("ddp", 1, 1.40, 1.30, 1.50) | {"grad_compression": "bf16"},
+        _sens("zero3", 1, 2.29, 2.10, 2.40) | {"grad_compression": "n/a"},
     ]
     variants = [
         _var("ddp", 1, "fast", 13.5e6)
-        | {"ddp_grad_dtype": "fp32", "comm_dtypes": "all_reduce fp32"},
+        | {"grad_compression": "none", "comm_dtypes": "all_reduce fp32"},
         _var("ddp", 1, "fast", 6.75e6)
-        | {"ddp_grad_dtype": "bf16", "comm_dtypes": "all_reduce bf16"},
+        | {"grad_compression": "bf16", "comm_dtypes": "all_reduce bf16"},
         _var("zero3", 1, "fast", 27.1e6)
-        | {"ddp_grad_dtype": "n/a", "comm_dtypes": "all_gather bf16 + reduce_scatter bf16"},
+        | {"grad_compression": "n/a", "comm_dtypes": "all_gather bf16 + reduce_scatter bf16"},
     ]
     (link,) = build_headline(sens, variants, OVERVIEW, ["fast", "slow"]).links
-    assert list(link.cells) == ["DDP (fp32 gradients)", "DDP (bf16 gradients)", "ZeRO-3"]
+    # the compression is named beside the strategy where it is not DDP's default (none)
+    assert list(link.cells) == ["DDP", "DDP (bf16 gradients)", "ZeRO-3"]
     assert link.sentences[-1] == (
-        "Why: measured traffic per optimizer step per rank: DDP (fp32 gradients) 13.5 MB at "
+        "Why: measured traffic per optimizer step per rank: DDP 13.5 MB at "
         "grad_accum 1 (all_reduce fp32); DDP (bf16 gradients) 6.75 MB at grad_accum 1 "
         "(all_reduce bf16); ZeRO-3 27.1 MB at grad_accum 1 (all_gather bf16 + reduce_scatter bf16)."
     )
-    # one DDP dtype: no dtype in the names, the dtypes still in the sentence
+    # one DDP compression: none in the names, the dtypes still in the sentence
     (one,) = build_headline(
         [sens[0], sens[2]], [variants[0], variants[2]], OVERVIEW, ["fast", "slow"]
     ).links

@@ -7,12 +7,12 @@ from orchestrator.analysis.headline import build_headline, extra_vs_predicted, s
 from tests.unit.test_headline import OVERVIEW  # the same two links, fast and slow at 500mbit
 
 KEY = {"offload": "none", "bucket_mb": 25, "placement": "spread", "overlap_comm": "default"}
-DDP = {"strategy": "ddp", "ddp_grad_dtype": "fp32", "grad_sync": "last"}
-ZERO3 = {"strategy": "zero3", "ddp_grad_dtype": "n/a", "grad_sync": "n/a"}
-NA = {"ddp_grad_dtype": "n/a", "reshard_after_forward": "n/a"}
-FSDP_EACH = {"strategy": "fsdp", "ddp_grad_dtype": "n/a", "grad_sync": "each"}
+DDP = {"strategy": "ddp", "grad_compression": "none", "powersgd_rank": 0, "grad_sync": "last"}
+ZERO3 = {"strategy": "zero3", "grad_compression": "n/a", "powersgd_rank": 0, "grad_sync": "n/a"}
+NA = {"grad_compression": "n/a", "powersgd_rank": 0, "reshard_after_forward": "n/a"}
+FSDP_EACH = {"strategy": "fsdp", "grad_compression": "n/a", "powersgd_rank": 0, "grad_sync": "each"}
 FSDP_EACH |= {"reshard_after_forward": "true"}
-FSDP_LAST = {"strategy": "fsdp", "ddp_grad_dtype": "n/a", "grad_sync": "last"}
+FSDP_LAST = {"strategy": "fsdp", "grad_compression": "n/a", "powersgd_rank": 0, "grad_sync": "last"}
 FSDP_LAST |= {"reshard_after_forward": "false"}
 DDP |= {"reshard_after_forward": "n/a"}
 ZERO3 |= {"reshard_after_forward": "n/a"}

@@ -9,7 +9,7 @@ from orchestrator.analysis.headline import NO_DIFFERENCE, build_headline
 from tests.unit.test_headline_fsdp import DDP, ZERO3, _sens
 
 DDP_EACH = DDP | {"grad_sync": "each"}
-NA = {"strategy": "fsdp", "ddp_grad_dtype": "n/a"}
+NA = {"strategy": "fsdp", "grad_compression": "n/a", "powersgd_rank": 0}
 FSDP = {
     (r, sync): NA | {"grad_sync": sync, "reshard_after_forward": r}
     for r in ("true", "false")
