@@ -27,6 +27,7 @@ from orchestrator.compare.comparison import (
 )
 from orchestrator.compare.fingerprint import diff_fingerprints, fingerprint, workload_mismatch
 from orchestrator.compare.table import render_markdown, render_table
+from workloads import catalog
 
 
 def _brute_force_p(xs, ys) -> float:
@@ -129,7 +130,9 @@ def _facts(sid, times: dict, scale=1.0, links=("fast", "slow"), work=WORK, versi
         for j in (0.99, 1.0, 1.01):
             runs.append(
                 {"strategy": strategy, "offload": "none", "grad_accum": 1, "bucket_mb": 0,
-                 "overlap_comm": "default", "ddp_grad_dtype": "fp32", "link": links[i], "placement": "spread",
+                 "overlap_comm": "default", "link": links[i], "placement": "spread",
+                 "grad_compression": catalog.default("grad_compression", strategy),
+                 "powersgd_rank": 0,
                  "status": "ok", "throttled": False, "median_step_time_s": t * j * scale,
                  "tokens_per_s": 100 / (t * j * scale), "mfu": None, "ranks_per_gpu": 1,
                  "link_class": "NET"} | work

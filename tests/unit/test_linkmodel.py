@@ -17,10 +17,12 @@ from orchestrator.analysis.linkmodel import (
     project_sweep,
 )
 from orchestrator.analysis.stats import GROUP_KEY
+from orchestrator.sweep.planner import Variant
 
-GROUP = {"strategy": "zero3", "offload": "none", "grad_accum": 8, "bucket_mb": 25, "overlap_comm": "default",
-         "ddp_grad_dtype": "n/a", "grad_sync": "n/a", "reshard_after_forward": "n/a",
-         "placement": "spread"}  # fmt: skip
+# ZeRO-3 at grad_accum 8, bucket 25 MB, spread; every other key column as the planner stores it
+GROUP = {
+    k: v for k, v in Variant("zero3", 8, "-", "spread", bucket_mb=25).axes.items() if k != "link"
+}
 COMM_S = {"r50": 4.0, "r100": 2.0, "r300": 0.667, "r1g": 0.2}  # predicted comm per step
 
 

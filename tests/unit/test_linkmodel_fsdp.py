@@ -15,7 +15,7 @@ from orchestrator.commands.project import table_cells
 COMM_S = {"a": 0.1, "b": 0.4, "c": 1.6}  # predicted communication per step on each link
 BUSBW = {(link, "spread"): 0.2 / x for link, x in COMM_S.items()}
 COMMON = {"offload": "none", "grad_accum": 4, "bucket_mb": 0, "overlap_comm": "default",
-          "ddp_grad_dtype": "n/a", "placement": "spread", "status": "ok", "throttled": False,
+          "grad_compression": "n/a", "powersgd_rank": 0, "placement": "spread", "status": "ok", "throttled": False,
           "link_class": "NET", "ranks_per_gpu": 1}  # fmt: skip
 # (strategy, grad_sync, reshard_after_forward) -> (compute_s, exposure): each flavour its own line.
 PLANTED = {
@@ -32,7 +32,7 @@ def _runs(planted=PLANTED) -> list[dict]:
     for (strategy, sync, reshard), (compute, exposure) in planted.items():
         flavour = {"strategy": strategy, "grad_sync": sync, "reshard_after_forward": reshard}
         if strategy == "ddp":
-            flavour["ddp_grad_dtype"] = "fp32"
+            flavour["grad_compression"] = "none"  # DDP's default; n/a elsewhere
         for link, x in COMM_S.items():
             for j in (0.99, 1.0, 1.01):
                 out.append(COMMON | flavour | {"link": link, "predicted_comm_s_per_step": x,

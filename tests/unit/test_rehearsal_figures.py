@@ -22,7 +22,8 @@ from orchestrator.report.linkmodel_view import plot_link_model
 from orchestrator.store import Q
 
 GROUP = {"strategy": "ddp", "offload": "none", "grad_accum": 1, "bucket_mb": 25,
-         "overlap_comm": "default", "ddp_grad_dtype": "n/a", "placement": "pack"}  # fmt: skip
+         "overlap_comm": "default", "grad_compression": "none", "powersgd_rank": 0,
+         "placement": "pack"}  # fmt: skip
 SHARED = {"link_class": "shared-gpu", "ranks_per_gpu": 2}
 ONE_PER_GPU = {"link_class": "NV12", "ranks_per_gpu": 1}
 COMM_S = {"default": 0.1, "no_p2p": 0.4, "no_nvls": 0.2}  # predicted comm per step, by link

@@ -17,12 +17,12 @@ from orchestrator.report.sections import (
 )
 
 KEY = {"offload": "none", "bucket_mb": 25, "overlap_comm": "default", "placement": "pack"}
-FSDP_LAST = {"strategy": "fsdp", "ddp_grad_dtype": "n/a", "grad_sync": "last",
+FSDP_LAST = {"strategy": "fsdp", "grad_compression": "n/a", "powersgd_rank": 0, "grad_sync": "last",
              "reshard_after_forward": "true", "bucket_mb": 0}  # fmt: skip
 FSDP_EACH = FSDP_LAST | {"grad_sync": "each"}
-DDP_LAST = {"strategy": "ddp", "ddp_grad_dtype": "fp32", "grad_sync": "last",
+DDP_LAST = {"strategy": "ddp", "grad_compression": "none", "powersgd_rank": 0, "grad_sync": "last",
             "reshard_after_forward": "n/a"}  # fmt: skip
-ZERO3 = {"strategy": "zero3", "ddp_grad_dtype": "n/a", "grad_sync": "n/a",
+ZERO3 = {"strategy": "zero3", "grad_compression": "n/a", "powersgd_rank": 0, "grad_sync": "n/a",
          "reshard_after_forward": "n/a"}  # fmt: skip
 # The planted bug of a "last" flavour that reduce-scatters on every micro-batch anyway: gpt2's
 # padded fp32 gradients, 7 non-final micro-batches of grad_accum 8.

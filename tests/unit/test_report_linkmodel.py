@@ -14,7 +14,7 @@ COMM_S = {"r50": 4.0, "r100": 2.0, "r300": 0.667, "r1g": 0.2}
 def _runs(strategy: str, ga: int, compute_s: float, exposure: float) -> list[dict]:
     return [
         {"strategy": strategy, "offload": "none", "grad_accum": ga, "bucket_mb": 25, "overlap_comm": "default",
-         "ddp_grad_dtype": "fp32" if strategy == "ddp" else "n/a", "placement": "spread", "link": link, "repeat": rep, "status": "ok", "throttled": False,
+         "grad_compression": "none" if strategy == "ddp" else "n/a", "powersgd_rank": 0, "placement": "spread", "link": link, "repeat": rep, "status": "ok", "throttled": False,
          "median_step_time_s": (compute_s + exposure * x) * (1 + 0.01 * rep),
          "predicted_comm_s_per_step": x}
         for link, x in COMM_S.items() for rep in (1, 2)
