@@ -13,8 +13,11 @@ Where it listens, and why there. The three stacks reach ``torch.distributed`` di
   ``dist.all_gather_single`` and ``dist.reduce_scatter_single`` (looked up on the module at call
   time) and, for HSDP, ``dist.all_reduce`` on the replicate group.
 - DDP without a Python comm hook all-reduces its buckets from C++ (``Reducer``), never through
-  Python; with torch's own hooks (``ddp_comm_hooks/default_hooks.py``, which the project always
-  registers: ``strategies.ddp_comm_hook``) each bucket goes through ``dist.all_reduce``.
+  Python; with torch's own hooks (``ddp_comm_hooks/``, which the project always registers:
+  ``strategies.ddp_comm_hook``) each bucket goes through ``dist.all_reduce``: once
+  (``allreduce_hook``, ``bf16_compress_hook``, ``fp16_compress_hook``), or three times for
+  PowerSGD (``powerSGD_hook``: the uncompressed tensors, then the P factors, then the Q
+  factors), the second and third from callbacks chained on the first one's future.
 - DeepSpeed (``deepspeed/comm/torch.py``) keeps references taken when its backend was built
   (``self.all_gather_function = torch.distributed.all_gather_into_tensor``, same for
   ``reduce_scatter_tensor``) and calls ``torch.distributed.distributed_c10d`` functions directly
@@ -34,6 +37,15 @@ logger's. On CUDA, backward runs in autograd's device thread; ``at::ThreadLocalS
 the dispatch-mode stack there (read in torch's headers; not yet run on a GPU). A dispatch mode
 sees every operator: recording cost about 15 us per operator on this CPU (20 000 small adds,
 3-5 us each without it), so record profiled steps, not timed ones.
+
+Callbacks and threads. A dispatch mode is thread-local, and a future's callbacks run in the
+thread that completes it: on gloo with two or more ranks, a collective issued from a callback
+of a future that completes later (PowerSGD's P and Q all-reduces) runs in gloo's worker thread,
+where an untimed recorder does not listen (seen: only the first of PowerSGD's three records).
+A ``timed`` recorder waits for each collective before handing its Work back, so the future is
+complete when the hook chains its callback on it, and torch runs that callback at once, in the
+rank's thread: every collective is seen. On NCCL a future completes when the collective is
+enqueued, so its callbacks run at once either way. DDP's strategy records timed.
 
 Message bytes follow nccl-tests (``doc/PERFORMANCE.md``), as ``contract.CommRecord`` and
 ``orchestrator/analysis/comm_model.py`` do: the full buffer, i.e. the tensor for all_reduce and
@@ -338,12 +350,13 @@ class AccumulationProbe:
 
     It wraps any strategy (``micro_step``, ``optimizer_step``, ``profile_start`` /
     ``profile_stop``; everything else passes through). A strategy that records its own
-    collectives (``FsdpStrategy``: its ``collectives``, kept after ``profile_stop``) keeps its
-    recorder, so only one is ever active; for the others (DDP, ZeRO) the probe opens one, untimed,
-    beside their own counters. ``non_final_bytes``: bytes by op per optimizer step (mean over
-    the profiled steps), None before a profiled pass. ``step_collectives``: the last profiled
-    step's collectives in issue order, (op, message bytes, group size): what names a traced
-    step's intervals (``orchestrator/analysis/trace_collectives.py``).
+    collectives (``FsdpStrategy``, ``DDPStrategy``: their ``collectives``, kept after
+    ``profile_stop``) keeps its recorder, so only one is ever active; for ZeRO the probe opens
+    one, untimed, beside DeepSpeed's comms logger. ``non_final_bytes``: bytes by op per
+    optimizer step (mean over the profiled steps), None before a profiled pass.
+    ``step_collectives``: the last profiled step's collectives in issue order, (op, message
+    bytes, group size): what names a traced step's intervals
+    (``orchestrator/analysis/trace_collectives.py``).
     """
 
     def __init__(self, strategy: Any, grad_accum: int) -> None:

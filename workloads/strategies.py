@@ -10,7 +10,8 @@ Which class a run builds is the catalog's (``workloads/catalog.py``): each strat
 its ``workload`` (``DDPStrategy`` and ``ZeroStrategy`` here, ``workloads.fsdp.FsdpStrategy``), and
 :func:`make_strategy` builds that one; a name the catalog lacks is an error, never a fallback.
 
-May import: aio_check, catalog, contract, device, ds_comms, ds_effective, deepspeed, torch.
+May import: aio_check, catalog, collectives, compression, contract, ds_comms, ds_effective, deepspeed,
+torch.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ import contextlib
 import datetime
 import os
 import shutil
-import time
-from collections import defaultdict
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
@@ -29,37 +28,86 @@ import torch
 import torch.distributed as dist
 
 from workloads import catalog
+from workloads import compression as compression_rules
+from workloads.collectives import Collective, CollectiveRecorder, comm_records
 from workloads.contract import CommRecord, RunConfig
-from workloads.device import sync
-from workloads.ds_comms import comm_record, dtype_name
 
 DDP_DEFAULT_BUCKET_MIB = 25  # torch/nn/parallel/distributed.py _DEFAULT_BUCKET_CAP_MB
 
-DDP_GRAD_DTYPES = catalog.axis("ddp_grad_dtype").values
-"""The dtype DDP all-reduces gradients in (the catalog's ``ddp_grad_dtype`` axis). ``fp32``: DDP's
-default hook, the gradients' own dtype (fp32 even under bf16 autocast, which keeps parameters
-and so gradients in fp32); ``bf16``: torch's ``bf16_compress_hook``, which casts each bucket to
-bf16 before the all_reduce and back after it: half the bytes, as ZeRO's bf16 collectives."""
+CAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+"""The compressions that cast each bucket (``compression.CAST_BYTES``): the dtype it travels in."""
 
 
-def ddp_comm_hook(grad_dtype: str):
-    """DDP's own comm hook that all-reduces a bucket in ``grad_dtype`` (``DDP_GRAD_DTYPES``).
+def ddp_comm_hook(compression: str, powersgd_rank: int | None = None) -> tuple[Any, Any]:
+    """(state, hook) to register with ``DistributedDataParallel.register_comm_hook`` for a
+    compression (``workloads/compression.py``: what each does and why PowerSGD is set so).
 
-    Both are torch's (``torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py``, torch
-    2.13): ``allreduce_hook(process_group, bucket)`` and ``bf16_compress_hook(process_group,
-    bucket)``; ``process_group`` None means the world group.
+    All torch's own (``torch/distributed/algorithms/ddp_comm_hooks/``, torch 2.13): ``none``
+    ``default_hooks.allreduce_hook``, ``bf16`` ``bf16_compress_hook``, ``fp16``
+    ``fp16_compress_hook`` (each taking a process group as its state: None, the world), and
+    ``powersgd`` ``powerSGD_hook.powerSGD_hook`` with :func:`powersgd_state`.
     """
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
-    hooks = {"fp32": default_hooks.allreduce_hook, "bf16": default_hooks.bf16_compress_hook}
-    if grad_dtype not in hooks:
-        raise ValueError(f"ddp_grad_dtype={grad_dtype!r} is not one of {list(DDP_GRAD_DTYPES)}")
-    return hooks[grad_dtype]
+    if compression == compression_rules.POWERSGD:
+        return powersgd_state(powersgd_rank), powerSGD_hook.powerSGD_hook
+    hooks = {
+        compression_rules.NONE: default_hooks.allreduce_hook,
+        "bf16": default_hooks.bf16_compress_hook,
+        "fp16": default_hooks.fp16_compress_hook,
+    }
+    if compression not in hooks:
+        known = [*hooks, compression_rules.POWERSGD]
+        raise ValueError(f"grad_compression={compression!r} is not one of {known}")
+    return None, hooks[compression]
 
 
-def sent_dtype(grad_dtype: str, buffer_dtype: Any) -> str:
-    """The dtype a bucket crosses the link in: bf16 when compressed, else the bucket's own."""
-    return "bf16" if grad_dtype == "bf16" else dtype_name(buffer_dtype)
+def powersgd_state(rank: int | None) -> Any:
+    """torch's ``PowerSGDState`` as linksweep runs it: ``matrix_approximation_rank`` ``rank``
+    (the ``powersgd_rank`` axis), ``start_powerSGD_iter`` 2 (torch's default, 1,000, would never
+    compress in a short run; 2 is the least torch allows with error feedback or warm start),
+    and torch's defaults for the rest: ``min_compression_rate`` 2, error feedback and warm start
+    on, ``orthogonalization_epsilon`` 0, ``batch_tensors_with_same_shape`` False; a fixed
+    ``random_seed`` (the same initial Q on every rank). ``process_group`` None: the world."""
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
+
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ValueError(f"powersgd_rank must be an int >= 1, got {rank!r}")
+    return PowerSGDState(
+        process_group=None,
+        matrix_approximation_rank=rank,
+        start_powerSGD_iter=compression_rules.POWERSGD_START_ITER,
+        min_compression_rate=compression_rules.POWERSGD_MIN_COMPRESSION_RATE,
+        use_error_feedback=compression_rules.POWERSGD_USE_ERROR_FEEDBACK,
+        warm_start=compression_rules.POWERSGD_WARM_START,
+        random_seed=compression_rules.POWERSGD_RANDOM_SEED,
+    )
+
+
+def calling(hook: Any) -> Any:
+    """``hook`` (one of torch's) behind a function of another name, which DDP registers.
+
+    Why: torch 2.13's ``DistributedDataParallel._check_comm_hook`` refuses a hook whose
+    ``__name__`` is ``bf16_compress_hook`` on a torch built without CUDA and NCCL 2.10+ (a check
+    of the build, not of the process group), though gloo all-reduces bf16: linksweep's CPU ranks
+    (gloo, the emulated cluster) would lose bf16. The wrapper calls torch's hook unchanged; its
+    ``__qualname__`` stays torch's, the name DDP's logging records."""
+
+    # unannotated: DDP checks the annotations it finds (a string here) against GradBucket
+    def linksweep_comm_hook(state, bucket):
+        return hook(state, bucket)
+
+    linksweep_comm_hook.__qualname__ = hook.__qualname__
+    linksweep_comm_hook.hook = hook  # what it calls (tests, a reader)
+    return linksweep_comm_hook
+
+
+def run_compression(cfg: Any) -> compression_rules.Compression:
+    """The run's compression: ``cfg.axes`` (``grad_compression``, ``powersgd_rank``), else
+    the older ``cfg.ddp_grad_dtype`` (``compression.compression_of``, the one fallback)."""
+    return compression_rules.compression_of(
+        getattr(cfg, "axes", None) or {}, getattr(cfg, "ddp_grad_dtype", None)
+    )
 
 
 @contextlib.contextmanager
@@ -106,25 +154,6 @@ def group_timeout_s(group: Any) -> float | None:
     return None
 
 
-class CommCounter:
-    """Aggregates collectives by (op, msg_bytes, dtype): count and total time. ``msg_bytes`` are
-    the bytes sent, in ``dtype`` (a bf16-compressed bucket counts 2 bytes per element)."""
-
-    def __init__(self) -> None:
-        self.counts: dict[tuple[str, int, str], list[float]] = defaultdict(lambda: [0, 0.0])
-
-    def add(self, op: str, msg_bytes: int, time_s: float, dtype: str = "fp32") -> None:
-        entry = self.counts[(op, msg_bytes, dtype)]
-        entry[0] += 1
-        entry[1] += time_s
-
-    def records(self) -> tuple[CommRecord, ...]:
-        return tuple(
-            comm_record(op, b, int(c), t, dtype)
-            for (op, b, dtype), (c, t) in sorted(self.counts.items())
-        )
-
-
 class DDPStrategy:
     """torch DDP; gradient accumulation skips the all-reduce with no_sync() until the boundary
     (``grad_sync`` ``last``, the default), or all-reduces every micro-batch (``each``: no
@@ -136,49 +165,54 @@ class DDPStrategy:
     finished, in buckets of the same cap (``bucket_mb`` MiB, as DDP's ``bucket_cap_mb``), in
     DDP's order (reverse parameter order), averaged like DDP's hook: the same bytes, exposed.
 
-    ``ddp_grad_dtype`` ``bf16``: each bucket is all-reduced in bf16 (:func:`ddp_comm_hook`), with
-    or without overlap. DDP takes one comm hook; the counting hook below is it, and it calls
-    torch's hook for the dtype, so the profiled pass counts the bytes that hook really sends.
+    ``grad_compression`` (``workloads/compression.py``): with overlap, DDP runs torch's own comm
+    hook for it (:func:`ddp_comm_hook`), registered for every run, timed or not, so every pass
+    runs the same code. Without overlap there is no DDP hook: ``bf16`` and ``fp16`` cast each
+    bucket as torch's compress hooks do; ``powersgd`` cannot run there (it needs DDP's
+    ``GradBucket`` and its state across iterations) and is refused.
+
+    Bytes are counted by the collective recorder (``workloads/collectives.py``), timed, during
+    the profiled steps: every collective as issued, with its dtype on the link (PowerSGD's three
+    all-reduces per bucket each a record). ``collectives`` keeps the last profiled pass's
+    records (micro-batch by micro-batch: the accumulation check reads them); its comms are the
+    all-reduces (the gradients'), DDP's own few-byte broadcasts (the bucket rebuild after the
+    first step, module buffers: gpt2 has none) left out as the hook-based count left them out.
     """
 
     def __init__(self, model, device, cfg, autocast_dtype):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         self.device = device
-        # RunConfig carries the variant's ddp_grad_dtype; a contract without it sends fp32
-        self.grad_dtype = cfg.ddp_grad_dtype
+        self.compression = run_compression(cfg)
         self.grad_accum = cfg.grad_accum
         self.sync_each = getattr(cfg, "grad_sync", None) == "each"
         self.overlap = cfg.overlap_comm != "false"
+        if not self.overlap and self.compression.name == compression_rules.POWERSGD:
+            raise ValueError(
+                "grad_compression=powersgd cannot run with overlap_comm=false: overlap_comm "
+                "false all-reduces the gradients after backward outside DDP (no comm hook), and "
+                "PowerSGD runs only as DDP's comm hook (it needs DDP's GradBucket and its state "
+                "across iterations); use overlap_comm default or true"
+            )
         # DDP's bucket_cap_mb is MiB; None is DDP's own default, 25 MiB
         self.bucket_bytes = int((cfg.bucket_mb or DDP_DEFAULT_BUCKET_MIB) * 1024 * 1024)
         self.autocast_dtype = autocast_dtype
         ids = [device.index] if device.type == "cuda" else None
         self.model = DDP(model.to(device), device_ids=ids, bucket_cap_mb=cfg.bucket_mb)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr)
-        self.profiling = False
-        self.counter = CommCounter()
-        self._allreduce_hook = ddp_comm_hook(self.grad_dtype)
-        # The hook is what DDP does for the dtype (average each bucket with one all_reduce, in
-        # fp32 or bf16); it is registered for every run, timed or not, so both passes run the
-        # same code path. Only in the profiled pass does it block on each bucket to time it.
-        self.model.register_comm_hook(None, self._hook)
-
-    def _hook(self, state, bucket):
-        buf = bucket.buffer()
-        dtype = sent_dtype(self.grad_dtype, buf.dtype)
-        msg_bytes = buf.numel() * (2 if dtype == "bf16" else buf.element_size())
-        if not self.profiling:
-            return self._allreduce_hook(None, bucket)
-        sync(self.device)
-        t0 = time.perf_counter()
-        fut = self._allreduce_hook(None, bucket)
-        fut.wait()
-        sync(self.device)
-        self.counter.add("all_reduce", msg_bytes, time.perf_counter() - t0, dtype)
-        return fut
+        self._step = 0
+        self._micro = 0
+        self.recorder: CollectiveRecorder | None = None
+        self.collectives: tuple[Collective, ...] = ()
+        self.hook_state: Any = None  # the registered hook's state (PowerSGD's: its iterations)
+        if self.overlap:
+            state, hook = ddp_comm_hook(self.compression.name, self.compression.powersgd_rank)
+            self.hook_state = state
+            self.model.register_comm_hook(state, calling(hook))
 
     def micro_step(self, batch: torch.Tensor, boundary: bool) -> torch.Tensor:
+        if self.recorder is not None:
+            self.recorder.at(self._step, self._micro)
         reduce_now = boundary or self.sync_each
         sync = reduce_now and self.overlap
         ctx = contextlib.nullcontext() if sync else self.model.no_sync()
@@ -192,6 +226,7 @@ class DDPStrategy:
             (loss / self.grad_accum).backward()
         if reduce_now and not self.overlap:
             self._allreduce_after_backward()
+        self._micro += 1
         return loss.detach()
 
     def _buckets(self) -> list[list[torch.Tensor]]:
@@ -210,56 +245,59 @@ class DDPStrategy:
         return [b for b in buckets if b]
 
     def _allreduce_after_backward(self) -> None:
+        """Every bucket averaged as torch's hooks do it: divided by the ranks, then summed by one
+        all_reduce (in bf16 / fp16 where the compression casts, as ``bf16_compress_hook`` /
+        ``fp16_compress_hook``: the division first avoids fp16 overflow)."""
         from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
         world = dist.get_world_size()
+        cast = CAST_DTYPES.get(self.compression.name)
         flats, works = [], []
         for bucket in self._buckets():
             flat = _flatten_dense_tensors(bucket)
-            if self.grad_dtype == "bf16":  # as bf16_compress_hook: the bucket travels in bf16
-                flat = flat.to(torch.bfloat16)
-            if self.profiling:
-                sync(self.device)
-                t0 = time.perf_counter()
-                dist.all_reduce(flat)
-                sync(self.device)
-                self.counter.add(
-                    "all_reduce",
-                    flat.numel() * flat.element_size(),
-                    time.perf_counter() - t0,
-                    dtype_name(flat.dtype),
-                )
-                works.append(None)
-            else:
-                works.append(dist.all_reduce(flat, async_op=True))
+            if cast is not None:  # the bucket travels in the compression's dtype
+                flat = flat.to(cast)
+            flat.div_(world)
+            works.append(dist.all_reduce(flat, async_op=True))
             flats.append((flat, bucket))
         for work, (flat, bucket) in zip(works, flats, strict=True):
-            if work is not None:
-                work.wait()
-            flat.div_(world)
+            work.wait()
             for grad, synced in zip(bucket, _unflatten_dense_tensors(flat, bucket), strict=True):
-                grad.copy_(synced)  # copy_ casts a bf16 bucket back to the gradient's dtype
+                grad.copy_(synced)  # copy_ casts a bf16 / fp16 bucket back to the grad's dtype
 
     def optimizer_step(self) -> None:
+        if self.recorder is not None:
+            self.recorder.at(self._step, None)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self._step += 1
+        self._micro = 0
 
     def profile_start(self) -> None:
-        self.counter = CommCounter()
-        self.profiling = True
-
-    def effective_config(self) -> dict | None:
-        return None  # DDP's settings are the variant's own (bucket_mb, overlap_comm, grad dtype)
+        """Record (timed) every collective until :meth:`profile_stop`. Timed matters beyond
+        the times: it waits for each collective before handing its Work back, so a comm hook's
+        follow-up collectives (PowerSGD's P and Q all-reduces, issued from its futures'
+        callbacks) run in this rank's thread, where the recorder listens, also on gloo."""
+        self.recorder = CollectiveRecorder(timed=True, device=self.device)
+        self.recorder.__enter__()
 
     def profile_stop(self) -> tuple[CommRecord, ...]:
-        self.profiling = False
-        return self.counter.records()
+        recorder, self.recorder = self.recorder, None
+        if recorder is None:
+            return ()
+        recorder.__exit__(None, None, None)
+        self.collectives = tuple(recorder.records)
+        return comm_records(r for r in self.collectives if r.op == "all_reduce")
+
+    def effective_config(self) -> dict | None:
+        return None  # DDP's settings are the variant's own (bucket_mb, overlap_comm, compression)
 
     def swap_files(self) -> int:
         return 0
 
     def teardown(self) -> None:
-        pass
+        if self.recorder is not None:
+            self.profile_stop()
 
 
 class ZeroStrategy:

@@ -1,5 +1,8 @@
 """Communication model: bandwidth accounting and the expected collective volume per step.
 
+One job: what a DDP or ZeRO step sends (by strategy, stage, config and DDP's gradient
+compression), in nccl-tests' message bytes and in wire bytes, and the bandwidths they give.
+
 Vocabulary: a *step* is one optimizer step = ``grad_accum`` *micro-steps* (forward + backward of
 one micro-batch). ``Psi`` (``param_bytes``) = number of parameters x bytes per element of the
 dtype the gradients and parameters travel in (4 for fp32; 2 for bf16: DeepSpeed 0.19.8 reduces
@@ -87,17 +90,18 @@ reason. With ``world_size == 1`` no bytes cross a link: the expectation is empty
 Which of these a strategy is comes from its catalog entry (``workloads/catalog.py``): the ``ddp``
 family, or the ``zero`` family with its ``zero_stage``; FSDP2's theory is ``fsdp_theory.py``.
 
-May import: workloads.catalog, workloads.contract.
+May import: workloads.catalog, workloads.compression, workloads.contract.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from workloads import catalog
+from workloads import compression as rules
 from workloads.contract import CANONICAL_OPS, canonical_op
 
 __all__ = [
@@ -170,7 +174,9 @@ class CommExpectation:
 
 
 def _models(entry: catalog.Strategy) -> bool:
-    return entry.family == "ddp" or (entry.family == "zero" and entry.zero_stage in ZERO_STAGES)
+    return entry.family == catalog.DDP or (
+        entry.family == catalog.ZERO and entry.zero_stage in ZERO_STAGES
+    )
 
 
 def modelled(strategy: str) -> catalog.Strategy:
@@ -220,7 +226,7 @@ def expected_comm(
         return CommExpectation(0, 0, {}, "world_size 1: no inter-rank traffic")
     entry = modelled(strategy)
     stage = entry.zero_stage
-    if entry.family == "ddp":
+    if entry.family == catalog.DDP:
         per_op = {"all_reduce": psi}
         note = (
             "DDP: one all_reduce of all gradients per optimizer step (no_sync on the first "
@@ -287,8 +293,58 @@ COMM_DTYPE_BYTES = {
 }
 
 
-DDP_GRAD_BYTES = {"fp32": 4, "bf16": 2}
-"""``ddp_grad_dtype`` -> bytes per gradient element DDP all-reduces."""
+def ddp_reduction(
+    compression: str,
+    n_params: int,
+    shapes: Iterable[Sequence[int]] | None = None,
+    powersgd_rank: int | None = None,
+) -> tuple[int | None, str]:
+    """(message bytes, words): what one reduction of every DDP gradient (one backward that
+    syncs) all-reduces under ``grad_compression`` (``workloads/compression.py``).
+
+    ``none``: every gradient in fp32 (4 bytes: autocast keeps parameters, so gradients, in
+    fp32); ``bf16`` / ``fp16``: every gradient in 2 bytes (torch's compress hooks);
+    ``powersgd``: per parameter tensor (``shapes``, each once, as DDP holds them), the P and Q
+    factors where torch's ``_should_compress`` allows, the whole tensor elsewhere, all in fp32
+    (``compression.powersgd_split``). (None, why) where PowerSGD has no shapes, or shapes that
+    do not add up to the run's ``n_params``.
+    """
+    if compression == rules.POWERSGD:
+        return _powersgd_reduction(n_params, shapes, powersgd_rank)
+    if compression in rules.CAST_BYTES:
+        words = f"grad_compression {compression} ({compression}_compress_hook)"
+        return n_params * rules.CAST_BYTES[compression], f"{words}; all_reduce in {compression}"
+    if compression == rules.NONE:
+        words = "grad_compression none (allreduce_hook); all_reduce in fp32"
+        return n_params * rules.GRAD_BYTES, words
+    raise ValueError(f"grad_compression={compression!r} is not one of {list(rules.KNOWN)}")
+
+
+def _powersgd_reduction(
+    n_params: int, shapes: Iterable[Sequence[int]] | None, rank: int | None
+) -> tuple[int | None, str]:
+    """:func:`ddp_reduction` for PowerSGD."""
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ValueError(f"powersgd_rank must be an int >= 1, got {rank!r}")
+    head = f"grad_compression powersgd rank {rank} (powerSGD_hook)"
+    if shapes is None:
+        return None, f"{head}: no parameter shapes for this model, so no figure"
+    shapes = [tuple(s) for s in shapes]
+    held = sum(math.prod(s) for s in shapes)
+    if held != n_params:
+        return None, (
+            f"{head}: the model's parameter shapes hold {held} elements, the run trained "
+            f"{n_params}: no figure"
+        )
+    split = rules.powersgd_split(shapes, rank)
+    words = (
+        f"{head}: per bucket three all_reduces (the tensors sent whole, then the P factors, "
+        f"then the Q factors); {split.compressed_tensors} matrices sent as rank-{rank} P and Q "
+        f"({split.p + split.q} elements, min_compression_rate "
+        f"{rules.POWERSGD_MIN_COMPRESSION_RATE}), {split.whole_tensors} tensors whole "
+        f"({split.whole} elements), of {n_params}; all_reduce in fp32"
+    )
+    return split.elements * rules.GRAD_BYTES, words
 
 
 def zero_bytes_per_param(precision: str, ds_config: dict) -> int | None:
@@ -340,8 +396,10 @@ def run_expectation(
     world_size: int,
     n_params: int,
     ds_config: dict | None = None,
-    ddp_grad_dtype: str = "fp32",
+    ddp_compression: str = "none",
     ddp_sync_each: bool = False,
+    ddp_shapes: Iterable[Sequence[int]] | None = None,
+    powersgd_rank: int | None = None,
 ) -> tuple[CommExpectation | None, str | None]:
     """(analytic bytes per optimizer step, note) for one run of a DDP or ZeRO strategy
     (:func:`modelled`), following the run's effective DeepSpeed config (``runs.ds_config``,
@@ -352,9 +410,10 @@ def run_expectation(
     communication dtype, or no effective config): measured bytes stay the ground truth.
 
     DDP reduces fp32 gradients (autocast keeps parameters, so gradients, in fp32), whether it
-    overlaps or not; with ``ddp_grad_dtype`` ``bf16`` (torch's ``bf16_compress_hook``) it sends
-    each bucket in bf16, 2 bytes per parameter, as ZeRO does for a bf16 run. With
-    ``ddp_sync_each`` (``grad_sync: each``: no ``no_sync``) every micro-batch all-reduces.
+    overlaps or not, compressed as ``ddp_compression`` says (:func:`ddp_reduction`: bf16 and
+    fp16 send 2 bytes per parameter, PowerSGD its factors and the tensors it leaves whole, from
+    ``ddp_shapes`` and ``powersgd_rank``). With ``ddp_sync_each`` (``grad_sync: each``: no
+    ``no_sync``) every micro-batch all-reduces.
     ZeRO-1 reduces at the accumulation boundary only, with or without ``overlap_comm`` (with it,
     the gradient hooks reduce during the boundary backward: ``stage_1_and_2.py``
     ``reduce_ready_partitions_and_remove_grads``; measured flat in grad_accum on 2 gloo ranks).
@@ -362,9 +421,12 @@ def run_expectation(
     """
     if world_size < 2:
         return None, None
-    if modelled(strategy).family == "ddp":
+    if modelled(strategy).family == catalog.DDP:
+        per_reduction, words = ddp_reduction(ddp_compression, n_params, ddp_shapes, powersgd_rank)
+        if per_reduction is None:
+            return None, words
         return _ddp_expectation(
-            strategy, grad_accum, world_size, n_params, ddp_grad_dtype, ddp_sync_each
+            strategy, grad_accum, world_size, per_reduction, words, ddp_sync_each
         )
     return _zero_expectation(strategy, grad_accum, precision, world_size, n_params, ds_config)
 
@@ -373,19 +435,16 @@ def _ddp_expectation(
     strategy: str,
     grad_accum: int,
     world_size: int,
-    n_params: int,
-    grad_dtype: str,
+    per_reduction: int,
+    words: str,
     sync_each: bool,
 ) -> tuple[CommExpectation, str]:
-    """:func:`run_expectation` for a DDP strategy: every gradient once per reduction, in
-    ``grad_dtype``; one reduction per step, or one per micro-batch with ``sync_each``."""
-    if grad_dtype not in DDP_GRAD_BYTES:
-        raise ValueError(f"ddp_grad_dtype={grad_dtype!r} is not one of {sorted(DDP_GRAD_BYTES)}")
+    """:func:`run_expectation` for a DDP strategy: ``per_reduction`` bytes (:func:`ddp_reduction`)
+    once per step, or once per micro-batch with ``sync_each``."""
     reductions = grad_accum if sync_each else 1
-    psi = n_params * DDP_GRAD_BYTES[grad_dtype] * reductions
-    exp = expected_comm(strategy, grad_accum, psi, world_size)
+    exp = expected_comm(strategy, grad_accum, per_reduction * reductions, world_size)
     each = "; grad_sync each: every micro-batch all-reduces" if sync_each else ""
-    return exp, f"{exp.note}; all_reduce in {grad_dtype}{each}"
+    return exp, f"{exp.note}; {words}{each}"
 
 
 def _zero_expectation(

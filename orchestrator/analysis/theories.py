@@ -14,7 +14,7 @@ Each function gathers what its family's models need and no more; the models them
 figure or the promise is None and the note says why: measured bytes stay the ground truth, and
 the accumulation check reads ``unchecked: <why>``.
 
-May import: comm_model, fsdp_theory, zero_promise, workloads.catalog.
+May import: comm_model, fsdp_theory, zero_promise, workloads.catalog, workloads.compression.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.analysis import comm_model, fsdp_theory, zero_promise
-from workloads import catalog
+from workloads import catalog, compression
 
 NO_PROMISE = "no promise known for this strategy"
 """Why there is no accumulation promise, where a theory says nothing more specific."""
@@ -37,9 +37,11 @@ class TheoryFacts:
 
     variant: Mapping[str, Any]
     """Every axis of the run's variant as stored (``strategy``, ``grad_accum``, ``grad_sync``,
-    ``reshard_after_forward`` as ``true``/``false``, ``ddp_grad_dtype``, ...), plus
-    ``hsdp_shard_size`` where the planner resolved one. An axis it lacks reads as the catalog
-    fills an older row (``catalog.filled``: the strategy's default, or the placeholder)."""
+    ``reshard_after_forward`` as ``true``/``false``, ``grad_compression``, ``powersgd_rank``,
+    ...), plus ``hsdp_shard_size`` where the planner resolved one. A ``grad_compression`` it
+    lacks is read from an older ``ddp_grad_dtype`` (``compression.with_grad_compression``, the
+    one fallback); any other axis it lacks reads as the catalog fills an older row
+    (``catalog.filled``: the strategy's default, or the placeholder)."""
     world_size: int
     """Data-parallel ranks."""
     precision: str
@@ -52,7 +54,8 @@ class TheoryFacts:
     """Rank 0's effective DeepSpeed config (``runs.ds_config``); None outside ZeRO."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "variant", types.MappingProxyType(catalog.filled(self.variant)))
+        variant = catalog.filled(compression.with_grad_compression(self.variant))
+        object.__setattr__(self, "variant", types.MappingProxyType(variant))
 
     @property
     def strategy(self) -> str:
@@ -93,12 +96,15 @@ def theory_of(facts: TheoryFacts) -> Theory:
 def ddp(facts: TheoryFacts) -> Theory:
     """DDP: every gradient all-reduced once per optimizer step (``grad_sync`` ``last``: ``no_sync``
     on the non-final micro-batches, which then send nothing), or once per micro-batch
-    (``each``), in ``ddp_grad_dtype`` (``comm_model.run_expectation``). Outside the promise:
-    DDP's broadcasts (rebuilding its buckets after the first step broadcasts a few bytes in a
-    micro-batch)."""
+    (``each``), as its ``grad_compression`` sends it (``comm_model.ddp_reduction``: fp32, 2-byte
+    casts, or PowerSGD's factors and whole tensors over the model's parameter shapes, gpt2's
+    tied wte / lm_head once). Outside the promise: DDP's broadcasts (rebuilding its buckets
+    after the first step broadcasts a few bytes in a micro-batch)."""
     if facts.n_params is None:
         return Theory(None, None, ignore=("broadcast",))
     v = facts.variant
+    chosen = compression.compression_of(v)
+    shapes = _ddp_shapes(facts.model) if chosen.name == compression.POWERSGD else None
     sync_each = v["grad_sync"] == "each"
     exp, note = comm_model.run_expectation(
         facts.strategy,
@@ -106,10 +112,16 @@ def ddp(facts: TheoryFacts) -> Theory:
         facts.precision,
         facts.world_size,
         facts.n_params,
-        ddp_grad_dtype=v["ddp_grad_dtype"],
+        ddp_compression=chosen.name,
         ddp_sync_each=sync_each,
+        ddp_shapes=shapes,
+        powersgd_rank=chosen.powersgd_rank,
     )
-    per_micro = facts.n_params * comm_model.DDP_GRAD_BYTES[v["ddp_grad_dtype"]]
+    per_micro, why = comm_model.ddp_reduction(
+        chosen.name, facts.n_params, shapes, chosen.powersgd_rank
+    )
+    if per_micro is None:
+        return Theory(None, note, no_promise_why=why, ignore=("broadcast",))
     promised = {"all_reduce": (facts.grad_accum - 1) * per_micro} if sync_each else {}
     return Theory(
         exp.msg_bytes_per_step if exp else None,
@@ -118,6 +130,17 @@ def ddp(facts: TheoryFacts) -> Theory:
         non_final=promised,
         ignore=("broadcast",),
     )
+
+
+def _ddp_shapes(model: str) -> list[tuple[int, ...]] | None:
+    """Every parameter tensor's shape as DDP holds it (a tied one once), for a gpt2 model
+    (``fsdp_theory.gpt2_sharded_by_name``: the root's wte, wpe and final layer norm, each
+    block's twelve); None for a model without known shapes."""
+    try:
+        sharded = fsdp_theory.gpt2_sharded_by_name(model)
+    except ValueError:
+        return None
+    return [*sharded.root, *(shape for block in sharded.blocks for shape in block)]
 
 
 def zero(facts: TheoryFacts) -> Theory:

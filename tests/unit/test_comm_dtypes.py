@@ -1,6 +1,6 @@
-"""The dtype of each collective: DDP's counting hook (fp32, or torch's bf16_compress_hook) and
-DeepSpeed's comms logger keep it with each collective's bytes, and the bytes DDP sends equal
-``comm_model``'s theory for either dtype.
+"""The dtype of each collective: DDP's recorder (fp32, or torch's bf16 / fp16 compress hooks)
+and DeepSpeed's comms logger keep it with each collective's bytes, and the bytes DDP sends equal
+``comm_model``'s theory for each compression.
 
 Real collectives on a one-rank gloo group in this process (no Ray, no second process): a
 one-rank all_reduce still runs the hook and the logger, and message bytes do not depend on the
@@ -19,7 +19,7 @@ import torch.distributed as dist
 from orchestrator.analysis import comm_model
 from workloads import ds_comms
 from workloads.contract import RunConfig
-from workloads.strategies import DDPStrategy, ddp_comm_hook, sent_dtype
+from workloads.strategies import DDPStrategy, ddp_comm_hook
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,9 @@ class _TinyLM(torch.nn.Module):
         return types.SimpleNamespace(loss=loss)
 
 
-def _cfg(grad_dtype: str, overlap: str) -> RunConfig:
+def _cfg(compression: str, overlap: str, legacy: bool = False) -> RunConfig:
+    """A one-step DDP run compressing as ``compression`` says: through ``RunConfig.axes``
+    (``grad_compression``), or with ``legacy`` through the older ``ddp_grad_dtype`` alone."""
     cfg = RunConfig(
         run_id="r",
         strategy="ddp",
@@ -69,48 +71,63 @@ def _cfg(grad_dtype: str, overlap: str) -> RunConfig:
         pg_timeout_s=60.0,
         overlap_comm=overlap,
     )
-    if "ddp_grad_dtype" in {f.name for f in dataclasses.fields(RunConfig)}:
-        return dataclasses.replace(cfg, ddp_grad_dtype=grad_dtype)
-    # a contract without the field: the strategy reads it as an attribute all the same
-    ns = types.SimpleNamespace(**dataclasses.asdict(cfg))
-    ns.ddp_grad_dtype = grad_dtype
+    ns = types.SimpleNamespace(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
+    if legacy:
+        ns.axes = {}
+        ns.ddp_grad_dtype = {"none": "fp32", "bf16": "bf16"}[compression]
+    else:
+        ns.axes = {"grad_compression": compression}
     return ns
 
 
+WIRE = {"none": ("fp32", 4), "bf16": ("bf16", 2), "fp16": ("fp16", 2)}
+
+
 @pytest.mark.parametrize("overlap", ["default", "false"])
-@pytest.mark.parametrize(("grad_dtype", "nbytes"), [("fp32", 4), ("bf16", 2)])
-def test_ddp_counts_the_bytes_and_dtype_it_sends(one_rank_group, grad_dtype, nbytes, overlap):
+@pytest.mark.parametrize("compression", ["none", "bf16", "fp16"])
+def test_ddp_counts_the_bytes_and_dtype_it_sends(one_rank_group, compression, overlap):
+    dtype, nbytes = WIRE[compression]
     model = _TinyLM()
     n_params = sum(p.numel() for p in model.parameters())
-    strategy = DDPStrategy(model, torch.device("cpu"), _cfg(grad_dtype, overlap), torch.bfloat16)
+    strategy = DDPStrategy(model, torch.device("cpu"), _cfg(compression, overlap), torch.bfloat16)
     batch = torch.randint(0, 64, (2, 8))
     strategy.profile_start()
     strategy.micro_step(batch, boundary=True)
     strategy.optimizer_step()
     records = strategy.profile_stop()
-    counted = strategy.counter.counts
-    assert {dtype for _, _, dtype in counted} == {grad_dtype}  # bf16 autocast: fp32 grads
+    # bf16 autocast: fp32 gradients, sent in the compression's dtype
+    assert {c.dtype for c in strategy.collectives} == {dtype}
     sent = sum(r.msg_bytes * r.count for r in records)
     assert sent == n_params * nbytes
-    theory, _ = comm_model.run_expectation(
-        "ddp", 1, "bf16", 2, n_params, None, ddp_grad_dtype=grad_dtype
+    theory, note = comm_model.run_expectation(
+        "ddp", 1, "bf16", 2, n_params, None, ddp_compression=compression
     )
     assert theory.msg_bytes_per_step == sent
-    if hasattr(records[0], "dtype"):
-        assert {r.dtype for r in records} == {grad_dtype}
+    assert note.endswith(f"; all_reduce in {dtype}")
+    assert {r.dtype for r in records} == {dtype}
+    assert all(r.time_s > 0 for r in strategy.collectives)  # timed, one by one
     # the gradients came back in the parameters' dtype, averaged (one rank: unchanged)
     assert all(p.grad is None or p.grad.dtype == torch.float32 for p in model.parameters())
 
 
-def test_ddp_hook_is_torchs_own_for_the_dtype():
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+def test_a_run_config_with_only_the_older_ddp_grad_dtype_still_compresses(one_rank_group):
+    for compression in ("none", "bf16"):
+        cfg = _cfg(compression, "default", legacy=True)
+        strategy = DDPStrategy(_TinyLM(), torch.device("cpu"), cfg, None)
+        assert strategy.compression == (compression, None)
 
-    assert ddp_comm_hook("fp32") is default_hooks.allreduce_hook
-    assert ddp_comm_hook("bf16") is default_hooks.bf16_compress_hook
-    with pytest.raises(ValueError, match=r"ddp_grad_dtype='fp16' is not one of \['fp32', 'bf16'\]"):
-        ddp_comm_hook("fp16")
-    assert sent_dtype("fp32", torch.float32) == "fp32"
-    assert sent_dtype("bf16", torch.float32) == "bf16"
+
+def test_ddp_hook_is_torchs_own_for_the_compression():
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    assert ddp_comm_hook("none") == (None, default_hooks.allreduce_hook)
+    assert ddp_comm_hook("bf16") == (None, default_hooks.bf16_compress_hook)
+    assert ddp_comm_hook("fp16") == (None, default_hooks.fp16_compress_hook)
+    state, hook = ddp_comm_hook("powersgd", 4)
+    assert hook is powerSGD_hook.powerSGD_hook
+    assert state.matrix_approximation_rank == 4
+    with pytest.raises(ValueError, match=r"grad_compression='fp8' is not one of \['none'"):
+        ddp_comm_hook("fp8")
 
 
 def test_deepspeed_logger_keeps_each_collectives_dtype(one_rank_group):
