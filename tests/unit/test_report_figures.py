@@ -99,7 +99,8 @@ def _step_rows(n_variants: int) -> list[dict]:
                 {
                     **VARIANT,
                     "strategy": strategy,
-                    "ddp_grad_dtype": "fp32" if strategy == "ddp" else "n/a",
+                    "grad_compression": "none" if strategy == "ddp" else "n/a",
+                    "powersgd_rank": 0,
                     "grad_accum": 1 + i // 4,
                     "link": ("default", "no_p2p")[(i // 2) % 2],
                     "run_id": f"r{i}",
@@ -260,14 +261,14 @@ def test_overlap_is_named_in_labels_only_when_it_varies():
     assert "overlap" not in variant_label(rows[0], varying(rows[:1]))
 
 
-def test_strategy_tables_say_what_each_strategy_sent_and_split_ddp_by_gradient_dtype():
+def test_strategy_tables_say_what_each_strategy_sent_and_split_ddp_by_gradient_compression():
     from orchestrator.report.labels import group_label
     from orchestrator.report.sections import classic_tables
 
-    def variant(strategy, grad_dtype, link, sent, med):
+    def variant(strategy, compression, link, sent, med):
         return {
             **VARIANT, "strategy": strategy, "grad_accum": 1, "link": link,
-            "ddp_grad_dtype": grad_dtype, "n_runs": 2, "n_excluded": 0,
+            "grad_compression": compression, "powersgd_rank": 0, "n_runs": 2, "n_excluded": 0,
             "median_step_time_s": med, "ci_low_s": med, "ci_high_s": med * 1.1,
             "comm_dtypes": sent,
         }  # fmt: skip
@@ -275,7 +276,7 @@ def test_strategy_tables_say_what_each_strategy_sent_and_split_ddp_by_gradient_d
     variants = [
         variant(s, g, link, sent, med)
         for s, g, sent, med in (
-            ("ddp", "fp32", "all_reduce fp32", 1.0),
+            ("ddp", "none", "all_reduce fp32", 1.0),
             ("ddp", "bf16", "all_reduce bf16", 0.8),
             ("zero3", "n/a", "all_gather bf16 + reduce_scatter bf16", 1.5),
         )
@@ -284,12 +285,12 @@ def test_strategy_tables_say_what_each_strategy_sent_and_split_ddp_by_gradient_d
     html = classic_tables(_data(variants=variants, link_order=["fast", "slow"]))
     ddp, zero = html.split("<h3>")[1:3]
     assert "sent all_reduce fp32 or all_reduce bf16" in ddp
-    assert "<th>ddp_grad_dtype</th>" in ddp and "<td>bf16</td>" in ddp and "<td>fp32</td>" in ddp
-    assert "sent all_gather bf16 + reduce_scatter bf16" in zero and "ddp_grad_dtype" not in zero
-    vary = {"ddp_grad_dtype"}
-    assert group_label(variants[2], vary) == "ddp ga=1 grads=bf16"
-    # where the dtype varies, every DDP label names it (its default too); ZeRO has none
-    assert group_label(variants[0], vary) == "ddp ga=1 grads=fp32"
+    assert "<th>grad_compression</th>" in ddp and "<td>bf16</td>" in ddp and "<td>none</td>" in ddp
+    assert "sent all_gather bf16 + reduce_scatter bf16" in zero and "grad_compression" not in zero
+    vary = {"grad_compression"}
+    assert group_label(variants[2], vary) == "ddp ga=1 compress=bf16"
+    # where the compression varies, every DDP label names it (its default too); ZeRO has none
+    assert group_label(variants[0], vary) == "ddp ga=1 compress=none"
     assert group_label(variants[4], vary) == "zero3 ga=1"
 
 
@@ -310,18 +311,19 @@ def test_fixed_settings_name_what_a_strategy_table_shares():
     from orchestrator.report.sections import fixed_settings, strategy_title
 
     vs = [
-        {**VARIANT, "strategy": "ddp", "overlap_comm": "true", "ddp_grad_dtype": "bf16",
+        {**VARIANT, "strategy": "ddp", "overlap_comm": "true", "grad_compression": "bf16",
          "comm_dtypes": "all_reduce bf16"},
-        {**VARIANT, "strategy": "ddp", "overlap_comm": "true", "ddp_grad_dtype": "bf16",
+        {**VARIANT, "strategy": "ddp", "overlap_comm": "true", "grad_compression": "bf16",
          "comm_dtypes": None},
     ]  # fmt: skip
+    # the compression is named beside the strategy (in its name), so it comes first
     assert fixed_settings(vs, set()) == [
+        "bf16 gradients",
         "bucket 25 MB",
         "overlap on",
-        "bf16 gradients",
         "sent all_reduce bf16",
     ]
-    assert fixed_settings(vs, {"bucket_mb", "overlap_comm", "ddp_grad_dtype"}) == [
+    assert fixed_settings(vs, {"bucket_mb", "overlap_comm", "grad_compression"}) == [
         "sent all_reduce bf16",
     ]
     # a joined axis reads as its phrase here; the default placement and overlap are not named
