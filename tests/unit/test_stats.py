@@ -22,6 +22,7 @@ from orchestrator.analysis.stats import (
     variant_and_sensitivity_rows,
     variant_interval,
 )
+from orchestrator.sweep.planner import Variant
 from workloads.contract import StepRecord
 
 
@@ -220,13 +221,12 @@ def test_run_figures_ranks_with_different_step_counts_raise():
 # variant_and_sensitivity_rows: one variant group, every link
 
 
+# DDP at grad_accum 1, bucket 25 MB: every key column but the link and placement (each run's own),
+# as the planner stores it
 GROUP = {
-    "strategy": "ddp",
-    "offload": "none",
-    "grad_accum": 1,
-    "bucket_mb": 25,
-    "overlap_comm": "default",
-    "ddp_grad_dtype": "fp32",
+    k: v
+    for k, v in Variant("ddp", 1, "-", "pack", bucket_mb=25).axes.items()
+    if k not in ("link", "placement")
 }
 
 
@@ -396,18 +396,23 @@ def test_bucket_varies_only_when_one_strategy_has_several():
     assert varying(swept, ("bucket_mb",)) == {"bucket_mb"}
 
 
-def test_ddp_grad_dtype_varies_only_when_ddp_has_several():
-    """DDP's fp32 against ZeRO's n/a is implied by the strategy: no column in compare's table or
-    the report's labels (it added one to every DDP-vs-ZeRO table); fp32 and bf16 DDP do."""
+def test_grad_compression_varies_only_when_ddp_has_several():
+    """DDP's none against ZeRO's n/a is implied by the strategy: no column in compare's table or
+    the report's labels (it would add one to every DDP-vs-ZeRO table); none and bf16 DDP do, and
+    PowerSGD at two ranks varies the rank too."""
     from orchestrator.analysis.stats import varying
 
-    mixed = [
-        {"strategy": "ddp", "ddp_grad_dtype": "fp32", "link": "fast"},
-        {"strategy": "zero3", "ddp_grad_dtype": "n/a", "link": "fast"},
-    ]
+    def row(strategy, **axes):
+        return Variant(strategy, 1, "fast", "pack", **axes).axes
+
+    mixed = [row("ddp"), row("zero3")]
+    assert (mixed[0]["grad_compression"], mixed[1]["grad_compression"]) == ("none", "n/a")
     assert varying(mixed) == {"strategy"}
-    both = [*mixed, {"strategy": "ddp", "ddp_grad_dtype": "bf16", "link": "fast"}]
-    assert varying(both) == {"strategy", "ddp_grad_dtype"}
+    both = [*mixed, row("ddp", grad_compression="bf16")]
+    assert varying(both) == {"strategy", "grad_compression"}
+    ranks = [row("ddp", grad_compression="powersgd", powersgd_rank=r) for r in (1, 4)]
+    assert varying(ranks) == {"powersgd_rank"}
+    assert varying([*both, *ranks]) == {"strategy", "grad_compression", "powersgd_rank"}
 
 
 def test_a_strategys_own_sync_and_reshard_need_no_label():
