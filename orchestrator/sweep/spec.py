@@ -422,6 +422,8 @@ def axis_errors(spec: SweepSpec) -> list[str]:
       with no FSDP2 strategy);
     - a value no listed strategy offers (``offload: cpu`` with ddp alone; ``grad_sync:
       replicate_last`` without hsdp);
+    - an axis listed where the axis it requires takes none of its values (``Axis.requires``:
+      ``powersgd_rank`` without ``grad_compression`` powersgd);
     - a value a listed strategy refuses rather than skips (``Strategy.refuses``: FSDP2 has no
       bucket size, no overlap switch, no NVMe), and ``ranks_per_gpu: 2`` for a strategy that is
       not run on a shared GPU (``Strategy.shared_gpu``).
@@ -447,6 +449,7 @@ def axis_errors(spec: SweepSpec) -> list[str]:
                 )
             continue
         errors.extend(_value_errors(a, values, takers))
+        errors.extend(_unmet(g, a) if explicit else [])
         errors.extend(_refusals(a, values, takers))
         errors.extend(_conflicts(g, a, values, takers))
         errors.extend(_warmup_errors(spec, a, values, takers))
@@ -502,6 +505,22 @@ def _value_errors(a: catalog.Axis, values: list, takers: list[str]) -> list[str]
             f"listed (grid.strategy is {takers}); allowed values per strategy: {allowed}"
         )
     return errors
+
+
+def _unmet(g: Any, a: catalog.Axis) -> list[str]:
+    """An axis listed where the axis it requires (``Axis.requires``) takes none of the values
+    it applies under (``powersgd_rank`` without ``grad_compression`` powersgd): every variant
+    would store its placeholder, and the listed values would silently go unused."""
+    if a.requires is None:
+        return []
+    other, needed = a.requires
+    listed = getattr(g, other) or [catalog.default(other)]
+    if any(v in needed for v in listed):
+        return []
+    return [
+        f"grid.{a.name}: applies only where grid.{other} is {_or(needed)}; grid.{other} is "
+        f"{listed} (add {_or(needed)} to grid.{other}, or remove grid.{a.name})"
+    ]
 
 
 def _conflicts(g: Any, a: catalog.Axis, values: list, takers: list[str]) -> list[str]:

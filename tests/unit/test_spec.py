@@ -11,6 +11,7 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.sweep.planner import NodeCapacity, check_capacity
 from orchestrator.sweep.spec import SpecError, load_spec, parse_spec
+from workloads import catalog
 
 REPO = str(Path(__file__).resolve().parents[2])
 GOOD = {
@@ -216,14 +217,84 @@ def test_link_values_may_hold_the_rank_form_only():
             parse_spec({"name": "x", "links": {"a": {"X": bad}}})
 
 
-def test_ddp_grad_dtype_is_a_ddp_axis():
-    ok = parse_spec({**GOOD, "grid": {"strategy": ["ddp", "zero3"], "ddp_grad_dtype": "bf16"}})
-    assert ok.grid.ddp_grad_dtype == ["bf16"]
-    assert parse_spec(GOOD).grid.ddp_grad_dtype == ["fp32"]  # default: DDP as it always ran
-    msg = errors_of({**GOOD, "grid": {"strategy": ["zero2"], "ddp_grad_dtype": ["fp32", "bf16"]}})
-    assert "grid.ddp_grad_dtype" in msg and "applies to ddp only" in msg
-    assert "['fp32', 'bf16']" in msg and "['zero2']" in msg
+def _has_powersgd_warmup_rule() -> bool:
+    """The spec's warmup rule for powersgd (``Axis.warmup``) resolves to a function of
+    ``workloads/compression.py``; without it a grid listing powersgd cannot be checked."""
+    try:
+        catalog.resolve(catalog.axis("grad_compression").warmup["powersgd"])
+    except (ImportError, AttributeError):
+        return False
+    return True
+
+
+needs_powersgd = pytest.mark.skipif(
+    not _has_powersgd_warmup_rule(),
+    reason="workloads.compression:powersgd_min_warmup_steps (the spec's warmup rule for "
+    "powersgd) is not there yet",
+)
+
+
+def test_grad_compression_is_a_ddp_axis():
+    ok = parse_spec({**GOOD, "grid": {"strategy": ["ddp", "zero3"], "grad_compression": "bf16"}})
+    assert ok.grid.grad_compression == ["bf16"] and ok.notes == []
+    default = parse_spec(GOOD).grid
+    assert default.grad_compression == ["none"]  # default: DDP as it always ran, uncompressed
+    assert default.powersgd_rank == [1]  # torch's default rank; stored 0 unless powersgd
+    msg = errors_of({**GOOD, "grid": {"strategy": ["zero2"], "grad_compression": ["none", "bf16"]}})
+    assert "grid.grad_compression" in msg and "applies to ddp only" in msg
+    assert "['zero2']" in msg
+
+
+def test_the_old_ddp_grad_dtype_key_reads_as_grad_compression_with_a_note():
+    s = parse_spec({**GOOD, "grid": {"strategy": ["ddp"], "ddp_grad_dtype": ["fp32", "bf16"]}})
+    assert s.grid.grad_compression == ["none", "bf16"]
+    (note,) = s.notes
+    assert "grid.ddp_grad_dtype is now grid.grad_compression" in note
+    assert "['fp32', 'bf16'] as ['none', 'bf16']" in note
+    # a value the old key never had is refused naming the old key's values
     msg = errors_of({**GOOD, "grid": {"ddp_grad_dtype": ["fp16"]}})
-    assert "grid.ddp_grad_dtype.0: 'fp16' is not allowed" in msg and "'fp32'" in msg
-    msg = errors_of({**GOOD, "grid": {"ddp_grad_dtype": ["bf16", "bf16"]}})
-    assert "grid.ddp_grad_dtype" in msg and "distinct" in msg
+    assert "grid.ddp_grad_dtype (now grad_compression)" in msg
+    assert "['fp16'] not allowed" in msg and "['fp32', 'bf16']" in msg
+    msg = errors_of({**GOOD, "grid": {"ddp_grad_dtype": ["bf16"], "grad_compression": ["bf16"]}})
+    assert "grid.ddp_grad_dtype: renamed grad_compression" in msg and "keep grad_compression" in msg
+
+
+def test_bad_compression_values_name_the_allowed_ones():
+    msg = errors_of({**GOOD, "grid": {"grad_compression": ["zstd"]}})
+    assert "grid.grad_compression.0: 'zstd' is not allowed" in msg
+    assert all(f"'{v}'" in msg for v in catalog.axis("grad_compression").values)
+    msg = errors_of({**GOOD, "grid": {"grad_compression": ["bf16", "bf16"]}})
+    assert "grid.grad_compression" in msg and "distinct" in msg
+    msg = errors_of({**GOOD, "grid": {"grad_compression": ["powersgd"], "powersgd_rank": [0]}})
+    assert "grid.powersgd_rank" in msg and ">= 1" in msg
+
+
+def test_powersgd_rank_without_powersgd_is_refused():
+    msg = errors_of({**GOOD, "grid": {"grad_compression": ["none", "bf16"], "powersgd_rank": [4]}})
+    assert "grid.powersgd_rank: applies only where grid.grad_compression is powersgd" in msg
+    assert "['none', 'bf16']" in msg and "remove grid.powersgd_rank" in msg
+    msg = errors_of({**GOOD, "grid": {"powersgd_rank": [1, 4]}})  # the default: none
+    assert "grid.powersgd_rank" in msg and "grid.grad_compression is ['none']" in msg
+
+
+@needs_powersgd
+def test_powersgd_is_refused_beside_overlap_comm_false():
+    grid = {"grad_compression": ["none", "powersgd"], "overlap_comm": [False]}
+    msg = errors_of({**GOOD, "warmup_steps": 10, "grid": grid})
+    assert "grid.grad_compression: 'powersgd' is refused with grid.overlap_comm ['false']" in msg
+    assert "carries no comm hook" in msg
+    ok = {**GOOD, "warmup_steps": 10}
+    ok["grid"] = {"grad_compression": ["powersgd"], "powersgd_rank": [1, 4], "overlap_comm": [True]}
+    s = parse_spec(ok)
+    assert s.grid.grad_compression == ["powersgd"] and s.grid.powersgd_rank == [1, 4]
+    # without powersgd, overlap_comm false is DDP's own all-reduce as before
+    parse_spec({**GOOD, "grid": {"grad_compression": ["bf16"], "overlap_comm": [False]}})
+
+
+@needs_powersgd
+def test_powersgd_needs_enough_warmup_steps():
+    msg = errors_of({**GOOD, "warmup_steps": 1, "grid": {"grad_compression": ["powersgd"]}})
+    assert "warmup_steps: 1 is too few for grid.grad_compression 'powersgd'" in msg
+    assert "allowed: warmup_steps >= " in msg
+    need = int(msg.split("allowed: warmup_steps >= ")[1].split()[0])
+    parse_spec({**GOOD, "warmup_steps": need, "grid": {"grad_compression": ["powersgd"]}})
