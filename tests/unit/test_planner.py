@@ -24,7 +24,8 @@ from orchestrator.sweep.planner import (
     run_env,
     run_id_for,
 )
-from orchestrator.sweep.spec import SpecError, parse_spec
+from orchestrator.sweep.spec import parse_spec
+from tests.unit.test_spec import needs_powersgd  # the grid lists powersgd
 from workloads.contract import LinkbenchConfig, NodeInfo, RunConfig
 
 
@@ -301,24 +302,42 @@ def test_two_ranks_per_gpu_plan_as_usual():
     assert [p.variant.placement for p in plan_runs(s)] == ["pack"] * 4
 
 
-def test_ddp_grad_dtype_expands_ddp_only_and_reaches_the_ranks():
-    s = spec(strategy=["ddp", "zero3"], ddp_grad_dtype=["fp32", "bf16"])
+@needs_powersgd
+def test_grad_compression_expands_ddp_only_and_reaches_the_ranks():
+    s = parse_spec(
+        {
+            "name": "p",
+            "repeats": 3,
+            "warmup_steps": 10,  # enough for PowerSGD to compress every measured step
+            "links": {"a": {}, "b": {"X": "1"}},
+            "grid": {
+                "strategy": ["ddp", "zero3"],
+                "grad_compression": ["none", "bf16", "powersgd"],
+                "powersgd_rank": [1, 4],
+            },
+        }
+    )
     variants = [v for v in expand_grid(s) if v.link == "a"]
-    assert [(v.strategy, v.ddp_grad_dtype) for v in variants] == [
-        ("ddp", "fp32"),
-        ("ddp", "bf16"),
-        ("zero3", "n/a"),  # ZeRO's dtypes follow precision and its config: no DDP axis
+    assert [(v.strategy, v.grad_compression, v.powersgd_rank) for v in variants] == [
+        ("ddp", "none", 0),  # the rank applies under powersgd only: one variant, not two
+        ("ddp", "bf16", 0),
+        ("ddp", "powersgd", 1),
+        ("ddp", "powersgd", 4),
+        ("zero3", "n/a", 0),  # ZeRO's dtypes follow precision and its config: no DDP axis
     ]
-    assert "grads=bf16" in variants[1].label and "grads" not in variants[0].label
-    assert variants[1].to_dict()["ddp_grad_dtype"] == "bf16"  # stored with the variant
-    assert len(plan_runs(s)) == 3 * 2 * 3  # variants x links x repeats
-    if "ddp_grad_dtype" in RunConfig.__dataclass_fields__:
-        assert run_config(s, variants[1], "r").ddp_grad_dtype == "bf16"
-        assert run_config(s, variants[0], "r").ddp_grad_dtype == "fp32"
-    else:  # a contract that cannot carry it refuses bf16 rather than run fp32 under its label
-        with pytest.raises(SpecError, match=r"grid.ddp_grad_dtype: 'bf16' cannot reach"):
-            run_config(s, variants[1], "r")
-        assert run_config(s, variants[0], "r").strategy == "ddp"
-    assert run_config(s, variants[2], "r").ds_config is not None
-    assert Variant("zero3", 1, "a", "pack").ddp_grad_dtype == "n/a"  # however it is built
-    assert Variant("ddp", 1, "a", "pack").ddp_grad_dtype == "fp32"
+    labels = [v.label for v in variants]
+    assert "compress" not in labels[0] and "compress=bf16" in labels[1]
+    assert "compress=powersgd" in labels[2] and "rank=" not in labels[2]  # rank 1: the default
+    assert "compress=powersgd rank=4" in labels[3]
+    assert variants[3].to_dict()["powersgd_rank"] == 4  # stored with the variant
+    assert len(plan_runs(s)) == 5 * 2 * 3  # variants x links x repeats
+    for v in variants:  # what the ranks read: RunConfig.axes carries both
+        axes = run_config(s, v, "r").axes
+        assert axes["grad_compression"] == v.grad_compression
+        assert axes["powersgd_rank"] == v.powersgd_rank
+    assert run_config(s, variants[4], "r").ds_config is not None
+    zero3 = Variant("zero3", 1, "a", "pack")  # however it is built
+    assert (zero3.grad_compression, zero3.powersgd_rank) == ("n/a", 0)
+    assert Variant("ddp", 1, "a", "pack").grad_compression == "none"
+    assert Variant("ddp", 1, "a", "pack", powersgd_rank=4).powersgd_rank == 0
+    assert Variant("ddp", 1, "a", "pack", grad_compression="powersgd").powersgd_rank == 1
