@@ -35,7 +35,7 @@ def _plant(store: Store, sweep_id: str, started: str, times: dict, versions: dic
                 {"run_id": f"{sweep_id}-{seq}", "sweep_id": sweep_id, "seq": seq, "repeat": rep,
                  "strategy": strategy, "offload": "none", "grad_accum": 1, "bucket_mb": 0,
                  "overlap_comm": "default", "link": link, "placement": "spread",
-                 "ddp_grad_dtype": "fp32" if strategy == "ddp" else "n/a",
+                 "grad_compression": "none" if strategy == "ddp" else "n/a", "powersgd_rank": 0,
                  "status": "ok", "throttled": False, "median_step_time_s": t,
                  "tokens_per_s": 256 / t, "link_class": "NET", "effective_transport": "gloo/tcp",
                  "backend": "gloo", "ranks_per_gpu": 1} | workload

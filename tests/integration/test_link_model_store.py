@@ -30,10 +30,7 @@ def _fill(store: Store, sweep_id: str = "s1") -> None:
             failed = link == "r300" and rep == 2
             runs.append({
                 "run_id": f"{sweep_id}-{seq}", "sweep_id": sweep_id, "seq": seq,
-                "strategy": "zero3", "offload": "none", "grad_accum": 8, "bucket_mb": 25,
-                "ddp_grad_dtype": "n/a", "grad_sync": "n/a", "reshard_after_forward": "n/a",
-                "overlap_comm": "default",
-                "link": link, "placement": "spread", "repeat": rep,
+                **Variant("zero3", 8, link, "spread", bucket_mb=25).axes, "repeat": rep,
                 "status": "failed" if failed else "ok", "throttled": False,
                 "median_step_time_s": None if failed else (COMPUTE_S + EXPOSURE * x) * jitter,
                 "predicted_comm_s_per_step": None if failed else x,

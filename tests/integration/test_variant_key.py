@@ -4,7 +4,9 @@ link and placement. Without Ray: the planner plans the sweep, every planned run 
 step time planted per variant group (``compute_s + exposure x predicted comm``), and the real
 statistics, link model, ``linksweep project``, report and resume read it back. A module that
 dropped a key (as ``project`` and the link-model figure once dropped ``overlap_comm``) merges
-two groups: their fits mix, their rows and panels repeat.
+two groups: their fits mix, their rows and panels repeat. DDP's ``grad_compression`` takes
+powersgd at two ranks, so ``powersgd_rank`` varies too (and ``overlap_comm`` takes default and
+true: PowerSGD refuses false, linksweep's own all-reduce, which carries no comm hook).
 """
 
 from __future__ import annotations
@@ -29,13 +31,15 @@ SPEC = {
     "name": "every-key",
     "model": "gpt2-tiny",
     "world_size": 2,
+    "warmup_steps": 3,  # the fewest from which every measured PowerSGD step compresses here
     "links": {name: {"X_LINK": name} for name in COMM_S},
     "grid": {
         "strategy": ["ddp", "zero3"],
         "offload": ["none", "cpu"],
         "bucket_mb": ["default", 4],
-        "overlap_comm": ["true", "false"],
-        "ddp_grad_dtype": ["fp32", "bf16"],
+        "overlap_comm": ["default", "true"],
+        "grad_compression": ["none", "bf16", "powersgd"],
+        "powersgd_rank": [1, 4],
         "grad_sync": ["each", "last"],
         "placement": ["pack", "spread"],
         "linkbench": True,
@@ -47,9 +51,10 @@ def _planted(v) -> tuple[float, float]:
     """(compute_s, exposure) of a variant group: every key moves them, so groups differ."""
     compute = 0.2 + 0.1 * (v.strategy == "zero3") + 0.05 * (v.offload == "cpu")
     compute += 0.01 * (v.bucket_mb == 4) + 0.02 * (v.placement == "spread")
-    exposure = 0.3 + 0.4 * (v.overlap_comm == "false") + 0.1 * (v.bucket_mb == 4)
+    exposure = 0.3 + 0.4 * (v.overlap_comm == "true") + 0.1 * (v.bucket_mb == 4)
     exposure += 0.05 * (v.strategy == "zero3") + 0.02 * (v.placement == "spread")
-    exposure -= 0.15 * (v.ddp_grad_dtype == "bf16")  # half the bytes on the link
+    exposure -= 0.15 * (v.grad_compression == "bf16")  # half the bytes on the link
+    exposure -= 0.25 * (v.grad_compression == "powersgd") - 0.05 * (v.powersgd_rank == 4)
     exposure += 0.2 * (v.grad_sync == "each")  # every micro-batch reduces
     return compute, exposure
 
@@ -116,8 +121,8 @@ def test_link_model_figure_has_one_distinct_panel_per_group(stored):
     with Reader(db) as r:
         models = r.rows(Q.REPORT_LINK_MODEL, sweep_id=SID)
         runs = r.rows(Q.SWEEP_MODEL_RUNS, sweep_id=SID)
-    # under the figure's panel cap: DDP's fp32 groups (every other key varies among them)
-    some = [m for m in models if m["strategy"] == "ddp" and m["ddp_grad_dtype"] == "fp32"]
+    # under the figure's panel cap: DDP's uncompressed groups (every other key varies among them)
+    some = [m for m in models if m["strategy"] == "ddp" and m["grad_compression"] == "none"]
     fig, _ = plot_link_model(runs, some, list(COMM_S))
     titles = [ax.get_title().splitlines()[0] for ax in fig.axes]
     assert len(titles) == len(set(titles)) == len(some)
@@ -157,7 +162,13 @@ def test_resume_matches_on_every_key(stored):
     with Reader(db) as r:
         slots = r.rows(Q.SWEEP_RUN_SLOTS, sweep_id=SID)
     assert remaining_slots(SID, planned, slots, retry_failed=False) == []
-    for key, other in (("bucket_mb", 8), ("overlap_comm", "default"), ("placement", "x")):
+    for key, other in (
+        ("bucket_mb", 8),
+        ("overlap_comm", "false"),
+        ("grad_compression", "fp16"),
+        ("powersgd_rank", 2),
+        ("placement", "x"),
+    ):
         changed = [dict(slots[0], **{key: other}), *slots[1:]]
         with pytest.raises(ResumeError, match=key):
             remaining_slots(SID, planned, changed, retry_failed=False)
