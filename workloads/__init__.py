@@ -14,6 +14,7 @@ One module per job:
     rank        one rank of a run: the body of the actor the driver starts per rank.
     train       the measurement loop: build, warm up, time N optimizer steps, records.
     strategies  DDP and ZeRO behind one interface; ``make_strategy`` builds the catalog's.
+    compression DDP's gradient compression: PowerSGD's settings and split, the warmup rule; pure.
     fsdp        FSDP2 and HSDP behind the same interface.
     collectives one collective recorder for every strategy; the accumulation probe.
     model       gpt2 configs with random init.
