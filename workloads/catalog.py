@@ -425,12 +425,16 @@ def default(axis_name: str, strategy_name: str | None = None) -> Any:
 
 def filled(row: Mapping[str, Any]) -> dict[str, Any]:
     """``row`` with every axis it lacks (or holds as NULL) given the value a run of its
-    strategy had before that axis existed: its default where it applies, else the placeholder.
+    strategy had before that axis existed: read from its former key where it was renamed
+    (``Axis.renamed_from``), else its default where it applies, else the placeholder.
     How a row from an older database or an export reads (the derived migration does the same
     in SQL). A stored boolean reads as ``true``/``false`` text."""
     out = dict(row)
     for name, a in AXES.items():
         value = out.get(name)
+        if value is None and a.renamed_from is not None and a.renamed_from[0] in out:
+            old, mapping = a.renamed_from  # a row from before the rename, as the migration reads
+            value = out[name] = mapping.get(out[old], out[old])
         if isinstance(value, bool) and a.sql_type == "VARCHAR":
             out[name] = str(value).lower()
         elif value is None and a.grid and name != "strategy":

@@ -43,11 +43,6 @@ profile_steps > 0``, ``workloads.train.profiled_warmup_start``), else at the fir
 (step ``warmup_steps``; the profiled pass then runs after the timed steps): see
 :func:`powersgd_compresses` and :func:`powersgd_min_warmup_steps`.
 
-Reading the variant. Until the catalog folds ``ddp_grad_dtype`` into ``grad_compression``, a
-variant may carry either: :func:`with_grad_compression` is the one place that maps the old one
-(``fp32`` reads as ``none``, ``bf16`` as ``bf16``), on the ranks (:func:`compression_of`) and in
-the driver's theory (``orchestrator.analysis.theories.TheoryFacts``) alike.
-
 May import: nothing (the standard library only).
 """
 
@@ -71,9 +66,6 @@ what ``none`` sends, and the dtype of PowerSGD's uncompressed tensors and its P 
 KNOWN = (NONE, *CAST_BYTES, POWERSGD)
 """The compressions the ranks implement (``workloads.strategies.ddp_comm_hook``); the catalog's
 ``grad_compression`` values must be among them."""
-
-LEGACY_DDP_GRAD_DTYPE = {"fp32": NONE, "bf16": "bf16"}
-"""The axis ``grad_compression`` replaced, ``ddp_grad_dtype``: its value -> the compression."""
 
 PROFILE_STEPS = 1
 """The profiled optimizer steps a run counts collectives over: ``orchestrator.sweep.planner``'s
@@ -100,37 +92,12 @@ class Compression(NamedTuple):
     """PowerSGD's ``matrix_approximation_rank``; None for the other compressions."""
 
 
-def with_grad_compression(axes: Mapping[str, Any], ddp_grad_dtype: Any = None) -> dict[str, Any]:
-    """``axes`` with ``grad_compression`` read from the older ``ddp_grad_dtype`` (``axes``' own,
-    else the argument) where it has none: ``fp32`` as ``none``, ``bf16`` as ``bf16``
-    (:data:`LEGACY_DDP_GRAD_DTYPE`); other values (``n/a``) are left for the caller.
-
-    The one place that falls back to ``ddp_grad_dtype`` (the ranks' ``RunConfig.axes`` through
-    :func:`compression_of`, the driver's ``TheoryFacts.variant``): once the catalog's fold has
-    reached every caller, the fallback goes here and nowhere else."""
-    out = dict(axes)
-    if out.get("grad_compression") is None:
-        legacy = out.get("ddp_grad_dtype", ddp_grad_dtype)
-        if legacy in LEGACY_DDP_GRAD_DTYPE:
-            out["grad_compression"] = LEGACY_DDP_GRAD_DTYPE[legacy]
-    return out
-
-
-def compression_of(axes: Mapping[str, Any], ddp_grad_dtype: Any = None) -> Compression:
+def compression_of(axes: Mapping[str, Any]) -> Compression:
     """A DDP variant's compression from its axes (``RunConfig.axes``, ``TheoryFacts.variant``):
-    ``grad_compression`` (:func:`with_grad_compression`: else the older ``ddp_grad_dtype``;
-    neither: ``none``, DDP's own) and, for PowerSGD, ``powersgd_rank`` (default 1). An unknown
-    value is a ValueError."""
-    axes = with_grad_compression(axes, ddp_grad_dtype)
-    name = axes.get("grad_compression")
-    if name is None:
-        legacy = axes.get("ddp_grad_dtype", ddp_grad_dtype)
-        if legacy is not None:
-            raise ValueError(
-                f"ddp_grad_dtype={legacy!r} is not one of {list(LEGACY_DDP_GRAD_DTYPE)}"
-            )
-        name = NONE
-    name = LEGACY_DDP_GRAD_DTYPE.get(name, name)  # fp32 reads as none
+    ``grad_compression`` (missing: ``none``, DDP's own) and, for PowerSGD, ``powersgd_rank``
+    (default 1). An unknown value is a ValueError. (A row from before the axis reads through
+    the catalog, whose ``renamed_from`` maps the older ``ddp_grad_dtype``.)"""
+    name = axes.get("grad_compression") or NONE
     if name not in KNOWN:
         raise ValueError(f"grad_compression={name!r} is not one of {list(KNOWN)}")
     if name != POWERSGD:

@@ -124,9 +124,6 @@ class RunConfig:
     overlap_comm: str = "default"
     """default | true | false. DDP false: gradients all-reduced after backward, not during it
     (ZeRO's value is already in ``ds_config``)."""
-    ddp_grad_dtype: str = "fp32"
-    """DDP: fp32 | bf16, the dtype its gradients are all-reduced in (bf16: torch's
-    ``bf16_compress_hook``); ZeRO's dtypes are in ``ds_config``."""
     reshard_after_forward: bool = True
     """fsdp / hsdp: the transformer blocks' ``reshard_after_forward`` (``workloads/fsdp.py``)."""
     grad_sync: str | None = None

@@ -103,11 +103,8 @@ def calling(hook: Any) -> Any:
 
 
 def run_compression(cfg: Any) -> compression_rules.Compression:
-    """The run's compression: ``cfg.axes`` (``grad_compression``, ``powersgd_rank``), else
-    the older ``cfg.ddp_grad_dtype`` (``compression.compression_of``, the one fallback)."""
-    return compression_rules.compression_of(
-        getattr(cfg, "axes", None) or {}, getattr(cfg, "ddp_grad_dtype", None)
-    )
+    """The run's compression: ``cfg.axes`` (``grad_compression``, ``powersgd_rank``)."""
+    return compression_rules.compression_of(getattr(cfg, "axes", None) or {})
 
 
 @contextlib.contextmanager

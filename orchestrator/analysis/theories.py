@@ -38,10 +38,9 @@ class TheoryFacts:
     variant: Mapping[str, Any]
     """Every axis of the run's variant as stored (``strategy``, ``grad_accum``, ``grad_sync``,
     ``reshard_after_forward`` as ``true``/``false``, ``grad_compression``, ``powersgd_rank``,
-    ...), plus ``hsdp_shard_size`` where the planner resolved one. A ``grad_compression`` it
-    lacks is read from an older ``ddp_grad_dtype`` (``compression.with_grad_compression``, the
-    one fallback); any other axis it lacks reads as the catalog fills an older row
-    (``catalog.filled``: the strategy's default, or the placeholder)."""
+    ...), plus ``hsdp_shard_size`` where the planner resolved one. An axis it lacks reads as
+    the catalog fills an older row (``catalog.filled``: the strategy's default, or the
+    placeholder)."""
     world_size: int
     """Data-parallel ranks."""
     precision: str
@@ -54,7 +53,7 @@ class TheoryFacts:
     """Rank 0's effective DeepSpeed config (``runs.ds_config``); None outside ZeRO."""
 
     def __post_init__(self) -> None:
-        variant = catalog.filled(compression.with_grad_compression(self.variant))
+        variant = catalog.filled(self.variant)
         object.__setattr__(self, "variant", types.MappingProxyType(variant))
 
     @property

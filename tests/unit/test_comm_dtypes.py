@@ -9,7 +9,6 @@ number of ranks.
 
 from __future__ import annotations
 
-import dataclasses
 import types
 
 import pytest
@@ -49,10 +48,10 @@ class _TinyLM(torch.nn.Module):
         return types.SimpleNamespace(loss=loss)
 
 
-def _cfg(compression: str, overlap: str, legacy: bool = False) -> RunConfig:
-    """A one-step DDP run compressing as ``compression`` says: through ``RunConfig.axes``
-    (``grad_compression``), or with ``legacy`` through the older ``ddp_grad_dtype`` alone."""
-    cfg = RunConfig(
+def _cfg(compression: str, overlap: str) -> RunConfig:
+    """A one-step DDP run compressing as ``compression`` says, through ``RunConfig.axes``
+    (``grad_compression``)."""
+    return RunConfig(
         run_id="r",
         strategy="ddp",
         grad_accum=1,
@@ -70,14 +69,8 @@ def _cfg(compression: str, overlap: str, legacy: bool = False) -> RunConfig:
         profile_steps=1,
         pg_timeout_s=60.0,
         overlap_comm=overlap,
+        axes={"grad_compression": compression},
     )
-    ns = types.SimpleNamespace(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
-    if legacy:
-        ns.axes = {}
-        ns.ddp_grad_dtype = {"none": "fp32", "bf16": "bf16"}[compression]
-    else:
-        ns.axes = {"grad_compression": compression}
-    return ns
 
 
 WIRE = {"none": ("fp32", 4), "bf16": ("bf16", 2), "fp16": ("fp16", 2)}
@@ -108,13 +101,6 @@ def test_ddp_counts_the_bytes_and_dtype_it_sends(one_rank_group, compression, ov
     assert all(r.time_s > 0 for r in strategy.collectives)  # timed, one by one
     # the gradients came back in the parameters' dtype, averaged (one rank: unchanged)
     assert all(p.grad is None or p.grad.dtype == torch.float32 for p in model.parameters())
-
-
-def test_a_run_config_with_only_the_older_ddp_grad_dtype_still_compresses(one_rank_group):
-    for compression in ("none", "bf16"):
-        cfg = _cfg(compression, "default", legacy=True)
-        strategy = DDPStrategy(_TinyLM(), torch.device("cpu"), cfg, None)
-        assert strategy.compression == (compression, None)
 
 
 def test_ddp_hook_is_torchs_own_for_the_compression():

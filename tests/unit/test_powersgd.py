@@ -152,21 +152,16 @@ def test_without_shapes_powersgd_has_no_figure_and_says_why():
     assert theory_of(_facts(2, "last", world=1)).note is None  # one rank: nothing to say
 
 
-def test_compression_of_reads_axes_then_the_older_dtype():
+def test_compression_of_reads_the_axes():
     of = compression.compression_of
     assert of({"grad_compression": "powersgd", "powersgd_rank": 4}) == ("powersgd", 4)
     assert of({"grad_compression": "powersgd"}) == ("powersgd", 1)
     assert of({"grad_compression": "bf16", "powersgd_rank": 0}) == ("bf16", None)
-    assert of({}, "bf16") == ("bf16", None)
-    assert of({"ddp_grad_dtype": "fp32"}) == ("none", None)
     assert of({}) == ("none", None)
-    assert of({"grad_compression": "fp32"}) == ("none", None)
     with pytest.raises(ValueError, match="powersgd_rank must be an int >= 1"):
         of({"grad_compression": "powersgd", "powersgd_rank": 0})
     with pytest.raises(ValueError, match=r"grad_compression='int8' is not one of"):
         of({"grad_compression": "int8"})
-    with pytest.raises(ValueError, match=r"ddp_grad_dtype='fp8' is not one of"):
-        of({}, "fp8")
 
 
 def test_the_catalogs_compressions_are_the_ones_the_ranks_implement():
