@@ -3,12 +3,10 @@ release: every view dropped, every table and column that schema v3 and later add
 
 from __future__ import annotations
 
-import re
-
 import duckdb
 
-from orchestrator.store.migrations import MIGRATIONS
-from orchestrator.store.schema import TABLES, VIEWS
+from orchestrator.store.schema import TABLES
+from tests.unit.schema_downgrade import as_version
 
 V2_TABLES = frozenset(
     [
@@ -31,14 +29,11 @@ V2_TABLES = frozenset(
 
 
 def as_v2(db: str) -> None:
+    """The columns of v3 and later undone as ``schema_downgrade.as_version`` undoes them (an
+    ``ADD COLUMN IF NOT EXISTS`` column too, and a renamed axis back under its old name until
+    the step that added that is undone in turn), then the tables v2 did not have dropped."""
+    as_version(db, 2)
     con = duckdb.connect(db)
-    for view in VIEWS:
-        con.execute(f"DROP VIEW IF EXISTS {view}")
     for table in set(TABLES) - V2_TABLES:
         con.execute(f"DROP TABLE IF EXISTS {table}")
-    for stmt in (s for v in sorted(MIGRATIONS) if v > 2 for s in MIGRATIONS[v]):
-        m = re.match(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", stmt)
-        if m and m[1] in V2_TABLES:
-            con.execute(f"ALTER TABLE {m[1]} DROP COLUMN IF EXISTS {m[2]}")
-    con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     con.close()
