@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.integration.forked_ranks import measured_by
 
 REPO = Path(__file__).resolve().parents[2]
 WORLD = 2
@@ -111,21 +111,7 @@ def main(out_dir: str) -> None:
 def measured(tmp_path_factory) -> dict[str, list[dict]]:
     """case name -> one result per rank."""
     out = tmp_path_factory.mktemp("powersgd_gloo")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.integration.test_powersgd_gloo", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    results: dict[str, list[dict]] = {}
-    for path in sorted(out.glob("rank*.json")):
-        for name, result in json.loads(path.read_text()).items():
-            results.setdefault(name, []).append(result)
-    return results
+    return measured_by("tests.integration.test_powersgd_gloo", out, "rank*.json")
 
 
 def _theory(c: dict):
