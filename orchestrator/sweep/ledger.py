@@ -23,7 +23,7 @@ from orchestrator.store.db import StoreLocked
 from orchestrator.sweep import rows, stopping
 from orchestrator.sweep.planner import plan_runs
 from orchestrator.sweep.resume import ResumeError, RunSlot, remaining_slots, spec_differences
-from orchestrator.sweep.spec import SweepSpec
+from orchestrator.sweep.spec import SweepSpec, stored_as_current
 
 KILL_IN_COMMIT_ENV = "LINKSWEEP_KILL_IN_COMMIT"
 """A test hook (bench/bench_faults.py): ``SEQ`` -> the driver SIGKILLs itself after run SEQ is
@@ -188,6 +188,7 @@ def resume_plan(
     stored_spec = sweep["spec"]
     stored_spec = json.loads(stored_spec) if isinstance(stored_spec, str) else stored_spec
     stored_spec.setdefault("exclude_nodes", [])  # stored before the key existed: none excluded
+    stored_spec = stored_as_current(stored_spec)  # an axis renamed or added since, as today
     differ = spec_differences(stored_spec, spec.to_json_dict())
     if differ:
         raise ResumeError(

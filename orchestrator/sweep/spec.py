@@ -662,6 +662,21 @@ def _format_error(err: dict) -> list[str]:
     return [f"{field}: {msg}{shown}"]
 
 
+def stored_as_current(stored: dict[str, Any]) -> dict[str, Any]:
+    """A spec as an older linksweep stored it (its JSON, ``sweeps.spec``) as this one writes it:
+    a renamed grid key under its new name (``Axis.renamed_from``), an axis added since at its
+    default. What ``--resume`` compares the file with, so a sweep started before an axis was
+    added or renamed resumes. A grid this linksweep cannot read is returned as stored (the
+    comparison then names what differs)."""
+    out = dict(stored)
+    try:
+        grid, _ = _renamed(stored.get("grid") or {})
+        out["grid"] = Grid.model_validate(grid).model_dump(mode="json")
+    except (SpecError, ValidationError):
+        pass
+    return out
+
+
 def parse_spec(data: Any, path: str | None = None) -> SweepSpec:
     """Validate an already-loaded YAML document."""
     if not isinstance(data, dict):
