@@ -9,13 +9,12 @@ number of ranks.
 
 from __future__ import annotations
 
-import types
-
 import pytest
 import torch
 import torch.distributed as dist
 
 from orchestrator.analysis import comm_model
+from tests.unit.tiny_lm import TinyLM
 from workloads import ds_comms
 from workloads.contract import RunConfig
 from workloads.strategies import DDPStrategy, ddp_comm_hook
@@ -31,21 +30,6 @@ def one_rank_group(tmp_path_factory):
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     yield
     dist.destroy_process_group()
-
-
-class _TinyLM(torch.nn.Module):
-    """Two layers with gpt2's calling convention (``input_ids``, ``labels`` -> ``.loss``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.emb = torch.nn.Embedding(64, 32)
-        self.head = torch.nn.Linear(32, 64)
-
-    def forward(self, input_ids, labels):
-        logits = self.head(self.emb(input_ids))
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
-        return types.SimpleNamespace(loss=loss)
 
 
 def _cfg(compression: str, overlap: str) -> RunConfig:
@@ -80,7 +64,7 @@ WIRE = {"none": ("fp32", 4), "bf16": ("bf16", 2), "fp16": ("fp16", 2)}
 @pytest.mark.parametrize("compression", ["none", "bf16", "fp16"])
 def test_ddp_counts_the_bytes_and_dtype_it_sends(one_rank_group, compression, overlap):
     dtype, nbytes = WIRE[compression]
-    model = _TinyLM()
+    model = TinyLM()
     n_params = sum(p.numel() for p in model.parameters())
     strategy = DDPStrategy(model, torch.device("cpu"), _cfg(compression, overlap), torch.bfloat16)
     batch = torch.randint(0, 64, (2, 8))

@@ -37,6 +37,7 @@ import torch.distributed as dist
 
 from orchestrator.analysis import comm_model
 from orchestrator.analysis.theories import TheoryFacts, theory_of
+from tests.unit.tiny_lm import TinyLM
 from workloads import compression
 from workloads.collectives import AccumulationProbe
 from workloads.strategies import DDPStrategy
@@ -205,21 +206,6 @@ def test_the_first_measured_step_is_trains():
         )
 
 
-class _TinyLM(torch.nn.Module):
-    """Two layers with gpt2's calling convention (``input_ids``, ``labels`` -> ``.loss``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.emb = torch.nn.Embedding(64, 32)
-        self.head = torch.nn.Linear(32, 64)
-
-    def forward(self, input_ids, labels):
-        logits = self.head(self.emb(input_ids))
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
-        return types.SimpleNamespace(loss=loss)
-
-
 def _cfg(ga=1, sync="last", comp="powersgd", rank=1, overlap="default"):
     return types.SimpleNamespace(
         grad_accum=ga,
@@ -283,7 +269,7 @@ def test_the_rule_matches_torchs_own_iteration_count(one_rank_group, ga, sync, p
     syncs = compression.syncs_per_step(ga, sync)
     need, _ = compression.powersgd_min_warmup_steps(ga, sync, profile)
     for warmup in range(need + 2):
-        strategy = DDPStrategy(_TinyLM(), torch.device("cpu"), _cfg(ga, sync), None)
+        strategy = DDPStrategy(TinyLM(), torch.device("cpu"), _cfg(ga, sync), None)
         compressed, measured, _ = _train(strategy, ga, warmup, profile)
         every = all(compressed[t] == syncs for t in measured)
         assert every == compression.powersgd_compresses(warmup, profile, ga, sync), (warmup,)
@@ -293,7 +279,7 @@ def test_the_rule_matches_torchs_own_iteration_count(one_rank_group, ga, sync, p
 
 def test_overlap_false_refuses_powersgd_naming_both_fields(one_rank_group):
     with pytest.raises(ValueError, match="grad_compression=powersgd.*overlap_comm=false"):
-        DDPStrategy(_TinyLM(), torch.device("cpu"), _cfg(overlap="false"), None)
+        DDPStrategy(TinyLM(), torch.device("cpu"), _cfg(overlap="false"), None)
 
 
 # --- a real run's bytes against the theory ------------------------------------------------
