@@ -224,8 +224,10 @@ class LinkbenchRecord:
 
 # Where a run's seconds go, in the order they happen. Measured in the rank: process_start
 # (actors requested -> the rank's process runs linksweep code; the driver's clock minus the rank's,
-# one machine's clock on one node), imports (torch, transformers, deepspeed), pg_init,
-# model_data_build, strategy_init (DDP wrap or deepspeed.initialize), warmup, timed_steps,
+# one machine's clock on one node), imports (torch, transformers, deepspeed), cuda_init (the
+# rank's CUDA context on its device; absent on CPU), pg_init, model_data_build, strategy_init
+# (DDP wrap or deepspeed.initialize), compile (``compile: true``: the untimed steps in which
+# torch.compile builds its graphs; absent otherwise), warmup, timed_steps,
 # profiled_pass (the profiled steps, wherever they ran; warmup excludes them), traced_steps
 # (trace: {steps: N}, under torch.profiler), rank_teardown. Measured by the driver: placement (placement group reserved),
 # teardown (actors killed, group removed), commit (the run's transaction).
@@ -233,9 +235,11 @@ PHASES = (
     "placement",
     "process_start",
     "imports",
+    "cuda_init",
     "pg_init",
     "model_data_build",
     "strategy_init",
+    "compile",
     "warmup",
     "timed_steps",
     "profiled_pass",

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 # One colour per phase, in PHASES order: set-up phases warm, training cool, teardown grey.
 _COLOURS = (
-    "#c44e52", "#dd8452", "#e5ae38", "#ccb974", "#937860", "#da8bc3",
+    "#c44e52", "#dd8452", "#e5ae38", "#f28e2b", "#ccb974", "#937860", "#da8bc3", "#9d7660",
     "#8172b3", "#4c72b0", "#64b5cd", "#2a9d8f", "#8c8c8c", "#b0b0b0", "#55a868",
 )  # fmt: skip
 
