@@ -12,7 +12,13 @@ import argparse
 import sys
 
 from orchestrator.cli_help import ADDRESS_HELP, DB_HELP, EXIT_CODES
-from orchestrator.commands.sweeping import load_checked, on_cluster, open_store, print_query_table
+from orchestrator.commands.sweeping import (
+    add_set_argument,
+    load_checked,
+    on_cluster,
+    open_store,
+    print_query_table,
+)
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_OK, err
 
 
@@ -26,13 +32,15 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     lb.add_argument("sweep", help="sweep file (YAML); its links and placements are measured")
+    add_set_argument(lb)
     lb.add_argument("--db", default="results.duckdb", help=DB_HELP)
     lb.add_argument("--address", default=None, help=ADDRESS_HELP)
     lb.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    spec = load_checked(args.sweep, args.db, deepspeed=False)  # nothing trains: no ZeRO config
+    # nothing trains: no ZeRO config to check
+    spec = load_checked(args.sweep, args.db, deepspeed=False, overrides=args.set)
     store = open_store(args.db) if spec is not None else None
     if store is None:
         return EXIT_BAD_INPUT

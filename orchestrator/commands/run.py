@@ -18,7 +18,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from orchestrator.cli_help import ADDRESS_HELP, DB_HELP, EXIT_CODES
-from orchestrator.commands.sweeping import load_checked, on_cluster, open_store
+from orchestrator.commands.sweeping import add_set_argument, load_checked, on_cluster, open_store
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, err
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ def add_parser(sub) -> None:
     )
     r.add_argument("sweep", help="sweep file (YAML), e.g. sweeps/quickstart.yaml")
     r.add_argument("--db", default="results.duckdb", help=DB_HELP)
+    add_set_argument(r)
     r.add_argument("--address", default=None, help=ADDRESS_HELP)
     r.add_argument(
         "--resume",
@@ -64,7 +65,7 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    spec = load_checked(args.sweep, args.db, deepspeed=True)
+    spec = load_checked(args.sweep, args.db, deepspeed=True, overrides=args.set)
     store = open_store(args.db) if spec is not None else None
     if store is None:
         return EXIT_BAD_INPUT

@@ -20,14 +20,31 @@ if TYPE_CHECKING:
     from orchestrator.store import SweepStore, TableStore
 
 
-def load_checked(sweep_path: str, db: str, deepspeed: bool):
-    """The sweep file's spec, checked (with ``deepspeed``: its ZeRO configs by DeepSpeed's own
-    models), and the database checked writable; None after saying why (the caller exits 2)."""
+def add_set_argument(parser) -> None:
+    """``--set KEY=VALUE`` (repeatable): what ``run`` and ``linkbench`` override in the file."""
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key of the sweep file, VALUE read as YAML, KEY dotted for nested keys "
+        "(e.g. --set ranks_per_gpu=2 --set steps=20 --set 'grid.strategy=[ddp]'); repeatable; "
+        "the sweep is stored as overridden; default: none",
+    )
+
+
+def load_checked(sweep_path: str, db: str, deepspeed: bool, overrides: Sequence[str] = ()):
+    """The sweep file's spec with ``overrides`` (``--set KEY=VALUE``) set, checked (with
+    ``deepspeed``: its ZeRO configs by DeepSpeed's own models), and the database checked
+    writable; None after saying why (the caller exits 2)."""
     from orchestrator.store import StoreError, check_writable
+    from orchestrator.sweep.overrides import describe
     from orchestrator.sweep.spec import SpecError, deepspeed_runs, load_spec
 
     try:
-        spec = load_spec(sweep_path)
+        spec = load_spec(sweep_path, overrides)
+        if overrides:
+            print(f"linksweep: {sweep_path} with {describe(overrides)}", file=sys.stderr)
         for note in spec.notes:  # a renamed key, read under its new name
             print(f"linksweep: {sweep_path}: {note}", file=sys.stderr)
         if deepspeed and deepspeed_runs(spec):

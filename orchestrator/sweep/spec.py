@@ -10,13 +10,14 @@ field, then across fields: which axes apply to which strategies, what FSDP2 refu
 
 Pure: reads one file, touches no Ray, no database.
 
-May import: pydantic, yaml, workloads.catalog, workloads.fsdp.
+May import: overrides, pydantic, yaml, workloads.catalog, workloads.fsdp.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -33,6 +34,7 @@ from pydantic import (
     model_validator,
 )
 
+from orchestrator.sweep.overrides import OverrideError, apply_overrides
 from workloads import catalog
 from workloads.fsdp import mesh_shape
 
@@ -696,8 +698,10 @@ def parse_spec(data: Any, path: str | None = None) -> SweepSpec:
     return spec
 
 
-def load_spec(path: str | os.PathLike) -> SweepSpec:
-    """Read and validate a sweep file; raise :class:`SpecError` naming every problem."""
+def load_spec(path: str | os.PathLike, overrides: Sequence[str] = ()) -> SweepSpec:
+    """Read and validate a sweep file, with ``overrides`` (``KEY=VALUE``, ``run --set``;
+    ``orchestrator/sweep/overrides.py``) set first; raise :class:`SpecError` naming every
+    problem."""
     p = Path(path)
     try:
         text = p.read_text()
@@ -707,6 +711,10 @@ def load_spec(path: str | os.PathLike) -> SweepSpec:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise SpecError([f"not valid YAML: {exc}"], str(path)) from None
+    try:
+        data = apply_overrides(data, overrides)
+    except OverrideError as exc:
+        raise SpecError(exc.problems, str(path)) from None
     # A relative dataset path is relative to the sweep file, like an include would be.
     if isinstance(data, dict) and isinstance(data.get("dataset"), str):
         ds = data["dataset"]
