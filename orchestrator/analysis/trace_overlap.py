@@ -43,17 +43,29 @@ holding the ``ProfilerStep#N`` spans; without them, the thread (of those with op
 ``gloo:*``) with the most busy time.
 
 **Steps**: where the trace has ``ProfilerStep#N`` spans, each step gets the same figures with
-every interval clipped to the step's window. On CPU, and on GPU where the device has
-``gpu_user_annotation`` ``ProfilerStep#N`` spans, the window is that span. A GPU trace with CPU-side
-step spans only has no step on the GPU's clock: kernels run after their launch, often in the next
-step's CPU time. Each counted kernel then belongs to the step whose CPU span holds its launch (the
-``cuda_runtime``/``cuda_driver`` event with the kernel's ``args.correlation``), and step N's GPU
-window runs from the first start of its kernels to the first start of step N+1's (the last step's
-to the last end of its kernels). The windows cut the device's timeline into consecutive pieces, so
-the steps' figures add up and overlap between one step's communication and the next step's
-compute is counted where it happens on the GPU; a kernel in flight at a boundary is split between
-the two. A kernel without a launch event (a trace may lack some) is still clipped into the windows;
-a step with no kernels of this device gets no figures.
+every interval clipped to the step's window. On CPU the window is the step's span on the main
+thread. On GPU the step has no span on the GPU's clock that can be trusted, so its window is
+built from the launches: each counted kernel belongs to the step whose CPU span holds its launch
+(the ``cuda_runtime``/``cuda_driver`` event with the kernel's ``args.correlation``, on any thread:
+autograd's backward launches from its own), and step N's GPU window runs from the first start of
+its kernels to the first start of step N+1's (the last step's to the last end of its kernels):
+kernels run after their launch, often in the next step's CPU time. The windows cut the device's
+timeline into consecutive pieces, so the steps' figures add up and overlap between one step's
+communication and the next step's compute is counted where it happens on the GPU; a kernel in
+flight at a boundary is split between the two. A kernel without a launch event (a trace may lack
+some) is still clipped into the windows; a step with no kernels of this device gets no figures.
+
+``gpu_user_annotation`` ``ProfilerStep#N`` spans are never windows. Kineto draws a GPU span for
+a user annotation from the GPU activities whose launch had that annotation as its *innermost*
+user annotation on the *launching thread* (torch's ``ThreadLocalSubqueue::begin_op`` pushes a
+user-scope correlation id per thread; Kineto's ``GenericActivityProfiler::handleGpuActivity``
+extends one span per stream with each such activity), so a step's GPU span holds only what the
+main thread launched outside every nested annotation: under DDP the forward runs inside
+``DistributedDataParallel.forward``, the optimizer inside ``Optimizer.step#AdamW.step``, and
+backward (with DDP's NCCL all-reduces) on autograd's thread, so the span covers the loss's
+few kernels and no communication. The corpus's trace 04 shows it: the GPU spans Kineto wrote are
+exactly the ones that rule gives, 1,761 of its kernels (all of backward) have none, and its
+``ProfilerStep#N`` have none at all (``tests/unit/test_trace_overlap.py``).
 
 **Not given: time waited for peers.** One rank's trace shows how long a collective took, and that
 includes waiting for the slowest rank to arrive as well as moving the bytes; telling them apart
@@ -148,7 +160,7 @@ class TraceOverlap:
     """The Kineto pid: the GPU device's, or the CPU process's."""
     whole: Figures
     steps: tuple[StepFigures, ...]
-    steps_from: Literal["gpu_annotation", "cpu_launch", "cpu_span"] | None
+    steps_from: Literal["cpu_launch", "cpu_span"] | None
     """Where the step windows came from (see the module's docstring); None: no steps."""
 
 
@@ -319,7 +331,7 @@ def _gpu_parts(events: list[dict], pid) -> Parts:
     kernels = [e for e in events if e.get("cat") == "kernel" and e.get("pid") == pid]
     comm = [e for e in kernels if is_comm_kernel(str(e.get("name", "")))]
     compute = [e for e in kernels if is_compute_kernel(str(e.get("name", "")))]
-    windows = dict(_gpu_step_windows(events, pid, comm + compute)[0])
+    windows = dict(_gpu_step_windows(events, comm + compute)[0])
     compute_u = union((e["ts"], e["ts"] + e["dur"]) for e in compute)
     return Parts("gpu", pid, [_event(e) for e in comm], comm, compute_u, windows, events)
 
@@ -379,23 +391,15 @@ def gpu_overlap(trace: dict) -> list[TraceOverlap]:
         comm = [e for e in kernels[pid] if is_comm_kernel(str(e.get("name", "")))]
         compute = [e for e in kernels[pid] if is_compute_kernel(str(e.get("name", "")))]
         comm_ev, compute_ev = [_event(e) for e in comm], [_event(e) for e in compute]
-        windows, source = _gpu_step_windows(events, pid, comm + compute)
+        windows, source = _gpu_step_windows(events, comm + compute)
         steps = tuple(StepFigures(n, _figures(comm_ev, compute_ev, window=w)) for n, w in windows)
         out.append(TraceOverlap("gpu", pid, _figures(comm_ev, compute_ev), steps, source))
     return out
 
 
-def _gpu_step_windows(events: list[dict], pid, counted: list[dict]):
-    """(step, window) pairs for one device and where they came from (module docstring)."""
-    on_gpu = [
-        (n, Interval(e["ts"], e["ts"] + e["dur"]))
-        for e in events
-        if e.get("cat") == "gpu_user_annotation"
-        and e.get("pid") == pid
-        and (n := _step_number(e)) is not None
-    ]
-    if on_gpu:
-        return sorted(on_gpu), "gpu_annotation"
+def _gpu_step_windows(events: list[dict], counted: list[dict]):
+    """(step, window) pairs for one device and where they came from: the CPU step spans and the
+    launches of the device's counted kernels (module docstring: never the GPU-side spans)."""
     cpu_steps = sorted(
         (e["ts"], e["ts"] + e["dur"], n)
         for e in events
