@@ -306,6 +306,10 @@ class TrainingRecord:
     """The last profiled step's collectives in issue order: (op, message bytes, group size)
     (``collectives.AccumulationProbe``); what names a traced step's intervals. Empty: no
     profiled pass."""
+    optimizer_impl: str | None = None
+    """The optimizer implementation that stepped (``workloads/optimizer.py`` ``implementation``):
+    ``torch.optim.AdamW(fused=True)``, ``deepspeed.ops.adam.DeepSpeedCPUAdam``, ...; None: a
+    strategy that does not say (a plugin's)."""
 
 
 @dataclass(frozen=True)

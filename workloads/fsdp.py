@@ -46,7 +46,7 @@ Which strategy is which comes from the catalog (``workloads/catalog.py``): the s
 ``fsdp2`` family run here, each offering the ``grad_sync`` flavours its entry lists; whether one
 shards over the 2-D mesh is :func:`hybrid`.
 
-May import: catalog, collectives, contract, torch.
+May import: catalog, collectives, contract, optimizer, torch.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 from workloads import catalog
 from workloads.collectives import Collective, CollectiveRecorder, comm_records
 from workloads.contract import CommRecord
+from workloads.optimizer import implementation, trainer_adamw
 
 if TYPE_CHECKING:  # torch is imported where a run is built: the option tables stay light
     import torch
@@ -236,7 +237,6 @@ class FsdpStrategy:
     ``optimizer_step``; ``profile_start`` / ``profile_stop`` around the profiled steps)."""
 
     def __init__(self, model, device, cfg, autocast_dtype, options: FsdpOptions | None = None):
-        import torch
         import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
 
@@ -252,7 +252,8 @@ class FsdpStrategy:
         if cfg.offload != "cpu":
             model = model.to(device)
         self.model = apply_fully_shard(model, self.mesh, self.options, cfg.precision, cfg.offload)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr)
+        self.optimizer = trainer_adamw(self.model.parameters(), cfg.lr)
+        self.optimizer_impl = implementation(self.optimizer)
         self._step = 0
         self._micro = 0
         self.recorder: CollectiveRecorder | None = None

@@ -11,7 +11,7 @@ its ``workload`` (``DDPStrategy`` and ``ZeroStrategy`` here, ``workloads.fsdp.Fs
 :func:`make_strategy` builds that one; a name the catalog lacks is an error, never a fallback.
 
 May import: aio_check, catalog, collectives, compression, contract, ds_comms, ds_effective, deepspeed,
-torch.
+optimizer, torch.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from workloads import catalog
 from workloads import compression as compression_rules
 from workloads.collectives import Collective, CollectiveRecorder, comm_records
 from workloads.contract import CommRecord, RunConfig
+from workloads.optimizer import implementation, trainer_adamw, zero_optimizer
 
 DDP_DEFAULT_BUCKET_MIB = 25  # torch/nn/parallel/distributed.py _DEFAULT_BUCKET_CAP_MB
 
@@ -196,7 +197,8 @@ class DDPStrategy:
         self.autocast_dtype = autocast_dtype
         ids = [device.index] if device.type == "cuda" else None
         self.model = DDP(model.to(device), device_ids=ids, bucket_cap_mb=cfg.bucket_mb)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr)
+        self.optimizer = trainer_adamw(self.model.parameters(), cfg.lr)
+        self.optimizer_impl = implementation(self.optimizer)
         self._step = 0
         self._micro = 0
         self.recorder: CollectiveRecorder | None = None
@@ -312,12 +314,14 @@ class ZeroStrategy:
         self.nvme_dir = cfg.nvme_dir
         if self.nvme_dir:
             os.makedirs(self.nvme_dir, exist_ok=True)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+        optimizer = zero_optimizer(model.parameters(), cfg.lr, cfg.ds_config)
         try:
             with new_groups_inherit_timeout(cfg.pg_timeout_s):
                 self.engine, _, _, _ = deepspeed.initialize(
                     model=model, optimizer=optimizer, config=cfg.ds_config
                 )
+            # what DeepSpeed steps (its basic optimizer, which ZeRO wraps)
+            self.optimizer_impl = implementation(self.engine.basic_optimizer)
         except Exception as exc:
             if self.nvme_dir:
                 from workloads.aio_check import aio_facts, async_io_missing

@@ -244,6 +244,7 @@ def run_training(
         non_final_bytes=strategy.non_final_bytes,
         trace=trace,
         step_collectives=strategy.step_collectives,
+        optimizer_impl=getattr(strategy, "optimizer_impl", None),
     )
 
 

@@ -21,10 +21,15 @@ from typing import Any
 
 WORKLOAD_FIELDS = (
     "model", "precision", "seq_len", "micro_batch_size", "world_size", "ranks_per_node",
+    "optimizer_impl",
 )  # fmt: skip
 """What makes two sweeps' step times comparable at all (runs columns). ``ranks_per_node``: 4
 ranks spread one to a node and two to a node are different runs (v10 stored it for every run
-before, so two sweeps older than it still compare)."""
+before, so two sweeps older than it still compare). ``optimizer_impl``: fused AdamW (v14) steps
+faster than the torch default older sweeps ran, so an old and a new sweep differ in workload,
+not in speed; a sweep whose runs never recorded it reads :data:`UNKNOWN` (two such compare)."""
+UNKNOWN = "unknown (not recorded)"
+"""A workload field every run of a sweep left NULL (stored before the column existed)."""
 VERSION_FIELDS = ("torch", "nccl", "deepspeed", "ray", "cuda", "transformers", "python")
 
 
@@ -63,8 +68,17 @@ def fingerprint(facts, link_map: Mapping[str, str] | None = None) -> dict[str, s
         name = (link_map or {}).get(link, link)
         out[f"link {name}"] = d.get("description") or _joined([d.get("rate")])
     for name in WORKLOAD_FIELDS:
-        out[name] = _column(runs, name)
+        out[name] = _workload(runs, name)
     return out
+
+
+def _workload(runs: Sequence[Mapping], name: str) -> str | None:
+    """A workload field's values; :data:`UNKNOWN` for runs that never recorded the optimizer
+    (a NULL there is not "no optimizer")."""
+    value = _column(runs, name)
+    if value is None and runs and name == "optimizer_impl":
+        return UNKNOWN
+    return value
 
 
 def diff_fingerprints(base: Mapping[str, Any], cand: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -84,7 +98,7 @@ def workload_mismatch(
     """The ``WORKLOAD_FIELDS`` whose values differ between two sweeps' runs, as
     ``{"field", "baseline", "candidate"}``; empty when the workloads match."""
     return [
-        {"field": f, "baseline": _column(base_runs, f), "candidate": _column(cand_runs, f)}
+        {"field": f, "baseline": _workload(base_runs, f), "candidate": _workload(cand_runs, f)}
         for f in WORKLOAD_FIELDS
-        if _column(base_runs, f) != _column(cand_runs, f)
+        if _workload(base_runs, f) != _workload(cand_runs, f)
     ]

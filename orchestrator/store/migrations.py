@@ -256,6 +256,11 @@ _HISTORIC: dict[int, list[str]] = {
     # v12: which collective each traced interval was: new table trace_collectives (created
     # from TABLES). Runs traced before v12 have no rows there.
     12: [],
+    # v14: which optimizer implementation stepped (fused AdamW as Hugging Face Trainer builds
+    # it, DeepSpeedCPUAdam with ZeRO offload). Runs before v14 stepped torch.optim.AdamW with
+    # torch's default implementation, but no row said so: NULL, which compare reads as unknown
+    # (a different workload from a v14 sweep's).
+    14: ["ALTER TABLE runs ADD COLUMN IF NOT EXISTS optimizer_impl VARCHAR"],
 }
 
 
@@ -320,8 +325,8 @@ def axis_statements(axis: catalog.Axis) -> list[str]:
 AXES_BY_HAND_UNTIL = 12
 """The last version whose axes the hand-written steps migrate (v7 ``ddp_grad_dtype``, v8
 ``grad_sync`` and ``reshard_after_forward``); every axis with a later ``since`` is derived. Fixed:
-``catalog.BASE_SCHEMA_VERSION`` (equal today) rises with a hand-written step that no axis
-makes, and an axis added before that rise keeps its derived step."""
+``catalog.BASE_SCHEMA_VERSION`` (raised to 14 by v14's runs column) rises with a hand-written
+step that no axis makes, and an axis added before that rise keeps its derived step."""
 
 
 def derived() -> dict[int, list[str]]:

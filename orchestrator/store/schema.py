@@ -173,7 +173,8 @@ _TABLES: dict[str, str] = {
         -- traced steps (trace: {steps: N}, v11; NULL: not traced)
         trace_steps INTEGER,         -- steps traced after the timed ones
         traced_step_time_s DOUBLE,   -- their median (slowest rank per step), under the profiler
-        trace_overhead DOUBLE        -- traced_step_time_s / median_step_time_s
+        trace_overhead DOUBLE,       -- traced_step_time_s / median_step_time_s
+        optimizer_impl VARCHAR       -- the optimizer that stepped (rank 0's), v14; NULL before
     """,
     "steps": """
         run_id VARCHAR,

@@ -141,14 +141,15 @@ AXIS_KEYS: dict[str, str] = {
 ``default`` the ``deepspeed:`` block may set them (they are then the run's default)."""
 
 HARNESS_KEYS: dict[str, str] = {
-    # We hand deepspeed.initialize our own torch.optim.AdamW. Both keys exist in 0.19.8
-    # (runtime/constants.py): without the first, engine.py asserts "You are using an untested
-    # ZeRO Optimizer"; without the second, ZeRO-Offload with a client optimizer raises and asks
-    # for DeepSpeedCPUAdam, a C++ op that has to be compiled.
-    "zero_allow_untested_optimizer": "linksweep passes its own torch.optim.AdamW",
-    "zero_force_ds_cpu_optimizer": "linksweep passes its own torch.optim.AdamW",
+    # We hand deepspeed.initialize our own optimizer, as Hugging Face Trainer does with a config
+    # that names none (workloads/optimizer.py): fused torch.optim.AdamW, or DeepSpeedCPUAdam
+    # where the optimizer is offloaded. Trainer sets zero_allow_untested_optimizer itself
+    # (integrations/deepspeed.py); without it engine.py asserts "You are using an untested ZeRO
+    # Optimizer". zero_force_ds_cpu_optimizer stays DeepSpeed's (true): a deepspeed: block may
+    # set it false, and then an offloaded run steps the fused torch AdamW, as accelerate does.
+    "zero_allow_untested_optimizer": "linksweep passes its own optimizer, as Trainer does",
     "steps_per_print": "linksweep keeps DeepSpeed's progress prints out of the timed steps",
-    "optimizer": "linksweep passes its own torch.optim.AdamW (a config optimizer would clash)",
+    "optimizer": "linksweep passes Trainer's optimizer (a config optimizer would replace it)",
     "scheduler": "linksweep trains at a constant learning rate",
     "comms_logger": "linksweep turns DeepSpeed's comms logger on for the profiled pass only",
 }
@@ -304,8 +305,6 @@ def deepspeed_config(
         "zero_allow_untested_optimizer": True,
         "steps_per_print": STEPS_PER_PRINT,
     }
-    if offload != "none":
-        variant["zero_force_ds_cpu_optimizer"] = False
     if precision == "bf16":
         variant["bf16"] = {"enabled": True}
     if comms_logger:

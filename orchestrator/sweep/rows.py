@@ -440,6 +440,7 @@ def _run_row(facts: RunFacts, result: RunResult, trained: list) -> dict:
         "nvme_swap_files": max((t.nvme_swap_files for _, t in trained), default=None),
         "variant": v.to_dict(),
         "ds_config": _rank0(trained).ds_config if trained else None,
+        "optimizer_impl": _rank0(trained).optimizer_impl if trained else None,
         "launcher": result.launcher,
         "rank_env": dict(facts.rank_env) if facts.rank_env is not None else None,
         "ranks_per_gpu": spec.ranks_per_gpu,

@@ -47,7 +47,6 @@ def test_zero2_bf16_cpu_offload_and_given_buckets():
             "offload_optimizer": {"device": "cpu"},
         },
         "bf16": {"enabled": True},
-        "zero_force_ds_cpu_optimizer": False,
         **HARNESS,
     }
 
