@@ -17,7 +17,10 @@ frozen record of ``workloads.fleet_contract``. Three jobs, each a plain function
   same on every node so nodes compare like with like (:data:`CPU_PROBE`, :data:`GPU_PROBE`):
   synthetic tokens, AdamW, warmup steps excluded, the device synchronised before each clock read;
   tokens/s = micro_batch x seq_len / median step time. On a GPU the node's health is read once,
-  from a background thread, while the timed steps run (``under_load=True``).
+  from a background thread, while the timed steps run: every GPU is read, and only the probe's
+  own GPU is marked ``under_load``. The probe loads one GPU; the others are idle and lower their
+  PCIe generation to save power (``workloads/gpu_doctor.py``), so judging them as loaded made
+  every multi-GPU node a suspect ("PCIe gen 1 of 5 under load" for seven GPUs of eight).
 - **One all_reduce rank** (:class:`FleetRank`, an actor class): joins a process group over a
   ``tcp://`` rendezvous and times ``msg_bytes`` float32 all_reduces with ``workloads.linkbench``
   (the one measurement protocol: warmup, a barrier and a sync around each timed iteration,
@@ -41,7 +44,7 @@ import socket
 import statistics
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,15 +196,39 @@ def _mig_instances(nvml: Any, handle: Any) -> tuple[str, ...]:
         return ()
 
 
+def loaded_indices(nvml: Any, loaded: Collection[str]) -> set[int]:
+    """The NVML indices of the GPUs named by ``loaded`` (Ray's GPU ids, as
+    ``DeviceDecision.nvml_id``: an index, a UUID, or a MIG instance's id, whose parent GPU is
+    the one under load). An id NVML cannot resolve names none: that GPU is judged idle, which
+    can miss a fault but never makes a healthy node a suspect."""
+    from workloads.telemetry import device_handle
+
+    out = set()
+    for gpu_id in loaded:
+        if str(gpu_id).isdigit():
+            out.add(int(gpu_id))
+            continue
+        try:
+            handle = device_handle(nvml, str(gpu_id))
+            if nvml.nvmlDeviceIsMigDeviceHandle(handle):
+                handle = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+            out.add(int(nvml.nvmlDeviceGetIndex(handle)))
+        except Exception:  # noqa: BLE001, S112 - not found, no permission: judged idle
+            continue
+    return out
+
+
 def read_node_health(
-    nvml: Any | None = None, under_load: bool = False, expect_gpus: bool = False
+    nvml: Any | None = None, loaded: Collection[str] = (), expect_gpus: bool = False
 ) -> HealthRecord:
     """This node's health now. Never raises.
 
-    ``nvml``: the NVML module (default ``pynvml`` from nvidia-ml-py). ``under_load``: stamped on
-    every GPU's dict (the compute probe reads during its timed steps). ``expect_gpus``: Ray says
-    this node has GPUs, so NVML that cannot start or sees none is an ``error``, not the CPU
-    node's ``note``.
+    ``nvml``: the NVML module (default ``pynvml`` from nvidia-ml-py). ``loaded``: the GPUs a
+    workload runs on while this reads (Ray's GPU ids, :func:`loaded_indices`); each GPU's dict
+    says ``under_load`` True only for those, and only theirs is a PCIe generation below the
+    maximum that counts as a fault (an idle GPU lowers it to save power). ``expect_gpus``: Ray
+    says this node has GPUs, so NVML that cannot start or sees none is an ``error``, not the
+    CPU node's ``note``.
     """
     cpu = cpu_facts()
     try:
@@ -215,7 +242,8 @@ def read_node_health(
         return HealthRecord(cpu=cpu, note=NO_GPU_NOTE)
     try:
         count = nvml.nvmlDeviceGetCount()
-        gpus = tuple(_gpu_facts(nvml, i, under_load) for i in range(count))
+        busy = loaded_indices(nvml, loaded)
+        gpus = tuple(_gpu_facts(nvml, i, i in busy) for i in range(count))
     except Exception as exc:  # noqa: BLE001 - the driver failed mid-way: say so, keep CPU facts
         return HealthRecord(cpu=cpu, error=f"NVML failed: {type(exc).__name__}: {exc}")
     finally:
@@ -315,7 +343,8 @@ def compute_probe(node_gpu_ids: Sequence[str] = ()) -> ComputeRecord:
     for _ in range(cfg.warmup_steps):
         step()
     sync(device)
-    health = _HealthDuringSteps() if on_gpu else None
+    # read while the steps run; only this rank's GPU is under load (module docstring)
+    health = _HealthDuringSteps((decision.nvml_id,)) if on_gpu else None
     times = []
     for i in range(cfg.timed_steps):
         if health is not None and i == cfg.timed_steps // 2:
@@ -339,10 +368,11 @@ def compute_probe(node_gpu_ids: Sequence[str] = ()) -> ComputeRecord:
 
 
 class _HealthDuringSteps:
-    """One ``read_node_health(under_load=True)`` on a background thread, started by
-    :meth:`read_now` so it overlaps a timed step; :meth:`result` waits for it."""
+    """One ``read_node_health(loaded=...)`` on a background thread, started by :meth:`read_now`
+    so it overlaps a timed step; :meth:`result` waits for it. ``loaded``: the probe's GPU."""
 
-    def __init__(self) -> None:
+    def __init__(self, loaded: Collection[str]) -> None:
+        self._loaded = tuple(loaded)
         self._go = threading.Event()
         self._record: HealthRecord | None = None
         self._thread = threading.Thread(target=self._run, daemon=True, name="fleet-health")
@@ -350,7 +380,7 @@ class _HealthDuringSteps:
 
     def _run(self) -> None:
         self._go.wait()
-        self._record = read_node_health(under_load=True, expect_gpus=True)
+        self._record = read_node_health(loaded=self._loaded, expect_gpus=True)
 
     def read_now(self) -> None:
         self._go.set()

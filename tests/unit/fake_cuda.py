@@ -1,12 +1,26 @@
 """The device-level fakes of a simulated node (``tests/unit/hwprofiles.py`` puts them together):
 torch's CUDA view of one process, NVML, and DeepSpeed's accelerator.
 
-- :class:`CudaView`: ``torch.cuda`` as a process on a node sees it, following
-  ``CUDA_VISIBLE_DEVICES`` at each call as the CUDA runtime does at its first: device count,
-  names (a MIG device is "<GPU> MIG <profile>", as torch names it), capability, properties,
-  ``is_bf16_supported`` (torch 2.13's rule: native from capability 8.0; below it, True only
-  ``including_emulation``), ``set_device`` (an ordinal the process cannot see raises "invalid
-  device ordinal", as CUDA does), ``current_device`` and ``torch.cuda.device``.
+- :class:`CudaView`: ``torch.cuda`` as one process on a node sees it. Like the CUDA driver, it
+  reads ``CUDA_VISIBLE_DEVICES`` once, when CUDA starts in the process (``cuInit``), and keeps
+  that set until the process ends: setting the variable later changes nothing, where the old
+  fake followed it at every call and let code pass that a real node misreads. What starts CUDA
+  is what does in torch 2.13: ``is_available()`` (``cudaGetDeviceCount``, which runs ``cuInit``:
+  ``torch/cuda/__init__.py``), ``init()``, ``set_device`` (its C++ side lazily initialises
+  torch's CUDA first), and every call that initialises torch's CUDA (``current_device``,
+  names, capability, properties, ``synchronize``, a tensor on a CUDA device). Not
+  ``device_count()``: before torch's CUDA is initialised it counts through NVML, parsing
+  ``CUDA_VISIBLE_DEVICES`` as it is now, and only afterwards gives the initialised count.
+  :meth:`CudaView.reset` is a new process. Devices: names (a MIG device is
+  "<GPU> MIG <profile>", as torch names it), capability, properties, ``is_bf16_supported``
+  (torch 2.13's rule: native from capability 8.0; below it, True only ``including_emulation``),
+  ``set_device`` (an ordinal the process cannot see raises "invalid device ordinal", as CUDA
+  does), ``current_device`` and ``torch.cuda.device``.
+- :class:`CudaTensorsOnCpu`: a torch function mode under which a tensor asked for on
+  ``cuda:k`` is made on the CPU instead (this torch has no CUDA), after the view checked that
+  the process sees ``k``; GPU ``k`` is then busy in the node's NVML (its PCIe generation is the
+  trained one) until the process ends. It lets code that allocates on its GPU run its CPU-side
+  logic; nothing about a GPU's speed or memory is simulated.
 - :class:`ProfileNvml`: ``fake_nvml.FakeNvml`` with the calls the node probe adds.
 - :func:`deepspeed_device`: the device DeepSpeed 0.19.8's real engine takes in this process's
   environment, through a recording accelerator installed with DeepSpeed's ``set_accelerator``.
@@ -19,6 +33,7 @@ import os
 from types import SimpleNamespace
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from tests.unit.fake_nvml import FakeNvml
 
@@ -32,15 +47,42 @@ NCCL_VERSION = (2, 27, 3)
 
 
 class CudaView:
-    """torch.cuda as one process on ``node`` sees it; devices follow CUDA_VISIBLE_DEVICES now."""
+    """torch.cuda as one process on ``node`` sees it (module docstring: when the visible set is
+    fixed). ``busy``: the node's set of NVML indices under load, shared with its NVML fakes."""
 
-    def __init__(self, node):
+    def __init__(self, node, busy: set[int] | None = None):
         self.node = node
+        self.busy = set() if busy is None else busy
+        self.reset()
+
+    def reset(self) -> None:
+        """A new process: CUDA not started, nothing current, no GPU of ours busy."""
+        if getattr(self, "loading", None):
+            self.busy.difference_update(self.loading)
+        self.visible: list | None = None
+        """The devices CUDA enumerated when it started here; None: not started."""
+        self.started_with: str | None = None
+        """``CUDA_VISIBLE_DEVICES`` when CUDA started (None: unset, or not started)."""
+        self.torch_initialized = False
         self.current = 0
         self.set_calls: list[int] = []
+        self.loading: set[int] = set()
+        """NVML indices this process put work on (:class:`CudaTensorsOnCpu`)."""
+
+    def _start(self) -> list:
+        """``cuInit``: the visible set is read now, once per process."""
+        if self.visible is None:
+            self.started_with = os.environ.get("CUDA_VISIBLE_DEVICES")
+            self.visible = self.node.devices(self.started_with)
+        return self.visible
+
+    def _lazy_init(self) -> list:
+        """torch's ``_lazy_init``: starts CUDA where nothing has."""
+        self.torch_initialized = True
+        return self._start()
 
     def _devices(self):
-        return self.node.devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        return self._lazy_init()
 
     def _index(self, device) -> int:
         if device is None:
@@ -58,11 +100,37 @@ class CudaView:
             raise RuntimeError("CUDA error: invalid device ordinal")
         return devices[i]
 
+    def nvml_index(self, device) -> int:
+        """The NVML index of the physical GPU behind ``device`` (a MIG device's parent)."""
+        _, _, nvml_id = self._dev(device)
+        if nvml_id.isdigit():
+            return int(nvml_id)
+        return next(i for i, g in enumerate(self.node.gpus) if nvml_id in g.mig)
+
+    def put_work_on(self, device) -> None:
+        """A tensor made on ``device``: CUDA starts, the ordinal must be visible, and its GPU
+        is busy until this process ends (:meth:`reset`)."""
+        i = self.nvml_index(device)
+        if i not in self.busy:
+            self.loading.add(i)
+            self.busy.add(i)
+
     def is_available(self) -> bool:
-        return bool(self._devices())
+        return bool(self._start())
+
+    def init(self) -> None:
+        self._lazy_init()
+
+    def is_initialized(self) -> bool:
+        return self.torch_initialized
 
     def device_count(self) -> int:
-        return len(self._devices())
+        if self.torch_initialized:
+            return len(self.visible)
+        return len(self.node.devices(os.environ.get("CUDA_VISIBLE_DEVICES")))
+
+    def synchronize(self, device=None) -> None:
+        self._dev(device)
 
     def get_device_name(self, device=None) -> str:
         return self._dev(device)[1]
@@ -114,6 +182,9 @@ class CudaView:
     def install(self, mp) -> None:
         for name in (
             "is_available",
+            "init",
+            "is_initialized",
+            "synchronize",
             "device_count",
             "get_device_name",
             "get_device_capability",
@@ -127,6 +198,30 @@ class CudaView:
             mp.setattr(torch.cuda, name, getattr(self, name))
         mp.setattr(torch.cuda.nccl, "version", lambda: NCCL_VERSION)
         mp.setattr(torch.version, "cuda", TORCH_CUDA if self.node.gpus else None)
+
+
+class CudaTensorsOnCpu(TorchFunctionMode):
+    """Tensors asked for on ``cuda:k`` are made on the CPU, once ``view`` has checked that this
+    process sees ``k`` (module docstring). Enter it on the thread that makes the tensors."""
+
+    def __init__(self, view: CudaView):
+        super().__init__()
+        self.view = view
+
+    def _cpu(self, value):
+        if isinstance(value, str) and value.split(":")[0] == "cuda":
+            value = torch.device(value)
+        if isinstance(value, torch.device) and value.type == "cuda":
+            self.view.put_work_on(value)
+            return torch.device("cpu")
+        return value
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.device:  # naming a device makes no tensor: cuda:k stays cuda:k
+            return func(*args, **(kwargs or {}))
+        args = tuple(self._cpu(a) for a in args)
+        kwargs = {k: self._cpu(v) for k, v in (kwargs or {}).items()}
+        return func(*args, **kwargs)
 
 
 # -- NVML -----------------------------------------------------------------------------------
@@ -170,9 +265,13 @@ class ProfileNvml(FakeNvml):
         return ("mig", handle, index)
 
 
-def nvml_for(node) -> ProfileNvml:
+def nvml_for(node, busy: set[int] | None = None) -> ProfileNvml:
+    """The node's NVML; ``busy``: the node's GPUs under load, shared with its CUDA views."""
     return ProfileNvml(
-        node.nvml_gpus(), driver=node.nvml_driver, no_permission=node.nvml_no_permission
+        node.nvml_gpus(),
+        driver=node.nvml_driver,
+        no_permission=node.nvml_no_permission,
+        busy=busy,
     )
 
 

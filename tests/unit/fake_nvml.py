@@ -20,12 +20,26 @@ NotSupported, an exception instance raises it. Modes:
   (``{"uncorrected": n, "corrected": m}``, or None: ECC off / unsupported) answers
   ``nvmlDeviceGetTotalEccErrors`` for the volatile counters. ``health_gpu`` builds a healthy GPU;
   ``x8_of_x16_gpu`` and ``thermally_throttled_gpu`` the two faults a fleet check must name.
+- PCIe generation follows the load, as on real GPUs: ``gen`` is the generation the link trained
+  at, read by ``nvmlDeviceGetCurrPcieLinkGeneration`` only while the GPU is under load (its
+  index in ``busy``); at idle the GPU lowers it to save power and the call reads ``gen_idle``
+  (default :data:`IDLE_PCIE_GEN`; never above ``gen``). ``nvmlDeviceGetMaxPcieLinkGeneration``
+  reads ``gen_max`` whatever the load. ``busy`` is a set the caller may share between fakes of
+  one node (every process there sees the same GPUs), and :meth:`FakeNvml.loaded` marks GPUs busy
+  for a block. The width does not change with load (a link trained at x8 stays x8).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from types import SimpleNamespace
+
+IDLE_PCIE_GEN = 1
+"""What ``nvmlDeviceGetCurrPcieLinkGeneration`` reads on an idle GPU: drivers drop the link to
+gen 1 at idle to save power and raise it to the trained generation under load (NVIDIA's
+nvidia-smi documentation: "the current link generation ... may be reduced when the GPU is not
+in use"; ``workloads/gpu_doctor.py`` and ``orchestrator/fleet/suspects.py`` judge by it)."""
 
 
 class FakeNvml:
@@ -72,9 +86,12 @@ class FakeNvml:
         driver: str = "new",
         no_permission: bool = False,
         init_error: Exception | None = None,
+        busy: set[int] | None = None,
     ):
         assert driver in ("new", "old", "ancient")
         self.gpus = gpus
+        self.busy = set() if busy is None else busy
+        """Indices of the GPUs under load now (module docstring: the PCIe generation)."""
         self.driver = driver
         self.no_permission = no_permission
         self.init_error = init_error
@@ -127,6 +144,11 @@ class FakeNvml:
             if text in gpu.get("mig", ()):
                 return ("mig", i, gpu["mig"].index(text))
         raise self.NVMLError_NotFound("Not Found")
+
+    def nvmlDeviceGetIndex(self, handle):
+        if isinstance(handle, tuple):  # NVML: a MIG handle has no index of its own
+            raise self.NVMLError_InvalidArgument("Invalid Argument")
+        return handle
 
     def nvmlDeviceIsMigDeviceHandle(self, handle):
         return isinstance(handle, tuple)
@@ -197,8 +219,22 @@ class FakeNvml:
     def nvmlDeviceGetMemoryInfo(self, handle):
         return SimpleNamespace(total=self._get(handle, "mem_bytes"), used=0, free=0)
 
+    @contextlib.contextmanager
+    def loaded(self, *indices: int):
+        """GPUs ``indices`` under load for the block (a workload's steps running there)."""
+        added = {i for i in indices if i not in self.busy}
+        self.busy.update(added)
+        try:
+            yield
+        finally:
+            self.busy.difference_update(added)
+
     def nvmlDeviceGetCurrPcieLinkGeneration(self, handle):
-        return self._get(handle, "gen")
+        trained = self._get(handle, "gen")
+        if handle in self.busy:
+            return trained
+        idle = self.gpus[handle].get("gen_idle", IDLE_PCIE_GEN)
+        return trained if idle is None else min(trained, idle)
 
     def nvmlDeviceGetMaxPcieLinkGeneration(self, handle):
         return self._get(handle, "gen_max")

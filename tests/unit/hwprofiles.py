@@ -8,10 +8,14 @@ the ``CUDA_VISIBLE_DEVICES`` its raylet started with, its driver, nvidia-smi, to
 between them is linksweep's real code. The boundaries, and nothing else:
 
 - torch's CUDA view and DeepSpeed's accelerator (``tests/unit/fake_cuda.py``): device count,
-  names, capability, bf16 with and without emulation, ``set_device``, read from
-  ``CUDA_VISIBLE_DEVICES`` at each call, as the CUDA runtime does at its first call;
+  names, capability, bf16 with and without emulation, ``set_device``, from the
+  ``CUDA_VISIBLE_DEVICES`` the process had when CUDA started in it (``cuInit``), fixed from then
+  on as the driver fixes it; each :meth:`Cluster.on` is a new process, with its own view;
+  a tensor asked for on ``cuda:k`` is made on the CPU once the view has checked ``k``
+  (``fake_cuda.CudaTensorsOnCpu``), and GPU ``k`` is busy until the process ends;
 - NVML (``pynvml``): ``fake_cuda.ProfileNvml`` (``tests/unit/fake_nvml.FakeNvml``) per node,
-  with MIG, old drivers and refused readings as the profile says;
+  with MIG, old drivers and refused readings as the profile says; an idle GPU's PCIe
+  generation reads lower than the one its link trained at, a busy GPU's reads the trained one;
 - ``nvidia-smi``: an executable on ``PATH`` printing a real public capture of ``nvidia-smi
   topo -m`` (``shared/data`` beside the checkout, see its SOURCES.md; a one-GPU node's matrix is constructed,
   :data:`ONE_GPU`; ``-q`` prints a two-line stand-in), absent where the node has none;
@@ -45,7 +49,7 @@ from types import SimpleNamespace
 import torch
 
 from tests.captures import SHARED_DATA
-from tests.unit.fake_cuda import CudaView, NoNvml, nvml_for
+from tests.unit.fake_cuda import CudaTensorsOnCpu, CudaView, NoNvml, nvml_for
 from tests.unit.fake_nvml import FakeNvml
 
 DATA = SHARED_DATA
@@ -254,6 +258,9 @@ class Cluster:
         self.mp = mp
         self.tmp = tmp
         self.views: dict[str, CudaView] = {}
+        """Per node, the CUDA view of the last process started there."""
+        self.busy: dict[str, set[int]] = {n.hostname: set() for n in profile.nodes}
+        """Per node, the NVML indices of its GPUs under load (every process there sees them)."""
 
     def _bin(self, node: Node) -> Path:
         """The node's PATH folder: nvidia-smi, when it has one."""
@@ -275,10 +282,12 @@ class Cluster:
 
     @contextlib.contextmanager
     def on(self, hostname: str, cvd: str | None = None):
-        """A process on ``hostname`` with ``CUDA_VISIBLE_DEVICES=cvd`` (None: unset); its
-        environment, torch, NVML, PATH, hostname and async_io facts are the node's."""
+        """A new process on ``hostname`` with ``CUDA_VISIBLE_DEVICES=cvd`` (None: unset); its
+        environment, torch, NVML, PATH, hostname and async_io facts are the node's. CUDA has
+        not started in it: its first CUDA call fixes what it sees."""
         node = self.profile.node(hostname)
-        view = self.views.setdefault(hostname, CudaView(node))
+        busy = self.busy[hostname]
+        view = self.views[hostname] = CudaView(node, busy)
         folder = self._bin(node)
         saved_env = dict(os.environ)
         with contextlib.ExitStack() as stack:
@@ -286,7 +295,7 @@ class Cluster:
 
             mp = stack.enter_context(_pytest.monkeypatch.MonkeyPatch.context())
             view.install(mp)
-            mp.setitem(sys.modules, "pynvml", nvml_for(node) if node.gpus else NoNvml())
+            mp.setitem(sys.modules, "pynvml", nvml_for(node, busy) if node.gpus else NoNvml())
             mp.setenv("PATH", f"{folder}:/usr/bin:/bin")
             if cvd is None:
                 mp.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -297,17 +306,32 @@ class Cluster:
 
             def run(argv, *args, env=None, **kwargs):
                 if list(argv[:2]) == [CHILD_PYTHON, "-c"]:
-                    return _child_python(argv, env)
+                    return self._child(node, argv, env)
                 return real_run(argv, *args, env=env, **kwargs)
 
             mp.setattr(subprocess, "run", run)
             mp.setattr(socket, "gethostname", lambda: hostname)
             self._install_aio(mp, node)
+            stack.enter_context(CudaTensorsOnCpu(view))
             try:
                 yield view
             finally:
+                view.reset()  # the process ends: its GPUs are idle again
                 os.environ.clear()
                 os.environ.update(saved_env)
+
+    def _child(self, node: Node, argv: list[str], env: dict | None):
+        """A child process on ``node``: its own CUDA view, started by nothing yet."""
+        import _pytest.monkeypatch
+
+        child = CudaView(node, self.busy[node.hostname])
+        with _pytest.monkeypatch.MonkeyPatch.context() as mp:
+            child.install(mp)
+            with CudaTensorsOnCpu(child):
+                try:
+                    return _child_python(argv, env)
+                finally:
+                    child.reset()
 
     @staticmethod
     def _install_aio(mp, node: Node) -> None:

@@ -54,7 +54,7 @@ def test_healthy_gpus_every_key_read_and_nvml_released():
     g0, g1 = rec.gpus
     assert set(g0) == GPU_KEYS
     assert g0["name"] == "NVIDIA H100 80GB HBM3" and g0["uuid"].startswith("GPU-00000000")
-    assert (g0["pcie_gen_current"], g0["pcie_gen_max"]) == (5, 5)
+    assert (g0["pcie_gen_current"], g0["pcie_gen_max"]) == (1, 5)  # idle: the link at gen 1
     assert (g0["sm_clock_mhz"], g0["sm_clock_max_mhz"]) == (1980, 1980)
     assert g0["temp_c"] == 41.0 and g0["clock_reasons"] == 0x1
     assert (g1["ecc_uncorrected"], g1["ecc_corrected"]) == (2, 17)
@@ -69,11 +69,23 @@ def test_x8_of_x16_link_is_read_as_such():
 
 
 def test_thermally_throttled_gpu_reasons_and_clocks():
-    rec = read_node_health(nvml=FakeNvml([thermally_throttled_gpu()]), under_load=True)
+    fake = FakeNvml([thermally_throttled_gpu()])
+    with fake.loaded(0):
+        rec = read_node_health(nvml=fake, loaded=("0",))
     (g,) = rec.gpus
     assert g["clock_reasons"] == 0x40
     assert g["sm_clock_mhz"] == 1200 and g["sm_clock_max_mhz"] == 1980
     assert g["temp_c"] == 92.0 and g["under_load"] is True
+    assert (g["pcie_gen_current"], g["pcie_gen_max"]) == (5, 5)  # loaded: the trained gen
+
+
+def test_only_the_gpus_named_loaded_are_under_load_by_index_uuid_or_mig_instance():
+    mig = "MIG-11111111-2222-3333-4444-555555555555"
+    fake = FakeNvml([health_gpu(0), health_gpu(1), health_gpu(2, mig=[mig]), health_gpu(3)])
+    uuid1 = health_gpu(1)["uuid"]
+    rec = read_node_health(nvml=fake, loaded=("3", uuid1, mig, "GPU-not-on-this-node"))
+    assert [g["under_load"] for g in rec.gpus] == [False, True, True, True]
+    assert [g["under_load"] for g in read_node_health(nvml=fake).gpus] == [False] * 4
 
 
 def test_old_driver_reasons_come_from_the_older_call():

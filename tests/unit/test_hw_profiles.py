@@ -756,11 +756,12 @@ def test_fsdp2_device_rule_is_torchs_and_catches_a_wrong_local_rank(monkeypatch,
     fallback; with the device set first it keeps that device whatever LOCAL_RANK says."""
     import torch
 
-    with installed(PROFILES["h100x8"], monkeypatch, tmp_path) as c, c.on("h100-0", "0,1"):
-        monkeypatch.setenv("LOCAL_RANK", "1")
-        assert fsdp2_device(2, 0, "cuda", cuda_initialized=False) == "cuda:1"
-        torch.cuda.set_device(0)
-        assert fsdp2_device(2, 1, "cuda", cuda_initialized=True) == "cuda:0"
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-        got = fsdp2_device(2, 1, "cuda", cuda_initialized=False)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with installed(PROFILES["h100x8"], monkeypatch, tmp_path) as c:
+        with c.on("h100-0", "0,1"):
+            assert fsdp2_device(2, 0, "cuda", cuda_initialized=False) == "cuda:1"
+            torch.cuda.set_device(0)
+            assert fsdp2_device(2, 1, "cuda", cuda_initialized=True) == "cuda:0"
+        with c.on("h100-0", "0"):  # a process that sees one GPU (CUDA fixes it at its start)
+            got = fsdp2_device(2, 1, "cuda", cuda_initialized=False)
         assert got.startswith("error: set_device(1)") and "invalid device ordinal" in got

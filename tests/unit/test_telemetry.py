@@ -322,8 +322,10 @@ def inventory_gpus() -> list[dict]:
 
 def test_inventory():
     fake = FakeNvml(inventory_gpus())
-    inv = nvml_inventory(nvml=fake)
+    with fake.loaded(0, 1, 2):  # the trained PCIe generations: read under load
+        inv = nvml_inventory(nvml=fake)
     assert fake.initialised == fake.shut_down == 1
+    assert [g["pcie_gen_current"] for g in nvml_inventory(nvml=fake)] == [1, 1, 1]  # idle
     assert [g["index"] for g in inv] == [0, 1, 2]
     h100, consumer, unbridged = inv
     assert h100 == {
@@ -378,12 +380,16 @@ def test_a_refused_reading_is_none_with_a_note_and_the_rest_stays():
 
 
 def test_doctor_warnings():
-    warnings = doctor_warnings(nvml_inventory(nvml=FakeNvml(inventory_gpus())))
+    fake = FakeNvml(inventory_gpus())
+    idle = {(w.gpu, w.code, w.invalidates) for w in doctor_warnings(nvml_inventory(nvml=fake))}
+    assert (0, "pcie_gen_below_max", False) in idle  # an idle H100 at gen 1: a note, no more
+    with fake.loaded(0, 1, 2):
+        warnings = doctor_warnings(nvml_inventory(nvml=fake))
     by_gpu = {}
     for w in warnings:
         assert isinstance(w, DoctorWarning)
         by_gpu.setdefault(w.gpu, {})[w.code] = w
-    assert 0 not in by_gpu  # a healthy H100 SXM box
+    assert 0 not in by_gpu  # a healthy H100 SXM box under load
     consumer = by_gpu[1]
     assert set(consumer) == {
         "pcie_gen_below_max",
