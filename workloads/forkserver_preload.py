@@ -1,13 +1,22 @@
 """Imported once by the launcher's fork server (``workloads/launcher.py``), so that forked ranks
 start with it all loaded: torch, transformers, deepspeed, datasets and the workload's modules.
-Nothing here touches CUDA (the fork server must not initialise it before forking).
+Nothing here touches CUDA (the fork server must not initialise it before forking), nor NVML:
+before anything else, ``launcher.guard_nvml`` makes NVML's init refuse until each forked child
+gives it back (why: the launcher's module docstring).
 
-May import: data, model, rank, strategies, train, datasets, deepspeed, torch, transformers.
+May import: data, launcher, model, rank, strategies, train, datasets, deepspeed, torch,
+transformers.
 """
+
+# ruff: noqa: E402 - the NVML guard goes in before the first import that could initialise NVML
 
 from __future__ import annotations
 
 import contextlib
+
+from workloads.launcher import guard_nvml
+
+guard_nvml()
 
 import torch  # noqa: F401
 import torch.distributed  # noqa: F401

@@ -12,6 +12,23 @@ environment plus the run's env (the link's variables: NCCL and gloo read env onc
 at process-group init, which happens after that). Nothing of an earlier run can leak: the server
 never runs a rank and never changes its own environment.
 
+GPU nodes (``accelerator="cuda"``): the launcher is a zero-GPU Ray actor, and Ray 2.60 leaves
+``CUDA_VISIBLE_DEVICES`` untouched for such workers (``override_on_zero=False``), so it holds the
+raylet's whole GPU list, or none (every GPU). Neither reaches a rank: every child's environment
+has ``CUDA_VISIBLE_DEVICES`` set by this module before any of its code runs (``""`` by default,
+the ids of the rank's bundle for a GPU rank: :meth:`Launcher.run_rank`). The fork server itself
+sees no GPU (:func:`server_env`): torch's NVML-based CUDA check returns 0 from the empty
+``CUDA_VISIBLE_DEVICES`` before loading NVML, and never falls back to ``cudaGetDeviceCount``
+(it would for MIG ids, initialising the driver: no forked child could use CUDA after that).
+NVML is not initialised in the server either: its state does not survive a fork (NVIDIA's own
+cuCascade re-initialises it per pid after a fork, NVIDIA/cuCascade#138), and DeepSpeed's CUDA
+accelerator calls ``pynvml.nvmlInit()`` when it is made, at ``import deepspeed``; so the server
+refuses ``nvmlInit`` while it preloads (:func:`guard_nvml`) and each child gives the real one
+back before anything else (:func:`release_nvml_guard`). DeepSpeed picks its accelerator once,
+at import, and keeps it in module state (``runtime/utils.py`` binds its memory functions,
+``ops/op_builder/all_ops.py`` its op builders): the server would see no GPU and pick CPU, so on
+a GPU node it gets ``DS_ACCELERATOR=cuda``.
+
 Ray still owns placement and lifetime: the driver reserves a placement group per run as before
 and asks the launcher of the node each bundle landed on; killing the launcher (the driver does
 at the end of the sweep, Ray does if the node goes) ends the fork server, and each rank dies with
@@ -20,7 +37,7 @@ its parent (``PR_SET_PDEATHSIG``). ``kill_run`` ends a run's ranks (timeout, fai
 A plain class; ``orchestrator/raycluster/launchers.py`` makes it a threaded actor (one thread per rank of a
 run on this node, plus ``kill_run``). Imports nothing from ``orchestrator``.
 
-May import: catalog, contract, cpu_policy, nccl_files, rank.
+May import: catalog, contract, cpu_policy, nccl_files, rank, pynvml.
 """
 
 from __future__ import annotations
@@ -73,11 +90,76 @@ LAZY_PRELOAD = (
 """What a run would import lazily, imported once in the fork server by
 ``workloads.forkserver_lazy`` through :func:`import_quietly`."""
 PRELOAD = ["workloads.forkserver_preload", "workloads.forkserver_lazy"]
-"""Imported once in the fork server, in this order: torch, transformers, deepspeed, datasets, the
-workload (``forkserver_preload``), then :data:`LAZY_PRELOAD`. multiprocessing's fork server
+"""Imported once in the fork server, in this order: the NVML guard (:func:`guard_nvml`), torch,
+transformers, deepspeed, datasets, the workload (``forkserver_preload``), then
+:data:`LAZY_PRELOAD`. multiprocessing's fork server
 skips a name only when its import raises ImportError; any other error would end the server and
 fail every run, DDP's too. So the lazy names go through :func:`import_quietly`, which skips a
 name whatever its import raises (a DeepSpeed built for another CUDA, a broken setuptools)."""
+
+
+SERVER_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TOKENIZERS_PARALLELISM": "false"}
+"""The fork server's environment on top of the launcher's (:func:`server_env`)."""
+ACCELERATORS = ("cpu", "cuda")
+"""What a node's ranks use: its launcher's fork server preloads DeepSpeed for it."""
+KILL_WAIT_S = 30.0
+"""How long :meth:`Launcher.kill_run` waits for SIGKILLed ranks to be gone: milliseconds on
+CPU; a GPU process exits only once the driver has freed its memory."""
+
+
+def server_env(accelerator: str) -> dict[str, str]:
+    """The fork server's environment on top of the launcher actor's (see the module docstring):
+    no GPU visible to anything it imports, NVML-based CUDA checks, DeepSpeed's accelerator the
+    node's ranks use (``cpu``: DeepSpeed detects it, and finds none). Pure."""
+    if accelerator not in ACCELERATORS:
+        raise ValueError(f"accelerator {accelerator!r}; allowed: {list(ACCELERATORS)}")
+    env = {**SERVER_ENV, "CUDA_VISIBLE_DEVICES": ""}
+    if accelerator == "cuda":
+        env["DS_ACCELERATOR"] = "cuda"
+    return env
+
+
+def child_visible_devices(gpus) -> str:
+    """A forked rank's ``CUDA_VISIBLE_DEVICES``: its node's GPU ids of the run, each once, in
+    order; ``""`` (every GPU hidden) without. ``workloads.device.visible_devices`` says the same
+    (tests/unit/test_launcher_gpu.py checks it), without importing torch into this actor."""
+    return ",".join(dict.fromkeys(str(g) for g in gpus or ()))
+
+
+_real_nvml: dict[str, Callable] = {}  # pynvml's init functions while guard_nvml holds them
+
+
+def guard_nvml() -> None:
+    """In the fork server, while it preloads: ``pynvml.nvmlInit`` and ``nvmlInitWithFlags``
+    raise ``NVMLError`` instead of initialising NVML (DeepSpeed's CUDA accelerator catches it
+    and goes on without NVML). Nothing when pynvml is not installed."""
+    try:
+        import pynvml
+    except ImportError:
+        return
+    if _real_nvml:
+        return
+
+    class NvmlRefused(pynvml.NVMLError):
+        def __str__(self) -> str:  # NVMLError's would load the library to name the code
+            return "NVML is not initialised in the fork server (workloads/launcher.py)"
+
+    def refuse(*_args, **_kwargs):
+        raise NvmlRefused(pynvml.NVML_ERROR_UNINITIALIZED)
+
+    for name in ("nvmlInit", "nvmlInitWithFlags"):
+        _real_nvml[name] = getattr(pynvml, name)
+        setattr(pynvml, name, refuse)
+
+
+def release_nvml_guard() -> None:
+    """Give pynvml its init functions back (in each forked child, before its work)."""
+    if _real_nvml:
+        import pynvml
+
+        for name, fn in _real_nvml.items():
+            setattr(pynvml, name, fn)
+        _real_nvml.clear()
 
 
 def import_quietly(names) -> dict[str, str]:
@@ -145,7 +227,8 @@ def _child(conn, env: dict[str, str], fn: Callable, args: tuple) -> None:
     _progress = _PipeProgress(conn)
     _die_with_parent()
     os.environ.clear()
-    os.environ.update(env)
+    os.environ.update(env)  # CUDA_VISIBLE_DEVICES among it: before anything can touch CUDA
+    release_nvml_guard()
     with contextlib.suppress(OSError):  # Ray starts workers at nice 15: run at torchrun's
         os.setpriority(os.PRIO_PROCESS, 0, 0)
     code = 1
@@ -182,13 +265,16 @@ class ForkFailure(RuntimeError):
 class Launcher:
     """The per-node launcher actor (see the module docstring)."""
 
-    def __init__(self) -> None:
-        self.base_env = dict(os.environ)
+    def __init__(self, accelerator: str = "cpu") -> None:
+        """``accelerator``: ``cuda`` where the node's ranks get GPUs (``server_env``)."""
+        self.accelerator = accelerator
+        # a child gets no GPU unless its call names one (run_rank): never the raylet's list
+        self.base_env = dict(os.environ) | {"CUDA_VISIBLE_DEVICES": ""}
         self.base_env.pop("RAY_worker_niceness", None)
         self.ctx = multiprocessing.get_context("forkserver")
         mp_spawn.get_preparation_data = _no_main(mp_spawn.get_preparation_data)
-        server_env = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TOKENIZERS_PARALLELISM": "false"}
-        os.environ.update(server_env)  # what the server starts with (it copies os.environ)
+        # what the server starts with (it copies os.environ)
+        os.environ.update(server_env(accelerator))
         self.ctx.set_forkserver_preload(PRELOAD)
         self.lock = threading.Lock()
         self.running: dict[str, list] = {}  # run_id -> its live processes
@@ -250,6 +336,10 @@ class Launcher:
 
     def run_rank(self, env: dict[str, str], cfg, rank: int, world_size: int, local_rank: int,
                  master_addr: str, master_port: int, gpus: list[str] | None) -> RankRecord:  # fmt: skip
+        """A rank in a forked child. ``gpus``: the GPU ids Ray fixed for the bundles of the
+        run's ranks on this node (``raycluster.runs``), the child's ``CUDA_VISIBLE_DEVICES``
+        from its first instruction; None: a CPU rank, every GPU hidden."""
+        env = {**env, "CUDA_VISIBLE_DEVICES": child_visible_devices(gpus)}
         args = (cfg, rank, world_size, local_rank, master_addr, master_port, gpus)
         return self.call(env, _run_rank, args, run_id=cfg.run_id)
 
@@ -261,26 +351,28 @@ class Launcher:
         with self.lock:
             return [p.pid for p in self.running.get(run_id, [])]
 
-    def kill_run(self, run_id: str) -> int:
-        """SIGKILL the run's live processes and wait (5 s at most) until they are gone; returns
-        how many there were. Waits on each process's sentinel, not ``join``: the thread that
-        forked it (``call``) joins it, and the fork server's exit status is read once."""
+    def kill_run(self, run_id: str) -> list[int]:
+        """SIGKILL the run's live processes and wait (``KILL_WAIT_S`` at most) until they are
+        gone; returns the pids still there after the wait (none, normally). The driver removes
+        the run's placement group, and Ray counts its GPUs free, only after this. Waits on each
+        process's sentinel, not ``join``: the thread that forked it (``call``) joins it, and the
+        fork server's exit status is read once."""
         with self.lock:
             procs = list(self.running.pop(run_id, []))
         for p in procs:
             if p.is_alive():
                 p.kill()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + KILL_WAIT_S
         for p in procs:
             multiprocessing.connection.wait([p.sentinel], max(0.0, deadline - time.monotonic()))
-        return len(procs)
+        return [p.pid for p in procs if not multiprocessing.connection.wait([p.sentinel], 0)]
 
-    def kill_all(self) -> int:
+    def kill_all(self) -> list[int]:
         """End the processes of every run (:meth:`kill_run`), at a sweep's end, before this
-        launcher is kept for the driver's next sweep; returns how many there were."""
+        launcher is kept for the driver's next sweep; returns the pids still there."""
         with self.lock:
             run_ids = list(self.running)
-        return sum(self.kill_run(run_id) for run_id in run_ids)
+        return [pid for run_id in run_ids for pid in self.kill_run(run_id)]
 
     def collect_files(self, run_id: str):
         """After the run: its processes on this node ended (:meth:`kill_run`, so no file is still

@@ -72,6 +72,14 @@ def wait_for_master(addr: str, port: int, timeout_s: float) -> bool:
     return False
 
 
+def assigned_gpu_ids() -> tuple[str, ...]:
+    """The GPU ids Ray assigned to this task or actor (run as a task in a placement-group bundle,
+    it names the bundle's GPUs: ``raycluster.runs.bundle_gpu_ids``)."""
+    import ray  # this process is a Ray worker: ray is its runtime
+
+    return tuple(str(g) for g in ray.get_gpu_ids())
+
+
 def node_info(gpu_ids: tuple[str, ...] = ()) -> NodeInfo:
     """Where this process runs: node id, hostname, IP, pid, and the GPU ids Ray assigned it."""
     import ray  # this process is a Ray worker: ray is its runtime
@@ -92,9 +100,7 @@ class Rank:
 
     def node_info(self) -> NodeInfo:
         """Where this rank landed, with the GPU ids Ray assigned to it."""
-        import ray
-
-        return node_info(tuple(str(g) for g in ray.get_gpu_ids()))
+        return node_info(assigned_gpu_ids())
 
     def free_port(self) -> int:
         return free_port()
@@ -115,10 +121,15 @@ class Rank:
         ``progress``: where rank 0 reports its step (a ``ProgressBoard`` actor, or the fork
         launcher's pipe); None: no reports.
 
-        ``node_gpu_ids``: every GPU id Ray assigned to this run's ranks on this node. Same-node
+        ``node_gpu_ids``: every GPU id Ray assigned to this run's ranks on this node (a forked
+        rank's: those of its run's bundles there, ``raycluster.runs.bundle_gpu_ids``). Same-node
         ranks all see these GPUs and pick theirs by local rank, as Ray Train does, so NCCL can
         find peer GPUs for P2P/NVLink (one visible GPU per process breaks P2P paths). None or
-        empty (a CPU bundle, a forked rank): every GPU is hidden (``workloads.device``).
+        empty (a CPU bundle): every GPU is hidden (``workloads.device``).
+
+        A rank with GPUs times ``cuda_init``: the device decision (torch's first CUDA calls
+        initialise the driver) and the device's primary context (:func:`_cuda_context`); a CPU
+        rank has no such phase.
         """
         from workloads.device import rank_env, visible_devices
 
@@ -141,7 +152,10 @@ class Rank:
 
         # a DeviceError (GPUs assigned, no CUDA in this torch...) fails the run here, before any
         # process group exists, and its text is the run's stored error
-        decision = decide_device(local_rank, node_gpu_ids)
+        with clock.phase("cuda_init") if node_gpu_ids else contextlib.nullcontext():
+            decision = decide_device(local_rank, node_gpu_ids)
+            if decision.backend == "nccl":
+                _cuda_context(torch, torch.device(decision.device))
         # LOCAL_RANK names the decided device: DeepSpeed and torch pick their device from it
         os.environ.update(
             rank_env(decision, rank, world_size, local_rank, master_addr, master_port)
@@ -195,6 +209,15 @@ class Rank:
 
         nvml = nvml_target(decision.nvml_id)
         return run_training(cfg, rank, world_size, device, on_step, nvml), ()
+
+
+def _cuda_context(torch, device) -> None:
+    """Create this rank's CUDA context on ``device`` now (``cuda_init``), not inside whichever
+    phase first touches the GPU: ``set_device`` does not create it for the device already
+    current (c10 ``SetDevice`` skips ``cudaSetDevice`` then); a device synchronise does, and
+    waits for it (a CPU-GPU sync point)."""
+    torch.cuda.init()
+    torch.cuda.synchronize(device)
 
 
 @contextlib.contextmanager

@@ -6,8 +6,11 @@ cores) are paid once per node per driver process, not once per run nor once per 
 ``selftest`` runs five sweeps, a Python caller or a test session many.
 
 Between sweeps a kept launcher has no process left (:func:`stop_launchers` ends every run's
-ranks and waits until they are gone) and holds no resource (``num_cpus=0``; its fork server
-never touched CUDA). Before a later sweep uses it, it must answer a fork (``warm``) within
+ranks and waits until they are gone) and holds no resource (``num_cpus=0``, no GPU; its fork
+server never touched CUDA nor NVML). The GPUs its forked ranks use stay reserved by their run's
+placement group (``runs._run_forked``), not by the launcher. A launcher serves CPU ranks or GPU
+ranks (``accelerator``: its fork server preloads DeepSpeed for one or the other), and is kept
+per (job, node, accelerator). Before a later sweep uses it, it must answer a fork (``warm``) within
 :data:`REUSE_CHECK_TIMEOUT_S`, else it is killed and a new one started. Kept launchers are keyed
 by Ray job and node: a new ``ray.init`` (another job, maybe another cluster) never sees the old
 ones, and they die with the driver that owns them (Ray's fate sharing of actors).
@@ -25,30 +28,31 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 LAUNCHER_START_TIMEOUT_S = 600.0  # a cold node imports torch, transformers, deepspeed once
 REUSE_CHECK_TIMEOUT_S = 60.0
 """A kept launcher forks a child and hears back within this, or it is replaced."""
-_kept: dict[tuple[str, str], object] = {}
-"""Launchers kept after a sweep, by (Ray job id, node id), for this driver's next sweep."""
+_kept: dict[tuple[str, str, str], object] = {}
+"""Launchers kept after a sweep, by (Ray job id, node id, accelerator), for this driver's next
+sweep."""
 
 
 def _job_id() -> str:
     return ray.get_runtime_context().get_job_id()
 
 
-def _new_launcher(node_id: str):
+def _new_launcher(node_id: str, accelerator: str):
     from workloads.launcher import Launcher
 
     remote_cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1024)(Launcher)
     actor = remote_cls.options(
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
         runtime_env={"env_vars": {"RAY_worker_niceness": "0"}},
-    ).remote()
+    ).remote(accelerator)
     ray.get(actor.warm.remote(), timeout=LAUNCHER_START_TIMEOUT_S)
     return actor
 
 
-def _kept_launcher(node_id: str):
+def _kept_launcher(node_id: str, accelerator: str):
     """The launcher an earlier sweep of this driver kept on the node, if it still forks; None
     when there is none or it did not answer (then it is killed)."""
-    actor = _kept.pop((_job_id(), node_id), None)
+    actor = _kept.pop((_job_id(), node_id, accelerator), None)
     if actor is None:
         return None
     try:
@@ -63,14 +67,22 @@ def _kept_launcher(node_id: str):
 class LauncherPool:
     """This sweep's launcher actors (``workloads.launcher.Launcher``), one per node, each got
     (kept from an earlier sweep, else started and its fork server warmed: imports done) the
-    first time a run needs that node."""
+    first time a run needs that node. ``accelerator``: ``cuda`` when the run's ranks get GPUs
+    (``workloads.launcher.server_env``); a sweep's runs all ask for the same."""
 
     def __init__(self) -> None:
         self.actors: dict[str, object] = {}
+        self.accelerators: dict[str, str] = {}
 
-    def get(self, node_id: str):
+    def get(self, node_id: str, accelerator: str = "cpu"):
+        if self.accelerators.get(node_id, accelerator) != accelerator:
+            raise ValueError(
+                f"node {node_id[:12]}: this sweep's launcher there serves "
+                f"{self.accelerators[node_id]} ranks, asked for {accelerator}"
+            )
         if node_id not in self.actors:
-            self.actors[node_id] = _kept_launcher(node_id) or _new_launcher(node_id)
+            actor = _kept_launcher(node_id, accelerator) or _new_launcher(node_id, accelerator)
+            self.actors[node_id], self.accelerators[node_id] = actor, accelerator
         return self.actors[node_id]
 
     def values(self):
@@ -89,15 +101,18 @@ def start_launchers() -> LauncherPool:
 def stop_launchers(launchers: LauncherPool | None) -> None:
     """The sweep is over: every run's ranks on each launcher are ended and waited for, and the
     launcher is kept for this driver's next sweep. One that does not answer within 30 s is
-    killed (its fork server exits, and any rank left dies with it)."""
+    killed (its fork server exits, and any rank left dies with it), and so is one with a rank
+    still there after ``kill_all``'s wait (a GPU process the driver did not let go)."""
     if launchers is None or not launchers.actors or not ray.is_initialized():
         return  # nothing started, or Ray already shut down (its actors went with it)
     job = _job_id()
     for node_id, actor in list(launchers.actors.items()):
         try:
-            ray.get(actor.kill_all.remote(), timeout=30)
-        except Exception:  # noqa: BLE001 - dead or hung: not kept
+            left = ray.get(actor.kill_all.remote(), timeout=60)
+            if left:
+                raise RuntimeError(f"rank processes {left} outlived SIGKILL")
+        except Exception:  # noqa: BLE001 - dead, hung, or a rank that outlived its kill
             with contextlib.suppress(Exception):
                 ray.kill(actor, no_restart=True)
             continue
-        _kept[(job, node_id)] = actor
+        _kept[(job, node_id, launchers.accelerators[node_id])] = actor

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import ray
@@ -241,7 +241,7 @@ def _tear_down(
     ``teardown`` phase."""
     t_teardown = time.perf_counter()
     if launchers is not None:
-        _kill_forked(launchers, run_id)
+        _kill_forked(launchers, run_id, result)
     for a in actors:
         ray.kill(a, no_restart=True)
     collect_leftovers(run_id, _run_nodes(pg, result.placements), result, launchers)
@@ -250,21 +250,31 @@ def _tear_down(
 
 
 def _run_forked(pg, launch: Launch, context: RunContext, result: RunResult) -> list[RankRecord]:
-    """The ranks of a placed run, each forked by the launcher of its bundle's node."""
+    """The ranks of a placed run, each forked by the launcher of its bundle's node, with the
+    GPU ids Ray fixed for its bundle (:func:`bundle_gpu_ids`; every GPU id of the run's ranks
+    on its node, as :func:`_run_actors` gives them)."""
     from ray.util.placement_group import placement_group_table
 
     launchers, run_cfg, env = context.launchers, launch.config, launch.env
     world_size = launch.world_size
+    accelerator = "cuda" if launch.bundle.get("GPU") else "cpu"
     by_bundle = placement_group_table(pg)["bundles_to_node_id"]
     nodes = [by_bundle[i // launch.ranks_per_bundle] for i in range(world_size)]
     result.actors_created_wall_s = time.time()
-    infos = {n: launchers.get(n).node_info.remote() for n in set(nodes)}
+    infos = {n: launchers.get(n, accelerator).node_info.remote() for n in set(nodes)}
+    ids = bundle_gpu_ids(pg, launch)
     infos = dict(zip(infos, ray.get(list(infos.values()), timeout=60), strict=True))
-    result.placements = place_ranks([infos[n] for n in nodes])
+    per_rank = launch.bundle.get("GPU", 0.0)
+    result.placements = place_ranks(
+        [
+            replace(infos[n], gpu_ids=rank_gpu_ids(ids, r, launch.ranks_per_bundle, per_rank))
+            for r, n in enumerate(nodes)
+        ]
+    )
     master_addr = infos[nodes[0]].ip
-    master_port = ray.get(launchers.get(nodes[0]).free_port.remote(), timeout=60)
+    master_port = ray.get(launchers.get(nodes[0], accelerator).free_port.remote(), timeout=60)
     refs = [
-        launchers.get(nodes[p.rank]).run_rank.remote(
+        launchers.get(nodes[p.rank], accelerator).run_rank.remote(
             rank_env_for(env, p.rank),
             run_cfg,
             p.rank,
@@ -272,20 +282,74 @@ def _run_forked(pg, launch: Launch, context: RunContext, result: RunResult) -> l
             p.local_rank,
             master_addr,
             master_port,
-            None,  # no GPU ids: the forked rank hides every GPU (workloads.device)
+            list(p.visible_gpus) if p.visible_gpus else None,  # None: a CPU rank, GPUs hidden
         )
         for p in result.placements
     ]
-    rank0 = launchers.get(nodes[0])
+    rank0 = launchers.get(nodes[0], accelerator)
     poll = lambda: _progress_report(rank0.progress.remote(run_cfg.run_id))  # noqa: E731
     return _wait_all(refs, launch.timeout_s, _ticker(context.on_progress, poll))
 
 
-def _kill_forked(launchers: LauncherPool, run_id: str) -> None:
-    """End whatever is left of a run's forked ranks (after a failure or a timeout)."""
+def bundle_gpu_ids(pg, launch: Launch) -> list[tuple[str, ...]]:
+    """Per bundle of the run's placement group, the GPU ids Ray fixed for it; ``()`` each for
+    CPU bundles (no call). A forked rank is no Ray worker, so Ray cannot tell it its GPUs: a
+    zero-CPU task scheduled into each bundle with the bundle's GPUs asks Ray
+    (``workloads.rank.assigned_gpu_ids``) and ends.
+
+    Why the ids stay the rank's after that task ended: a bundle's GPU instances are chosen when
+    the group is prepared on its node and fixed at commit (Ray's raylet,
+    ``placement_group_resource_manager.cc`` ``CommitBundle``: the bundle's ``GPU_group_*``
+    resources get exactly the instances prepared for it), and they return to the node only in
+    ``ReturnBundle``, when the group is removed. Any task or actor in that bundle gets the same
+    ids; nothing else can take them while the group lives. :func:`_tear_down` removes the
+    group only after the launchers' ``kill_run`` has waited for the ranks to be gone. A holder
+    actor living as long as the rank would reserve nothing more, and cost an actor start per
+    run. ``num_gpus`` goes through ``.options``: the worker stays for the next run's task
+    (``@ray.remote(num_gpus=...)`` would make it single-use)."""
+    n = len(launch.bundles)
+    gpus = launch.bundles[0].get("GPU", 0.0) if n else 0.0
+    if not gpus:
+        return [()] * n
+    from workloads.rank import assigned_gpu_ids
+
+    task = ray.remote(num_cpus=0, max_retries=0)(assigned_gpu_ids)
+    refs = [
+        task.options(
+            num_gpus=gpus,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=b
+            ),
+        ).remote()
+        for b in range(n)
+    ]
+    return ray.get(refs, timeout=ACTOR_READY_TIMEOUT_S)
+
+
+def rank_gpu_ids(
+    bundle_ids: list[tuple[str, ...]], rank: int, ranks_per_bundle: int, gpus_per_rank: float
+) -> tuple[str, ...]:
+    """Rank ``rank``'s GPU ids among its bundle's (``bundle_gpu_ids``): its share in order when
+    each rank has whole GPUs; the bundle's GPU when ranks share one (``ranks_per_gpu``). Pure."""
+    ids = tuple(bundle_ids[rank // ranks_per_bundle]) if bundle_ids else ()
+    if gpus_per_rank < 1 or not ids:
+        return ids
+    k, j = round(gpus_per_rank), rank % ranks_per_bundle
+    return ids[j * k : (j + 1) * k]
+
+
+def _kill_forked(launchers: LauncherPool, run_id: str, result: RunResult) -> None:
+    """End whatever is left of a run's forked ranks (after a failure or a timeout) and wait
+    until they are gone; a rank still there after the launcher's wait is noted in
+    ``result.cleanup_errors`` (its GPU may still be busy when the group is removed)."""
     refs = [a.kill_run.remote(run_id) for a in launchers.values()]
-    with contextlib.suppress(Exception):
-        ray.get(refs, timeout=30)
+    try:
+        left = [pid for pids in ray.get(refs, timeout=60) for pid in pids]
+    except Exception as exc:  # noqa: BLE001 - a launcher that does not answer: noted
+        result.cleanup_errors.append(f"ending the forked ranks: {first_line(exc)}")
+        return
+    if left:
+        result.cleanup_errors.append(f"forked rank processes {left} outlived SIGKILL")
 
 
 def _wait_all(refs: list, timeout_s: float, on_tick: Callable[[], None] | None) -> list[RankRecord]:

@@ -270,20 +270,14 @@ def rank_resources(
 
 
 def launcher_for(spec: SweepSpec, bundle: dict[str, float]) -> str:
-    """How this sweep's ranks start: ``fork`` (per-node fork-server launcher) or ``actors``
-    (fresh Ray actors per run). ``auto`` is fork on CPU-only clusters, actors where ranks get
-    GPUs. Raises SpecError for fork on GPUs (not yet run on a GPU; and GPU ids come from Ray
-    actors)."""
-    gpu = "GPU" in bundle
-    if spec.launcher == "fork" and gpu:
-        raise SpecError(
-            [
-                "launcher: 'fork' is CPU-only until it has been run on a GPU cluster; allowed "
-                "here: 'actors' or 'auto' (= actors on GPUs)"
-            ]
-        )
+    """How this sweep's ranks start: ``fork`` (per-node fork-server launcher; on GPUs each
+    forked rank gets the GPU ids Ray fixed for its bundle, ``raycluster.runs.bundle_gpu_ids``)
+    or ``actors`` (fresh Ray actors per run), as ``spec.launcher`` says. ``auto`` is fork on
+    CPU-only clusters and stays actors where ranks get GPUs: fork on a GPU node has been
+    checked only on Ray's logical GPUs so far, not by selftest's fork checks on a real GPU
+    node; ``auto`` becomes fork there once such a node has run them green."""
     if spec.launcher == "auto":
-        return "actors" if gpu else "fork"
+        return "actors" if "GPU" in bundle else "fork"
     return spec.launcher
 
 

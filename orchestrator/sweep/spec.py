@@ -275,8 +275,9 @@ class SweepSpec(BaseModel):
     launcher: Literal["auto", "fork", "actors"] = "auto"
     """How ranks start. fork: a launcher actor per node per sweep forks each run's ranks from a
     fork server with torch/transformers/deepspeed imported (no imports paid per run); actors:
-    fresh Ray actors per run (pays the imports every run); auto: fork on CPU-only clusters,
-    actors on GPU clusters (fork has not been run on a GPU yet)."""
+    fresh Ray actors per run (pays the imports every run); on GPUs each forked rank sees exactly
+    the GPUs Ray reserved for its bundle. auto: fork on CPU-only clusters, actors on GPU clusters
+    (fork on GPUs is checked on Ray's logical GPUs, not yet by selftest on a real GPU node)."""
 
     @field_validator("name")
     @classmethod

@@ -5,7 +5,11 @@ A fork copies one thread: a thread started by an import would be missing in ever
 whatever it guarded (a lock, a queue) was copied mid-use; a CUDA context cannot cross a fork at
 all. So importing the list, in a fresh interpreter set up as the fork server is, must leave the
 threads as ``workloads.forkserver_preload`` (torch, transformers, deepspeed, datasets) leaves
-them, and CUDA uninitialised. Each name must also import: the server skips a name whose import
+them, and CUDA uninitialised. On a GPU node (the launcher actor inherits the raylet's GPU
+list) the server must also see no GPU, load neither libcuda nor NVML, and still give DeepSpeed
+the CUDA accelerator the ranks need; a forked child sees only the GPUs its call names. (On this
+CPU machine libcuda and NVML cannot load at all: there the checks guard the code path, on a GPU
+node they read the hardware's libraries.) Each name must also import: the server skips a name whose import
 raises (``launcher.import_quietly``), so a module DeepSpeed moved would silently stop being
 preloaded.
 
@@ -22,8 +26,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SERVER_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TOKENIZERS_PARALLELISM": "false"}
-"""What ``Launcher.__init__`` puts in the fork server's environment."""
+RAYLET_GPUS = "0,1"
+"""The ``CUDA_VISIBLE_DEVICES`` a launcher actor inherits on a GPU node: Ray 2.60 leaves the
+raylet's list to a zero-GPU worker (``override_on_zero=False``)."""
 
 _IMPORT_PRELOAD = """
 import importlib, json, os, sys, threading
@@ -34,7 +39,7 @@ def counts():
     return {{"threads": threading.active_count(), "tasks": len(os.listdir("/proc/self/task"))}}
 
 first = counts()
-importlib.import_module(PRELOAD[0])  # the base: torch, transformers, deepspeed, datasets
+importlib.import_module(PRELOAD[0])  # the NVML guard, then torch, transformers, deepspeed...
 base = counts()
 failed = {{}}
 for name in LAZY_PRELOAD:  # each must import here (this environment has DeepSpeed)
@@ -43,15 +48,22 @@ for name in LAZY_PRELOAD:  # each must import here (this environment has DeepSpe
     except Exception as exc:
         failed[name] = repr(exc)
 import torch
+sys.path.insert(0, {here!r})
+import test_preload
 print(json.dumps({{"first": first, "base": base, "after": counts(), "failed": failed,
                   "cuda": torch.cuda.is_initialized(), "preload": PRELOAD,
-                  "lazy": list(LAZY_PRELOAD)}}))
+                  "lazy": list(LAZY_PRELOAD), "gpu": test_preload.gpu_state()}}))
 """
 
 
-def _run(code: str, cwd: Path = REPO) -> dict:
-    env = {**os.environ, **SERVER_ENV}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
+def _run(code: str, as_server: bool, cwd: Path = REPO) -> dict:
+    """``code`` in a fresh interpreter whose environment is a GPU-node launcher actor's
+    (``RAYLET_GPUS``), with what ``Launcher("cuda")`` gives its fork server on top when
+    ``as_server``."""
+    from workloads.launcher import server_env
+
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": RAYLET_GPUS}
+    env |= server_env("cuda") if as_server else {}
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
     )
@@ -59,12 +71,45 @@ def _run(code: str, cwd: Path = REPO) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_importing_the_preload_list_starts_no_thread_and_no_cuda_context():
-    r = _run(_IMPORT_PRELOAD.format(repo=str(REPO)))
+def gpu_state() -> dict:
+    """What this process holds of CUDA and NVML, and the DeepSpeed accelerator it has picked.
+    In a forked child, the libraries' state is the fork server's: a library mapped there is
+    mapped here, NVML's reference count is the server's."""
+    import pynvml
+
+    with open("/proc/self/maps") as f:
+        maps = f.read()
+    ds = sys.modules.get("deepspeed.accelerator.real_accelerator")
+    acc = getattr(ds, "ds_accelerator", None)
+    return {
+        "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "cuda": sys.modules["torch"].cuda.is_initialized(),
+        "libcuda": "libcuda.so" in maps,
+        "libnvidia_ml": "libnvidia-ml.so" in maps,
+        "nvml_refcount": pynvml._nvmlLib_refcount,
+        "nvml_loaded": pynvml.nvmlLib is not None,
+        "nvml_init_guarded": pynvml.nvmlInit.__module__ != "pynvml",
+        "ds_accelerator": getattr(acc, "_name", None),
+    }
+
+
+def _assert_no_gpu_touched(gpu: dict) -> None:
+    assert gpu["cuda"] is False, gpu
+    assert not gpu["libcuda"] and not gpu["libnvidia_ml"], gpu  # never even loaded
+    assert gpu["nvml_refcount"] == 0 and not gpu["nvml_loaded"], gpu
+    assert gpu["ds_accelerator"] == "cuda", gpu  # picked for the GPU ranks, without a probe
+
+
+def test_importing_the_preload_list_on_a_gpu_node_touches_no_gpu_and_starts_no_thread():
+    here = Path(__file__).parent
+    r = _run(_IMPORT_PRELOAD.format(repo=str(REPO), here=str(here)), as_server=True)
     # no Python thread at any point; the native threads are those the base import leaves
     assert r["first"]["threads"] == r["base"]["threads"] == r["after"]["threads"] == 1, r
     assert r["after"]["tasks"] == r["base"]["tasks"], r
     assert r["cuda"] is False
+    # the server sees no GPU (not the raylet's list) and may not initialise NVML meanwhile
+    assert r["gpu"]["cvd"] == "" and r["gpu"]["nvml_init_guarded"], r["gpu"]
+    _assert_no_gpu_touched(r["gpu"])
     # every name imports here (this environment has DeepSpeed): none was renamed or moved
     assert r["failed"] == {}, r["failed"]
     assert r["preload"] == ["workloads.forkserver_preload", "workloads.forkserver_lazy"]
@@ -72,7 +117,8 @@ def test_importing_the_preload_list_starts_no_thread_and_no_cuda_context():
 
 
 def forked_view() -> dict:
-    """Run in a forked child: which PRELOAD modules it started with, what the collector sees."""
+    """Run in a forked child: which PRELOAD modules it started with, what the collector sees,
+    what it holds of the GPUs (:func:`gpu_state`)."""
     import gc
     import threading
 
@@ -82,7 +128,7 @@ def forked_view() -> dict:
         "missing": [m for m in [*PRELOAD, *LAZY_PRELOAD] if m not in sys.modules],
         "frozen": gc.get_freeze_count(),
         "threads": threading.active_count(),
-        "cuda": sys.modules["torch"].cuda.is_initialized(),
+        "gpu": gpu_state(),
     }
 
 
@@ -91,14 +137,22 @@ import json, sys
 sys.path[:0] = [{repo!r}, {here!r}]
 from workloads.launcher import Launcher
 import test_preload
-launcher = Launcher()
-print(json.dumps(launcher.call({{}}, test_preload.forked_view, ())))
+launcher = Launcher("cuda")
+print(json.dumps({{"default": launcher.call({{}}, test_preload.forked_view, ()),
+                  "rank": launcher.call({{"CUDA_VISIBLE_DEVICES": "GPU-5f1c"}},
+                                        test_preload.forked_view, ())}}))
 """
 
 
-def test_a_forked_rank_starts_with_the_preload_list_and_out_of_the_collectors_sight():
+def test_a_forked_rank_starts_with_the_preload_list_and_only_the_gpus_it_was_given():
     here = Path(__file__).parent
-    r = _run(_FORK.format(repo=str(REPO), here=str(here)))
-    assert r["missing"] == [], r  # imported by the fork server, not by the child
-    assert r["frozen"] > 100_000, r  # torch & co. (~500,000 objects) frozen after the fork
-    assert r["threads"] == 1 and r["cuda"] is False, r
+    out = _run(_FORK.format(repo=str(REPO), here=str(here)), as_server=False)
+    for r in out.values():
+        assert r["missing"] == [], r  # imported by the fork server, not by the child
+        assert r["frozen"] > 100_000, r  # torch & co. (~500,000 objects) frozen after the fork
+        assert r["threads"] == 1, r
+        _assert_no_gpu_touched(r["gpu"])
+        assert not r["gpu"]["nvml_init_guarded"], r  # the child's own NVML init works again
+    # never the raylet's list the launcher inherited: nothing, or exactly what the call gave
+    assert out["default"]["gpu"]["cvd"] == ""
+    assert out["rank"]["gpu"]["cvd"] == "GPU-5f1c"

@@ -87,6 +87,9 @@ def node(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: len(_visible()))
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    # the rank's cuda_init phase: the context it would create on its device
+    monkeypatch.setattr(torch.cuda, "init", lambda: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     monkeypatch.setattr(torch.version, "cuda", "12.8")
     seen: dict = {}
 

@@ -65,17 +65,14 @@ def test_too_many_ranks_for_a_hundredth_of_a_cpu_each_is_refused():
         ("auto", {"GPU": 1.0}, "actors"),  # the fallback stays the default on GPUs
         ("actors", {"CPU": 0.25}, "actors"),
         ("fork", {"CPU": 1.0}, "fork"),
+        ("fork", {"GPU": 1.0, "CPU": 2.0}, "fork"),  # forked ranks get their bundle's GPUs
+        ("fork", {"GPU": 0.5, "CPU": 1.0}, "fork"),  # two ranks sharing one GPU
+        ("actors", {"GPU": 1.0}, "actors"),
     ],
 )
 def test_launcher_choice(launcher, bundle, want):
     spec = parse_spec({"name": "x", "launcher": launcher, "links": {"default": {}}})
     assert launcher_for(spec, bundle) == want
-
-
-def test_fork_launcher_on_gpus_is_refused_with_the_allowed_values():
-    spec = parse_spec({"name": "x", "launcher": "fork", "links": {"default": {}}})
-    with pytest.raises(SpecError, match="launcher: 'fork' is CPU-only.*'actors' or 'auto'"):
-        launcher_for(spec, {"GPU": 1.0})
 
 
 def test_unknown_launcher_names_the_field_and_the_allowed_values():
