@@ -5,7 +5,8 @@ The pytest session already holds one Ray connection (the CPU-only ``ray_cluster`
 runs as ``python -m tests.integration.gpu_cluster PLAN.json``: for each phase of the plan it
 starts a cluster (head first, then the other nodes), runs each sweep of the phase with
 ``linksweep run SWEEP --address ADDR --db DB`` (the CLI in this process; it joins and leaves
-the cluster itself) and shuts the cluster down. The exit codes go to ``PLAN.json.out``.
+the cluster itself, inside one held connection) and shuts the cluster down. The exit codes,
+and the GPUs Ray counts free after each sweep, go to ``PLAN.json.out``.
 
 A node's ``visible`` sets ``CUDA_VISIBLE_DEVICES`` for the processes that node starts (its
 raylet, and through it every worker there): Ray then reports those strings as the GPU ids it
@@ -29,6 +30,7 @@ from contextlib import contextmanager
 from tests.integration.rayports import free_port
 
 PLAN_TIMEOUT_S = 600  # what a test allows a whole plan (~90 s on 2 quiet cores)
+SETTLE_S = 15.0  # Ray's view of available resources lags the raylets by a report or two
 
 
 @contextmanager
@@ -60,12 +62,32 @@ def _node_args(node: dict, head: bool) -> dict:
     return args
 
 
-def run_phase(phase: dict) -> list[int | str]:
+def gpus_after_sweep(settle_s: float = SETTLE_S) -> dict[str, float]:
+    """The cluster's GPUs, total and available, read by this driver (still connected: its
+    launchers kept, its job alive) once the sweep has returned. Ray's available view follows
+    the raylets' reports: it is read again until it equals the total, or ``settle_s`` passed
+    (then the last reading is what the test sees)."""
+    import ray
+
+    deadline = time.monotonic() + settle_s
+    while True:
+        total = ray.cluster_resources().get("GPU", 0.0)
+        available = ray.available_resources().get("GPU", 0.0)
+        if available == total or time.monotonic() > deadline:
+            return {"total": total, "available": available}
+        time.sleep(0.1)
+
+
+def run_phase(phase: dict) -> tuple[list[int | str], dict[str, dict]]:
     """Start the phase's cluster, run its sweeps, shut it down; each sweep's exit code, or the
-    traceback of an exception that escaped ``linksweep run`` (a crash, not a failed run)."""
+    traceback of an exception that escaped ``linksweep run`` (a crash, not a failed run), and
+    the GPUs after each sweep (:func:`gpus_after_sweep`), by sweep file. The sweeps of a phase
+    run in one Ray job (``session.held``), as a Python caller's would: a later sweep finds the
+    launchers an earlier one kept."""
     from ray.cluster_utils import Cluster
 
     from orchestrator.cli import main
+    from orchestrator.raycluster import session
 
     head, *others = phase["nodes"]
     with _env(head.get("visible")):
@@ -75,17 +97,19 @@ def run_phase(phase: dict) -> list[int | str]:
             with _env(node.get("visible")):
                 cluster.add_node(**_node_args(node, head=False))
         cluster.wait_for_nodes()
-        codes = []
-        for sweep in phase["sweeps"]:
-            t0 = time.monotonic()
-            args = ["run", sweep["file"], "--address", cluster.address, "--db", sweep["db"]]
-            try:
-                codes.append(main(args))
-            except Exception:  # noqa: BLE001 - a crash is what the tests look for: keep going
-                codes.append(traceback.format_exc())
-            print(f"{phase['name']}: {sweep['file']} -> {codes[-1]} in "
-                  f"{time.monotonic() - t0:.1f} s", file=sys.stderr)  # fmt: skip
-        return codes
+        codes, gpus = [], {}
+        with session.held(cluster.address):
+            for sweep in phase["sweeps"]:
+                t0 = time.monotonic()
+                args = ["run", sweep["file"], "--address", cluster.address, "--db", sweep["db"]]
+                try:
+                    codes.append(main(args))
+                except Exception:  # noqa: BLE001 - a crash is what the tests look for
+                    codes.append(traceback.format_exc())
+                gpus[sweep["file"]] = gpus_after_sweep()
+                print(f"{phase['name']}: {sweep['file']} -> {codes[-1]} in "
+                      f"{time.monotonic() - t0:.1f} s", file=sys.stderr)  # fmt: skip
+        return codes, gpus
     finally:
         cluster.shutdown()
 
@@ -93,9 +117,10 @@ def run_phase(phase: dict) -> list[int | str]:
 def main(plan_path: str) -> int:
     with open(plan_path) as f:
         plan = json.load(f)
-    out = {}
+    out: dict = {"gpus": {}}
     for phase in plan["phases"]:
-        out[phase["name"]] = run_phase(phase)
+        out[phase["name"]], gpus = run_phase(phase)
+        out["gpus"].update(gpus)
     with open(plan_path + ".out", "w") as f:
         json.dump(out, f)
     return 0

@@ -6,7 +6,8 @@ CPU-only Ray connection), started once for the whole module:
 
 - ``two_nodes``: a head with GPU ids ``0,1`` (Ray's index form) and a node whose raylet sees
   ``CUDA_VISIBLE_DEVICES=GPU-<uuid>,GPU-<uuid>`` (Ray reports those strings as its GPU ids),
-  4 CPUs and 2 GPUs each (2 CPUs per GPU); one sweep, DDP at world_size 2, pack and spread.
+  4 CPUs and 2 GPUs each (2 CPUs per GPU); DDP at world_size 2, pack and spread, one sweep on
+  fresh actors and one on forked ranks (``launcher: fork``), in one Ray job.
 - ``one_gpu``: one node with 1 GPU (UUID form) and 2 CPUs: a one-rank pack run (the same-node
   path of ``rows.link_class_for`` on a UUID id) and the one-GPU rehearsal (``ranks_per_gpu: 2``).
 
@@ -32,7 +33,7 @@ import yaml
 from orchestrator.store import read_query
 from tests.integration.gpu_cluster import PLAN_TIMEOUT_S
 
-pytestmark = pytest.mark.slow  # multi-node clusters in a subprocess (~70-85 s for the module)
+pytestmark = pytest.mark.slow  # multi-node clusters in a subprocess (~85-110 s for the module)
 
 REPO = Path(__file__).resolve().parents[2]
 UUIDS = ("GPU-5f1c7a2e-0d3b-4c1e-9a57-1b2c3d4e5f60", "GPU-8e2d6b1f-7a4c-4d2e-8b68-2c3d4e5f6071")
@@ -53,6 +54,8 @@ BASE = {
 SWEEPS = {
     "pair": {"name": "pair", "world_size": 2, "grid": {"strategy": ["ddp"], "grad_accum": [1],
              "placement": ["pack", "spread"]}},
+    "pair_fork": {"name": "pair-fork", "world_size": 2, "launcher": "fork", "grid": {
+                  "strategy": ["ddp"], "grad_accum": [1], "placement": ["pack", "spread"]}},
     "single": {"name": "single", "world_size": 1, "grid": {"strategy": ["ddp"],
                "grad_accum": [1], "placement": ["pack"]}},
     "rehearsal": {"name": "rehearsal", "world_size": 2, "ranks_per_gpu": 2,
@@ -78,7 +81,7 @@ def gpu_sweeps(tmp_path_factory):
             {
                 "name": "two_nodes",
                 "nodes": [node, node | {"visible": ",".join(UUIDS)}],
-                "sweeps": [sweep("pair")],
+                "sweeps": [sweep("pair"), sweep("pair_fork")],
             },
             {
                 "name": "one_gpu",
@@ -106,10 +109,10 @@ def gpu_sweeps(tmp_path_factory):
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
     codes = json.loads(Path(f"{plan_path}.out").read_text())
-    by_name = dict(
-        zip(["pair", "single", "rehearsal"], [*codes["two_nodes"], *codes["one_gpu"]], strict=True)
-    )
-    return {name: (by_name[name], dbs[name]) for name in SWEEPS}
+    names = ["pair", "pair_fork", "single", "rehearsal"]
+    by_name = dict(zip(names, [*codes["two_nodes"], *codes["one_gpu"]], strict=True))
+    gpus = {name: codes["gpus"][sweep(name)["file"]] for name in SWEEPS}
+    return {name: (by_name[name], dbs[name], gpus[name]) for name in SWEEPS}
 
 
 def runs(db: Path) -> dict[str, dict]:
@@ -130,7 +133,7 @@ def runs(db: Path) -> dict[str, dict]:
 
 def completed(gpu_sweeps, name: str) -> Path:
     """The sweep's database, after checking it ended with failed runs (exit 1), not a crash."""
-    code, db = gpu_sweeps[name]
+    code, db, _ = gpu_sweeps[name]
     assert code == 1, f"linksweep run {name}: {code}"
     ((status,),) = read_query(str(db), "SELECT status FROM sweeps")[1]
     assert status == "failed"
@@ -210,3 +213,50 @@ def test_rehearsal_puts_two_ranks_on_one_gpu_as_two_nccl_hosts(gpu_sweeps):
     hostids = {rank_env_for(env, r["rank"])["NCCL_HOSTID"] for r in ranks}
     assert len(hostids) == 2, env  # each rank its own NCCL host: NCCL treats them as two
     assert env["OMP_NUM_THREADS"] == str(CPUS_PER_GPU // 2)  # the GPU's CPUs, shared by two
+
+
+def test_forked_gpu_ranks_fail_with_the_cpu_torch_error_on_the_fork_launcher(gpu_sweeps):
+    stored = runs(completed(gpu_sweeps, "pair_fork"))
+    assert sorted(stored) == ["pack", "spread"]
+    for run in stored.values():
+        assert run["status"] == "failed"
+        assert run["launcher"] == "fork"  # accepted on GPUs, not refused
+        assert "sees no CUDA" in run["error"], run["error"]  # the rank got GPUs: not a CPU rank
+        assert "fork-server launcher" not in run["error"]  # raised, not a dead child
+
+
+def test_forked_ranks_get_exactly_the_gpus_ray_fixed_for_their_bundles(gpu_sweeps):
+    """Spread: one rank a node, each sees its bundle's one GPU, never the raylet's two the
+    launcher inherited (on the UUID node: ``GPU-a,GPU-b``); pack: the run's two GPUs there."""
+    stored = runs(completed(gpu_sweeps, "pair_fork"))
+    spread = stored["spread"]
+    ids = [r["gpu_ids"] for r in spread["nodes"]]
+    assert all(len(i) == 1 for i in ids) and len({r["node_id"] for r in spread["nodes"]}) == 2
+    assert {i[0] for i in ids} & set(UUIDS) and {i[0] for i in ids} & {"0", "1"}
+    for r in spread["nodes"]:
+        assert r["visible_gpus"] == r["gpu_ids"]
+        # what the rank set and failed with: its bundle's id, as Ray named it
+        assert f"CUDA_VISIBLE_DEVICES={r['gpu_ids'][0]})" in spread["error"], spread["error"]
+    assert f"CUDA_VISIBLE_DEVICES={','.join(UUIDS)}" not in spread["error"]
+    pack = [r["gpu_ids"] for r in stored["pack"]["nodes"]]
+    assert len({g for i in pack for g in i}) == 2  # two bundles, two distinct GPUs
+
+
+def test_a_later_run_of_the_sweep_reuses_the_nodes_launcher(gpu_sweeps):
+    """A forked rank's placement carries its launcher's pid: the node that ran pack's ranks
+    forked spread's rank there from the same launcher process."""
+    stored = runs(completed(gpu_sweeps, "pair_fork"))
+    pack = {r["node_id"]: r["pid"] for r in stored["pack"]["nodes"]}
+    (node,) = pack
+    spread = {r["node_id"]: r["pid"] for r in stored["spread"]["nodes"]}
+    assert spread[node] == pack[node]
+    other = next(n for n in spread if n != node)
+    assert spread[other] != pack[node]  # a launcher per node
+
+
+def test_the_sweeps_gpu_bundles_are_released_at_its_end(gpu_sweeps):
+    """Read by the still-connected driver after the sweep, its launchers kept: every GPU is
+    free again (the groups removed after their ranks were gone; a launcher holds no GPU)."""
+    for name in ("pair", "pair_fork"):
+        gpus = gpu_sweeps[name][2]
+        assert gpus == {"total": 4.0, "available": 4.0}, (name, gpus)
