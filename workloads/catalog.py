@@ -310,6 +310,16 @@ for _a in (
         "ZeRO-2). The root keeps FSDP2's default.",
         since=8,
     ),
+    Axis(
+        "compile", "VARCHAR", ("false", "true"), "false", label="compile",
+        words={"false": "eager", "true": "compiled"},
+        doc="torch.compile as people apply it per strategy (workloads/compiling.py): DDP the "
+        "whole model after wrapping it (DDPOptimizer splits it at the buckets), FSDP2 each "
+        "transformer block before fully_shard (as torchtitan), ZeRO DeepSpeed's "
+        "engine.compile(). The backend: inductor, or LINKSWEEP_COMPILE_BACKEND (the suite: "
+        "aot_eager). Compiling happens in an untimed step of its own (the compile phase).",
+        since=14,
+    ),
     Axis("link", "VARCHAR", None, None, grid=False, words="on {value}",
          doc="A named connectivity variant (the sweep file's links)."),
     Axis("placement", "VARCHAR", ("pack", "spread"), "pack",

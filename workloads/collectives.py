@@ -169,6 +169,7 @@ class CollectiveRecorder:
         self.timed = timed
         self.device = device
         self._mode = None
+        self._stance = None
 
     def at(self, step: int, micro_batch: int | None) -> None:
         """Collectives issued from now on belong to (``step``, ``micro_batch``)."""
@@ -176,6 +177,16 @@ class CollectiveRecorder:
         self.micro_batch = micro_batch
 
     def __enter__(self) -> CollectiveRecorder:
+        import torch
+
+        # Compiled code runs eager while the recorder listens. Why: under a dispatch mode
+        # dynamo's guards fail (they include the dispatch keys) and a frame that misses its
+        # cache under a non-infra mode is skipped, and that frame's code is then run eager
+        # for good: one profiled step would leave every timed step of a compiled run eager
+        # (seen on torch 2.13: no compiled-graph call after it). With the stance dynamo is not
+        # asked at all, and the graphs are found again after the recorder.
+        self._stance = torch.compiler.set_stance("force_eager")
+        self._stance.__enter__()
         self._mode = _dispatch_mode(self)
         self._mode.__enter__()
         return self
@@ -183,6 +194,8 @@ class CollectiveRecorder:
     def __exit__(self, *exc: Any) -> None:
         mode, self._mode = self._mode, None
         mode.__exit__(*exc)
+        stance, self._stance = self._stance, None
+        stance.__exit__(*exc)
 
     def _sync(self) -> None:
         if self.device is not None and getattr(self.device, "type", None) == "cuda":

@@ -310,6 +310,19 @@ class TrainingRecord:
     """The optimizer implementation that stepped (``workloads/optimizer.py`` ``implementation``):
     ``torch.optim.AdamW(fused=True)``, ``deepspeed.ops.adam.DeepSpeedCPUAdam``, ...; None: a
     strategy that does not say (a plugin's)."""
+    compile_backend: str | None = None
+    """``compile: true``: the ``torch.compile`` backend (``workloads/compiling.py``); None: eager."""
+    compile_cache: str | None = None
+    """Inductor's FX graph cache in the compile step: cold | warm | ``n/a: <backend>``."""
+    recompiles_timed: int | None = None
+    """Graphs compiled during the timed steps (0: they ran the graphs of the compile step)."""
+    recompiles_profiled: int | None = None
+    """Graphs compiled during the profiled step(s)."""
+    graph_calls_timed_step: float | None = None
+    """Compiled-graph calls per timed step."""
+    graph_calls_profiled_step: float | None = None
+    """Compiled-graph calls per profiled step (0: it ran eager, under the recorder's dispatch
+    mode; its collectives are the compiled step's, issued outside the compiled regions)."""
 
 
 @dataclass(frozen=True)

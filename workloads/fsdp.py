@@ -46,7 +46,7 @@ Which strategy is which comes from the catalog (``workloads/catalog.py``): the s
 ``fsdp2`` family run here, each offering the ``grad_sync`` flavours its entry lists; whether one
 shards over the 2-D mesh is :func:`hybrid`.
 
-May import: catalog, collectives, contract, optimizer, torch.
+May import: catalog, collectives, compiling, contract, optimizer, torch.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from workloads import catalog
+from workloads import catalog, compiling
 from workloads.collectives import Collective, CollectiveRecorder, comm_records
 from workloads.contract import CommRecord
 from workloads.optimizer import implementation, trainer_adamw
@@ -251,6 +251,10 @@ class FsdpStrategy:
             self.mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
         if cfg.offload != "cpu":
             model = model.to(device)
+        self.compile_stats: compiling.CompileStats | None = None
+        if compiling.enabled(cfg):  # each block, before fully_shard wraps it (torchtitan)
+            self.compile_stats = compiling.CompileStats(compiling.backend_name())
+            compiling.compile_blocks(model, self.compile_stats)
         self.model = apply_fully_shard(model, self.mesh, self.options, cfg.precision, cfg.offload)
         self.optimizer = trainer_adamw(self.model.parameters(), cfg.lr)
         self.optimizer_impl = implementation(self.optimizer)

@@ -10,8 +10,8 @@ Which class a run builds is the catalog's (``workloads/catalog.py``): each strat
 its ``workload`` (``DDPStrategy`` and ``ZeroStrategy`` here, ``workloads.fsdp.FsdpStrategy``), and
 :func:`make_strategy` builds that one; a name the catalog lacks is an error, never a fallback.
 
-May import: aio_check, catalog, collectives, compression, contract, ds_comms, ds_effective, deepspeed,
-optimizer, torch.
+May import: aio_check, catalog, collectives, compiling, compression, contract, ds_comms, ds_effective,
+deepspeed, optimizer, torch.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from workloads import catalog
+from workloads import catalog, compiling
 from workloads import compression as compression_rules
 from workloads.collectives import Collective, CollectiveRecorder, comm_records
 from workloads.contract import CommRecord, RunConfig
@@ -208,6 +208,10 @@ class DDPStrategy:
             state, hook = ddp_comm_hook(self.compression.name, self.compression.powersgd_rank)
             self.hook_state = state
             self.model.register_comm_hook(state, calling(hook))
+        self.compile_stats: compiling.CompileStats | None = None
+        if compiling.enabled(cfg):  # after the hook: DDP's own object is what dynamo wraps
+            self.compile_stats = compiling.CompileStats(compiling.backend_name())
+            self.model = compiling.compile_ddp(self.model, self.compile_stats)
 
     def micro_step(self, batch: torch.Tensor, boundary: bool) -> torch.Tensor:
         if self.recorder is not None:
@@ -314,6 +318,7 @@ class ZeroStrategy:
         self.nvme_dir = cfg.nvme_dir
         if self.nvme_dir:
             os.makedirs(self.nvme_dir, exist_ok=True)
+        compiling.refuse_deepcompile(cfg.ds_config, torch.cuda.is_available())
         optimizer = zero_optimizer(model.parameters(), cfg.lr, cfg.ds_config)
         try:
             with new_groups_inherit_timeout(cfg.pg_timeout_s):
@@ -322,6 +327,10 @@ class ZeroStrategy:
                 )
             # what DeepSpeed steps (its basic optimizer, which ZeRO wraps)
             self.optimizer_impl = implementation(self.engine.basic_optimizer)
+            self.compile_stats: compiling.CompileStats | None = None
+            if compiling.enabled(cfg):  # DeepSpeed's own: self.module.compile(backend=...)
+                self.compile_stats = compiling.CompileStats(compiling.backend_name())
+                self.engine.compile(backend=self.compile_stats.wrap())
         except Exception as exc:
             if self.nvme_dir:
                 from workloads.aio_check import aio_facts, async_io_missing

@@ -13,7 +13,8 @@ after the timed ones and before any such pass, under ``torch.profiler`` with no 
 installed (the profiled pass synchronises around every collective, so a trace of it would show
 no overlap); their own step times say what the profiler costs.
 
-May import: collectives, contract, data, device, model, phases, strategies, telemetry, torch.
+May import: collectives, compiling, contract, data, device, model, phases, strategies, telemetry,
+torch.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from workloads import compiling
 from workloads.collectives import AccumulationProbe
 from workloads.contract import (
     DeviceDecision,
@@ -183,6 +185,7 @@ def run_training(
     autocast_dtype = torch.bfloat16 if cfg.precision == "bf16" else None
     with clock.phase("strategy_init"):
         strategy = _probed_strategy(model, device, cfg, autocast_dtype)
+    compiled = _compile_phase(strategy, data, device, cfg, clock)
 
     total = cfg.warmup_steps + cfg.steps
     profile_steps = cfg.profile_steps if world_size > 1 else 0
@@ -198,13 +201,16 @@ def run_training(
         if step == profile_from:
             sync(device)
             profile_t0 = time.perf_counter()
+            compiled.mark("profiled")
             strategy.profile_start()
         if step == cfg.warmup_steps:
             if profile_from is not None:
                 sync(device)
                 comms = strategy.profile_stop()  # totals over profile_steps; the driver divides
+                compiled.done("profiled", profile_steps)
                 profiled_s = time.perf_counter() - profile_t0
                 clock.add("profiled_pass", profiled_s)
+            compiled.mark("timed")
             timed_start = time.perf_counter()
             clock.add("warmup", timed_start - loop_start - profiled_s)
             telemetry.start()  # sample the timed window only
@@ -217,14 +223,12 @@ def run_training(
 
     if timed_start is not None:
         clock.add("timed_steps", time.perf_counter() - timed_start)
+        compiled.done("timed", cfg.steps)
     telemetry_out = telemetry.stop()
-    trace = _traced_steps(strategy, data, device, cfg, clock) if cfg.trace_steps else None
-    if profile_steps and profile_from is None:  # after the traced steps: never inside them
-        with clock.phase("profiled_pass"):
-            comms = _profiled_pass(strategy, data, device, cfg.grad_accum, profile_steps)
+    after = profile_steps if profile_from is None else 0  # profiled after the timed steps
+    trace, comms = _after_timed(strategy, data, device, cfg, clock, compiled, after, comms)
     mem = peak_mem_bytes(device)
-    ds_config = strategy.effective_config() if rank == 0 else None
-    swap_files = strategy.swap_files()  # counted while the run still holds its swap folder
+    own = _strategy_facts(strategy, rank, compiled)  # before teardown removes the swap folder
     with clock.phase("rank_teardown"):
         strategy.teardown()
     return TrainingRecord(
@@ -237,15 +241,94 @@ def run_training(
         comms=tuple(comms),
         profile_steps=profile_steps if comms else 0,
         telemetry=telemetry_out,
-        nvme_swap_files=swap_files,
-        ds_config=ds_config,
         **_device_facts(device),
         phases=clock.records(),
-        non_final_bytes=strategy.non_final_bytes,
         trace=trace,
-        step_collectives=strategy.step_collectives,
-        optimizer_impl=getattr(strategy, "optimizer_impl", None),
+        **own,
     )
+
+
+def _strategy_facts(strategy, rank: int, compiled: _CompileWatch) -> dict:
+    """What the strategy reports about its run, for the record: DeepSpeed's parsed config
+    (rank 0), the NVMe swap files (counted while the folder is there), the accumulation
+    check's bytes and the last profiled step's collectives, the optimizer, the compiled
+    graphs."""
+    return {
+        "ds_config": strategy.effective_config() if rank == 0 else None,
+        "nvme_swap_files": strategy.swap_files(),
+        "non_final_bytes": strategy.non_final_bytes,
+        "step_collectives": strategy.step_collectives,
+        "optimizer_impl": getattr(strategy, "optimizer_impl", None),
+        **compiled.facts(),
+    }
+
+
+def _compile_phase(strategy, data, device: torch.device, cfg: RunConfig, clock) -> _CompileWatch:
+    """A compiled run's untimed step of its own, the ``compile`` phase: compilation is lazy,
+    so the graphs are built here, before warmup (nothing for an eager run)."""
+    compiled = _CompileWatch(getattr(strategy, "compile_stats", None))
+    if compiled.stats is not None:
+        with clock.phase("compile"):
+            compiled.compile_step(lambda: _untimed_steps(strategy, data, device, cfg.grad_accum, 1))
+    return compiled
+
+
+def _after_timed(strategy, data, device, cfg, clock, compiled, profile_steps: int, comms):
+    """(trace, comms): the traced steps, then a profiled pass of ``profile_steps`` steps when
+    the warmup held none (after the traced steps: never inside them); else ``comms`` as is."""
+    trace = _traced_steps(strategy, data, device, cfg, clock) if cfg.trace_steps else None
+    if profile_steps:
+        with clock.phase("profiled_pass"):
+            compiled.mark("profiled")
+            comms = _profiled_pass(strategy, data, device, cfg.grad_accum, profile_steps)
+            compiled.done("profiled", profile_steps)
+    return trace, comms
+
+
+class _CompileWatch:
+    """What a compiled run's graphs did (``workloads/compiling.py``): the compile step's
+    inductor cache state, then per window (the profiled steps, the timed steps) the graphs
+    compiled in it (recompiles) and the compiled-graph calls per step. Inert for an eager run."""
+
+    def __init__(self, stats: compiling.CompileStats | None) -> None:
+        self.stats = stats
+        self.cache: str | None = None
+        self._marks: dict[str, tuple[int, int]] = {}
+        self.windows: dict[str, tuple[int, float]] = {}
+
+    def compile_step(self, run: Callable[[], None]) -> None:
+        before = compiling.inductor_cache_counts()
+        run()
+        self.cache = compiling.cache_state(
+            self.stats.backend, before, compiling.inductor_cache_counts()
+        )
+
+    def mark(self, window: str) -> None:
+        if self.stats is not None:
+            self._marks[window] = self.stats.snapshot()
+
+    def done(self, window: str, steps: int) -> None:
+        if self.stats is None or window not in self._marks:
+            return
+        graphs, calls = self._marks.pop(window)
+        self.windows[window] = (
+            self.stats.graphs - graphs,
+            (self.stats.calls - calls) / steps if steps else 0.0,
+        )
+
+    def facts(self) -> dict:
+        if self.stats is None:
+            return {}
+        timed = self.windows.get("timed")
+        profiled = self.windows.get("profiled")
+        return {
+            "compile_backend": self.stats.backend,
+            "compile_cache": self.cache,
+            "recompiles_timed": timed[0] if timed else None,
+            "recompiles_profiled": profiled[0] if profiled else None,
+            "graph_calls_timed_step": timed[1] if timed else None,
+            "graph_calls_profiled_step": profiled[1] if profiled else None,
+        }
 
 
 def _device_facts(device: torch.device) -> dict:
@@ -303,6 +386,15 @@ def _timed_step(
         tokens=samples * cfg.seq_len,
         loss=loss,
     )
+
+
+def _untimed_steps(strategy, data, device: torch.device, ga: int, steps: int) -> None:
+    """``steps`` optimizer steps, untimed and unrecorded (the compile step), device synced."""
+    for _ in range(steps):
+        for micro in range(ga):
+            strategy.micro_step(next(data).to(device), boundary=micro == ga - 1)
+        strategy.optimizer_step()
+    sync(device)
 
 
 def _profiled_pass(strategy, data, device: torch.device, ga: int, profile_steps: int) -> tuple:

@@ -260,7 +260,20 @@ _HISTORIC: dict[int, list[str]] = {
     # it, DeepSpeedCPUAdam with ZeRO offload). Runs before v14 stepped torch.optim.AdamW with
     # torch's default implementation, but no row said so: NULL, which compare reads as unknown
     # (a different workload from a v14 sweep's).
-    14: ["ALTER TABLE runs ADD COLUMN IF NOT EXISTS optimizer_impl VARCHAR"],
+    # v14 also: what a compiled run's graphs did (the compile axis is derived below); NULL for
+    # every run before it, none of which compiled.
+    14: [
+        f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {col}"
+        for col in (
+            "optimizer_impl VARCHAR",
+            "compile_backend VARCHAR",
+            "compile_cache VARCHAR",
+            "recompiles_timed INTEGER",
+            "recompiles_profiled INTEGER",
+            "graph_calls_timed_step DOUBLE",
+            "graph_calls_profiled_step DOUBLE",
+        )
+    ],
 }
 
 

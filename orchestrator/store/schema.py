@@ -174,7 +174,14 @@ _TABLES: dict[str, str] = {
         trace_steps INTEGER,         -- steps traced after the timed ones
         traced_step_time_s DOUBLE,   -- their median (slowest rank per step), under the profiler
         trace_overhead DOUBLE,       -- traced_step_time_s / median_step_time_s
-        optimizer_impl VARCHAR       -- the optimizer that stepped (rank 0's), v14; NULL before
+        optimizer_impl VARCHAR,      -- the optimizer that stepped (rank 0's), v14; NULL before
+        -- compile: true (v14; NULL for an eager run): workloads/compiling.py
+        compile_backend VARCHAR,     -- torch.compile backend (inductor; the suite aot_eager)
+        compile_cache VARCHAR,       -- inductor's FX graph cache in the compile step: cold | warm
+        recompiles_timed INTEGER,    -- graphs compiled in the timed steps (most of any rank)
+        recompiles_profiled INTEGER, -- graphs compiled in the profiled step(s)
+        graph_calls_timed_step DOUBLE,     -- compiled-graph calls per timed step (rank 0)
+        graph_calls_profiled_step DOUBLE   -- per profiled step (0: it ran eager, as recorded)
     """,
     "steps": """
         run_id VARCHAR,

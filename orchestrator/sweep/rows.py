@@ -441,6 +441,7 @@ def _run_row(facts: RunFacts, result: RunResult, trained: list) -> dict:
         "variant": v.to_dict(),
         "ds_config": _rank0(trained).ds_config if trained else None,
         "optimizer_impl": _rank0(trained).optimizer_impl if trained else None,
+        **_compile_facts(trained),
         "launcher": result.launcher,
         "rank_env": dict(facts.rank_env) if facts.rank_env is not None else None,
         "ranks_per_gpu": spec.ranks_per_gpu,
@@ -449,6 +450,25 @@ def _run_row(facts: RunFacts, result: RunResult, trained: list) -> dict:
         **_accumulation_facts(spec, v, trained),
         **figures,
         **_efficiency_facts(spec, planned, trained, figures, result.placements),
+    }
+
+
+def _compile_facts(trained: list[tuple[int, TrainingRecord]]) -> dict:
+    """A compiled run's backend, inductor cache state and graph calls (rank 0's), and its
+    recompiles (the most any rank had); all NULL for an eager run."""
+    first = _rank0(trained) if trained else None
+
+    def most(name: str) -> int | None:
+        values = [getattr(t, name) for _, t in trained if getattr(t, name) is not None]
+        return max(values, default=None)
+
+    return {
+        "compile_backend": first.compile_backend if first else None,
+        "compile_cache": first.compile_cache if first else None,
+        "recompiles_timed": most("recompiles_timed"),
+        "recompiles_profiled": most("recompiles_profiled"),
+        "graph_calls_timed_step": first.graph_calls_timed_step if first else None,
+        "graph_calls_profiled_step": first.graph_calls_profiled_step if first else None,
     }
 
 
