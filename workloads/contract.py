@@ -287,7 +287,7 @@ class TrainingRecord:
     """Steps the profiled pass covered (0: no profiled pass)."""
     telemetry: TelemetryRecord
     nvme_swap_files: int
-    """Files DeepSpeed wrote under the run's NVMe folder (offload nvme), counted at the end."""
+    """Files DeepSpeed wrote to this rank's own swap folders (offload nvme), counted at the end."""
     ds_config: dict[str, Any] | None = None
     """ZeRO: the config DeepSpeed parsed, after its defaults (rank 0's engine); None for DDP."""
     device_name: str | None = None

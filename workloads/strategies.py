@@ -315,6 +315,7 @@ class ZeroStrategy:
 
         self.device = device
         self.world_size = dist.get_world_size()
+        self.rank = dist.get_rank()  # DeepSpeed's swap folders are named by the global rank
         self.nvme_dir = cfg.nvme_dir
         if self.nvme_dir:
             os.makedirs(self.nvme_dir, exist_ok=True)
@@ -369,17 +370,32 @@ class ZeroStrategy:
 
         return ds_comms.stop(self.world_size)
 
-    def swap_files(self) -> int:
-        """Files DeepSpeed wrote under this run's NVMe folder (proof the offload went there)."""
+    def own_swap_dirs(self) -> list[str]:
+        """This rank's folders under the run's NVMe folder: DeepSpeed 0.19.8 swaps each rank to
+        a ``rank{k}`` folder of its own (``swap_tensor/optimizer_utils.py``:
+        ``zero_stage_3/optimizer/rank{k}``; ``partitioned_param_swapper.py``:
+        ``zero_stage_3/{dtype}params/rank{k}``, k the global rank). Ranks of one node share the
+        run's folder, so a rank touches only its own: the first one done must not remove a
+        peer's swap files while it still trains, and each count is one rank's."""
         if not self.nvme_dir:
-            return 0
-        return sum(len(files) for _, _, files in os.walk(self.nvme_dir))
+            return []
+        mine = f"rank{self.rank}"
+        return sorted(
+            os.path.join(root, d) for root, dirs, _ in os.walk(self.nvme_dir) for d in dirs
+            if d == mine
+        )  # fmt: skip
+
+    def swap_files(self) -> int:
+        """Files DeepSpeed wrote to this rank's swap folders (proof the offload went there)."""
+        return sum(len(files) for d in self.own_swap_dirs() for _, _, files in os.walk(d))
 
     def teardown(self) -> None:
+        """The engine destroyed, then this rank's swap folders removed (the driver removes the
+        run's folder once every rank is gone)."""
         if hasattr(self.engine, "destroy"):
             self.engine.destroy()
-        if self.nvme_dir:
-            shutil.rmtree(self.nvme_dir, ignore_errors=True)
+        for d in self.own_swap_dirs():
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def make_strategy(model, device, cfg: RunConfig, autocast_dtype):

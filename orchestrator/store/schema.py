@@ -127,7 +127,7 @@ _TABLES: dict[str, str] = {
         comm_bytes_per_step DOUBLE,  -- measured message bytes per optimizer step per rank
         expected_comm_bytes_per_step DOUBLE,
         comm_note VARCHAR,
-        nvme_swap_files INTEGER,     -- files DeepSpeed had written under nvme_path (offload nvme)
+        nvme_swap_files INTEGER,     -- files DeepSpeed wrote to the ranks' swap folders (nvme)
         predicted_comm_s_per_step DOUBLE,
         link_class VARCHAR,
         effective_transport VARCHAR,

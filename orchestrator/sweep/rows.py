@@ -437,7 +437,8 @@ def _run_row(facts: RunFacts, result: RunResult, trained: list) -> dict:
         "data_source": first.data_source if first else None,
         "tokenizer": first.tokenizer if first else None,
         "peak_mem_bytes": max((t.peak_mem_bytes for _, t in trained), default=None),
-        "nvme_swap_files": max((t.nvme_swap_files for _, t in trained), default=None),
+        # each rank counts its own swap folders: the run's files are their sum
+        "nvme_swap_files": sum(t.nvme_swap_files for _, t in trained) if trained else None,
         "variant": v.to_dict(),
         "ds_config": _rank0(trained).ds_config if trained else None,
         "optimizer_impl": _rank0(trained).optimizer_impl if trained else None,
