@@ -280,7 +280,8 @@ class TrainingRecord:
     first_step_wall_s: float
     """Unix time when the first (warmup) step started."""
     peak_mem_bytes: int
-    """GPU allocator peak on GPU; process peak RSS on CPU."""
+    """Peak over the timed steps, reset at the first and read after the last, for every
+    strategy alike: GPU allocator peak on GPU; process peak RSS (``VmHWM``) on CPU."""
     comms: tuple[CommRecord, ...]
     """Collectives of the profiled pass, totals over ``profile_steps`` steps."""
     profile_steps: int

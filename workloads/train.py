@@ -108,10 +108,37 @@ def decide_device(local_rank: int, node_gpu_ids: Sequence[str] | None = None) ->
     return decision
 
 
+def reset_peak_mem(device: torch.device) -> None:
+    """Start the peak over again, at the first timed step, for every strategy alike. Why:
+    DeepSpeed ZeRO-1/2 reset the CUDA peak in their start-up (``stage_1_and_2.py`` calls
+    ``runtime/utils.empty_cache``, which resets the peak statistics) while DDP and FSDP2 kept
+    theirs, so the peaks were not comparable; and a peak read at the end included the traced
+    steps and a profiled pass after the timed ones. CUDA: ``reset_peak_memory_stats``. CPU
+    (Linux): writing ``5`` to ``/proc/self/clear_refs`` resets the peak RSS (``VmHWM``) to the
+    current RSS (proc(5)); where that file cannot be written the peak stays the process's."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 def peak_mem_bytes(device: torch.device) -> int:
-    """GPU allocator peak on GPU; the process's peak RSS on CPU (Linux reports KiB)."""
+    """GPU allocator peak on GPU; the process's peak RSS on CPU (``VmHWM`` in
+    ``/proc/self/status``, what ``clear_refs`` resets; ``getrusage``'s lifetime peak where
+    there is no such file). Read at the last timed step (:func:`reset_peak_mem`)."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
@@ -211,6 +238,7 @@ def run_training(
                 profiled_s = time.perf_counter() - profile_t0
                 clock.add("profiled_pass", profiled_s)
             compiled.mark("timed")
+            reset_peak_mem(device)  # the peak is the timed steps' (read after the last one)
             timed_start = time.perf_counter()
             clock.add("warmup", timed_start - loop_start - profiled_s)
             telemetry.start()  # sample the timed window only
@@ -224,10 +252,10 @@ def run_training(
     if timed_start is not None:
         clock.add("timed_steps", time.perf_counter() - timed_start)
         compiled.done("timed", cfg.steps)
+    mem = peak_mem_bytes(device)  # before the traced steps and any profiled pass
     telemetry_out = telemetry.stop()
     after = profile_steps if profile_from is None else 0  # profiled after the timed steps
     trace, comms = _after_timed(strategy, data, device, cfg, clock, compiled, after, comms)
-    mem = peak_mem_bytes(device)
     own = _strategy_facts(strategy, rank, compiled)  # before teardown removes the swap folder
     with clock.phase("rank_teardown"):
         strategy.teardown()

@@ -150,7 +150,7 @@ COMMON = {
     "samples_per_s": "samples of all ranks / sum of step times",
     "expected_comm_bytes_per_step": "analytic expectation (orchestrator/analysis/comm_model.py)",
     "predicted_comm_s_per_step": "measured collectives priced at the link's measured bandwidth",
-    "peak_mem_bytes": "peak memory (GPU allocator on GPU, RSS on CPU); max over ranks/runs",
+    "peak_mem_bytes": "peak memory over the timed steps (GPU allocator on GPU, peak RSS on CPU); max over ranks/runs",
     "op": "all_reduce | all_gather | reduce_scatter | ...",
     "msg_bytes": "message size (nccl-tests convention: the whole buffer)",
     "algbw_gbps": "msg_bytes / time, GB/s (1e9 B/s)",
