@@ -315,7 +315,8 @@ class ZeroStrategy:
 
         self.device = device
         self.world_size = dist.get_world_size()
-        self.rank = dist.get_rank()  # DeepSpeed's swap folders are named by the global rank
+        # DeepSpeed's swap folders are named by the global rank (0 outside a process group)
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.nvme_dir = cfg.nvme_dir
         if self.nvme_dir:
             os.makedirs(self.nvme_dir, exist_ok=True)
