@@ -32,7 +32,8 @@ May import: doctor, shared, orchestrator.cli_help, orchestrator.topology.discove
 orchestrator.errors, orchestrator.fleet.loop, orchestrator.fleet.pairs, orchestrator.fleet.tables,
 orchestrator.fleet.summary, orchestrator.sweep.preflight, orchestrator.raycluster.session,
 orchestrator.selftest.fleet_facts, orchestrator.selftest.plan, orchestrator.selftest.plan_text,
-orchestrator.selftest.verdicts, orchestrator.sweep.spec, orchestrator.sweep.stopping, orchestrator.store,
+orchestrator.selftest.startup, orchestrator.selftest.verdicts, orchestrator.sweep.spec,
+orchestrator.sweep.stopping, orchestrator.store,
 orchestrator.sweep.execute, orchestrator.ui, yaml.
 """
 
@@ -54,7 +55,7 @@ from pathlib import Path
 
 from orchestrator.cli_help import ADDRESS_HELP
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, err
-from orchestrator.selftest import fleet_facts, plan
+from orchestrator.selftest import fleet_facts, plan, startup
 from orchestrator.selftest import verdicts as verdict
 
 
@@ -182,6 +183,7 @@ def _selftest(
     fleet = _run_fleet(out, db, label) if the_plan.fleet else None
     sweeps = {key: _run_sweep(out, db, label, key, spec) for key, spec in the_plan.sweeps.items()}
     runs, diagnostics = _read_back(out, db)
+    start_up = _rows(db, startup.START_UP_SQL) if os.path.exists(db) else []
     facts = verdict.Facts(
         doctor_exit=doctor_exit,
         doctor_problems="; ".join(
@@ -196,8 +198,10 @@ def _selftest(
         },
         diagnostics=tuple(diagnostics),
         fleet=fleet,
+        start_up=tuple(start_up),
     )
     verdicts = verdict.decide(facts, the_plan)
+    _report_start_up(out, startup.start_up_table(facts, the_plan))
     print(
         f"selftest: took {time.monotonic() - started:.0f} s; the plan expected about "
         f"{the_plan.estimate_s:.0f} s, at most {the_plan.bound_s:.0f} s",
@@ -393,6 +397,21 @@ def _read_back(out: Path, db: str) -> tuple[list[dict], list[dict]]:
             Path(f"{stem}.error.txt").write_text(d["error"])
     big = ("python_stack", "nccl_trace")
     return runs, [{k: v for k, v in d.items() if k not in big} for d in diagnostics]
+
+
+def _report_start_up(out: Path, rows: list[tuple]) -> None:
+    """Each launcher's start-up per run, side by side (``startup.csv``, and printed)."""
+    from orchestrator.ui import print_table, write_csv
+
+    with open(out / "startup.csv", "w", newline="") as f:
+        write_csv(list(startup.START_UP_COLUMNS), rows, f)
+    print_table(
+        list(startup.START_UP_COLUMNS),
+        rows,
+        title="start-up per run by launcher (s; placement to the first step, compile left "
+        "out; median of the ok runs, each phase the slowest rank's)",
+        digits=3,
+    )
 
 
 def _write_checks(out: Path, verdicts: list[verdict.Verdict]) -> None:

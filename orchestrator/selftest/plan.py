@@ -1,4 +1,5 @@
-"""``linksweep selftest``'s plan, pure: which checks exist (:data:`CHECKS`, the one table), and,
+"""``linksweep selftest``'s plan, pure. One job: from what each node shows, the checks, sweep
+files and time a selftest gets. Which checks exist (:data:`CHECKS`, the one table), and,
 from what each node shows (:class:`NodeFacts`), which of them run, on which nodes and GPUs,
 which are skipped and why, the sweep files they run and how long that takes
 (:func:`plan_selftest` -> :class:`SelftestPlan`). ``linksweep selftest --dry-run`` prints it
@@ -15,7 +16,7 @@ grad_accum x the expected micro-step time of its mode), plus a per-sweep start; 
 below carry their reasons. Every run also gets ``run_timeout_s`` (:func:`run_timeout_for`), so a
 selftest that hangs anywhere still ends, by :attr:`SelftestPlan.bound_s` at the latest.
 
-May import: workloads.catalog.
+May import: orchestrator.sweep.planner, orchestrator.sweep.spec, workloads.catalog.
 """
 
 from __future__ import annotations
@@ -113,6 +114,13 @@ CHECKS: tuple[Check, ...] = (
         "bf16 on NCCL)",
     ),
     Check(
+        "one_rank_launchers",
+        "",
+        "one_rank_alt",
+        "the one-rank run again with the other launcher (CPU: fresh Ray actors; GPU: a rank "
+        "forked on the GPU Ray reserved for its bundle): ok; start-up per run of each launcher",
+    ),
+    Check(
         "one_rank_gpu_figures",
         "cuda",
         "one_rank",
@@ -125,6 +133,13 @@ CHECKS: tuple[Check, ...] = (
         "cuda",
         "two_rank",
         "the two-rank GPU runs went over NCCL on one GPU: link_class shared-gpu",
+    ),
+    Check(
+        "shared_gpu_fork",
+        "cuda",
+        "two_rank_fork",
+        "the two-rank runs sharing one GPU again on forked ranks (launcher: fork): every run "
+        "ok, over NCCL on one GPU (link_class shared-gpu); start-up per run beside fresh actors'",
     ),
     Check(
         "two_gpu",
@@ -181,10 +196,17 @@ sharing it, whose NCCL talks over sockets, 0.28-0.61 s (docs/measurements/2026-1
 CPU_RUN_START_S = 5.0
 """A CPU run's start: ranks forked from the fork server (imports already paid), gloo rendezvous,
 model build, DeepSpeed's engine: measured 0.3-4.7 s (``runs.startup_s``), 8.2 s with NVMe."""
+CPU_ACTORS_RUN_START_S = 12.0
+"""A CPU run on fresh Ray actors: a worker process starts and imports torch and transformers
+(5-8 s on 2 cores) before the rest of :data:`CPU_RUN_START_S`."""
 GPU_RUN_START_S = 40.0
 """A GPU run's start: fresh Ray actors import torch, transformers and DeepSpeed (~15 s), CUDA and
 NCCL initialise, DeepSpeed builds its engine (~10 s); 40 s leaves room on a cold node. Measured
 on one H200 (16 cores): 17-19 s for DDP, 22-27 s for ZeRO (``runs.startup_s``)."""
+GPU_FORK_RUN_START_S = 15.0
+"""A GPU run of forked ranks: no imports, CUDA and NCCL initialise, the engine builds (the goal
+is 3 s a run; not yet measured on a GPU). The sweep's first run also waits for the node's
+launcher to import everything once (~15 s): this is the average of a few runs."""
 SWEEP_START_S = 5.0
 """Per sweep: topology discovery (the node probe imports torch: ~2 s), the link
 microbenchmark, the fork server's start on CPU: measured ~2 s a sweep on CPU."""
@@ -230,6 +252,26 @@ def _base(cuda: bool, bf16: bool = True) -> dict:
     return base | {"dataset": "builtin", "repeats": 1, "links": {"default": {}}}
 
 
+RUN_START_S = {
+    ("cpu", "fork"): CPU_RUN_START_S,
+    ("cpu", "actors"): CPU_ACTORS_RUN_START_S,
+    ("gpu", "actors"): GPU_RUN_START_S,
+    ("gpu", "fork"): GPU_FORK_RUN_START_S,
+}
+"""A run's expected start by (mode, launcher)."""
+
+
+def launchers(cuda: bool) -> tuple[str, str]:
+    """(the launcher ``auto`` picks in this mode, the other one), as ``planner.launcher_for``
+    decides it (today: fork on CPU, fresh actors on GPUs)."""
+    from orchestrator.sweep.planner import launcher_for
+    from orchestrator.sweep.spec import parse_spec
+
+    bundle = {"GPU": 1.0, "CPU": 1.0} if cuda else {"CPU": 1.0}
+    default = launcher_for(parse_spec({"name": "launchers", "links": {"default": {}}}), bundle)
+    return default, "actors" if default == "fork" else "fork"
+
+
 def estimate_run_s(spec: dict, grad_accum: int) -> float:
     """One run of ``spec`` at ``grad_accum``, expected: its start plus every step it takes (the
     forced hang: its timeout plus the collection of stacks)."""
@@ -238,7 +280,9 @@ def estimate_run_s(spec: dict, grad_accum: int) -> float:
         return HANG_TIMEOUT_S["gpu" if gpu else "cpu"] + HANG_COLLECT_S
     micro = GPU_MICRO_STEP_S * spec.get("ranks_per_gpu", 1) if gpu else CPU_MICRO_STEP_S
     steps = spec["steps"] + spec["warmup_steps"]
-    return (GPU_RUN_START_S if gpu else CPU_RUN_START_S) + steps * grad_accum * micro
+    launcher = spec.get("launcher", "auto")
+    launcher = launchers(gpu)[0] if launcher == "auto" else launcher
+    return RUN_START_S["gpu" if gpu else "cpu", launcher] + steps * grad_accum * micro
 
 
 def run_timeout_for(spec: dict) -> float:
@@ -268,7 +312,9 @@ def sweep_specs(
     :data:`CHECKS` names them. CPU: gpt2-tiny, fp32, seq 32, 2 timed steps (the whole selftest
     in a few minutes on 2 cores). GPU: gpt2 bf16 for figures that mean something; two ranks
     share one GPU (``ranks_per_gpu: 2``) for the rehearsal, and for the hang when no node has
-    two. FSDP2's one run (:data:`FSDP2_GRID`) on two GPUs of one node, or gloo on CPU; none
+    two. The one-rank run goes twice, once per launcher (:func:`launchers`), and on GPU so do
+    the two ranks sharing a GPU (``two_rank`` on fresh actors, ``two_rank_fork`` forked): each
+    launcher's start-up per run, side by side. FSDP2's one run (:data:`FSDP2_GRID`) on two GPUs of one node, or gloo on CPU; none
     where the most GPUs on a node is one (FSDP2 refuses two ranks on one GPU). ``n_gpus``: the
     most GPUs Ray offers on one CUDA node. ``quick``: one run per sweep (:data:`QUICK_STRATEGY`
     at grad_accum 1 for the two-rank sweeps). ``peak_tflops``: the GPU sweeps' MFU peak.
@@ -287,10 +333,17 @@ def sweep_specs(
         out.setdefault("run_timeout_s", run_timeout_for(out))
         return out
 
+    default, alt = launchers(cuda)
+    one = {"world_size": 1, "grid": {"strategy": _DDP, "grad_accum": 1}}
     out = {
-        "one_rank": spec("one_rank", world_size=1, grid={"strategy": _DDP, "grad_accum": 1}),
-        "two_rank": spec("two_rank", world_size=2, **shared_gpu, grid=every),
+        "one_rank": spec("one_rank", launcher=default, **one),
+        "one_rank_alt": spec("one_rank_alt", launcher=alt, **one),
+        "two_rank": spec("two_rank", world_size=2, launcher=default, **shared_gpu, grid=every),
     }
+    if cuda:  # the same two ranks sharing one GPU, forked: each launcher's start-up
+        out["two_rank_fork"] = spec(
+            "two_rank_fork", world_size=2, launcher="fork", **shared_gpu, grid=every
+        )
     if cuda and n_gpus >= 2:
         out["two_gpu"] = spec("two_gpu", world_size=2, grid=every)
     if not cuda or n_gpus >= 2:  # FSDP2 refuses ranks_per_gpu 2: no one-GPU rehearsal

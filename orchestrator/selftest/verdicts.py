@@ -9,7 +9,7 @@ command (``orchestrator/commands/selftest.py``) does the I/O: it reads the datab
 :data:`RUNS_SQL`, :data:`DIAGNOSTICS_SQL` and the fleet SQL (``orchestrator/selftest/fleet_facts.py``,
 which also decides the ``fleet`` and ``fleet_gpu`` checks) into :class:`Facts`.
 
-May import: fleet_facts, plan.
+May import: fleet_facts, plan, startup.
 """
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ from orchestrator.selftest.fleet_facts import (
     suspects_text,
 )
 from orchestrator.selftest.plan import CHECK_NAMES, SelftestPlan, planned_runs, sweep_name
+from orchestrator.selftest.startup import start_up_text
 
 Result = Literal["pass", "fail", "not run"]
 
 # The facts, read back with orchestrator.store.read_query from the selftest's own database (it
 # holds only the selftest's sweeps, so no parameter is needed).
 RUNS_SQL = """
-SELECT s.name AS sweep, r.run_id, r.strategy, r.grad_accum, r.offload, r.world_size,
+SELECT s.name AS sweep, r.run_id, r.launcher, r.strategy, r.grad_accum, r.offload, r.world_size,
        r.status, r.error, r.backend, r.n_steps, r.tokens_per_s, r.mfu, r.peak_tflops,
        r.peak_source, r.peak_mem_bytes, r.telemetry, r.link_class, r.ranks_per_gpu,
        r.nvme_swap_files, r.gpu_name, r.effective_transport, r.nccl_version, r.grad_sync,
@@ -91,6 +92,8 @@ class Facts:
     """Rows of :data:`DIAGNOSTICS_SQL` (has_stack, has_nccl_trace per run and rank)."""
     fleet: FleetFacts | None = None
     """The selftest's fleet check; None: not run (``--quick``)."""
+    start_up: tuple[dict, ...] = ()
+    """Rows of ``startup.START_UP_SQL`` (every run's start-up phases)."""
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,17 @@ def _one_rank(i: Inputs) -> Decision:
     return _result(problems, ", ".join(figures))
 
 
+def _one_rank_launchers(i: Inputs) -> Decision:
+    problems = _trained(i.runs) or _missing(i.runs, i.expected)
+    return _result(problems, start_up_text(i.facts, i.plan, ("one_rank", "one_rank_alt")))
+
+
+def _shared_gpu_fork(i: Inputs) -> Decision:
+    problems = _trained(i.runs) + _missing(i.runs, i.expected)
+    problems += _shared_gpu_problems(i.runs)
+    return _result(problems, start_up_text(i.facts, i.plan, ("two_rank", "two_rank_fork")))
+
+
 def _mfu_text(r: dict) -> str:
     """MFU with its peak, or why it is unknown (the GPU has no datasheet peak in the table)."""
     if r["mfu"] is not None and r["mfu"] > 0:
@@ -253,13 +267,17 @@ def _two_rank_of(strategy: str) -> Callable[[Inputs], Decision]:
     return decide
 
 
-def _rehearsal_shared_gpu(i: Inputs) -> Decision:
-    problems = [
+def _shared_gpu_problems(runs: list[dict]) -> list[str]:
+    return [
         f"{r['strategy']} grad_accum {r['grad_accum']}: link_class {r['link_class']}, "
         f"backend {r['backend']}"
-        for r in i.runs
+        for r in runs
         if r["link_class"] != "shared-gpu" or r["backend"] != "nccl"
     ]
+
+
+def _rehearsal_shared_gpu(i: Inputs) -> Decision:
+    problems = _shared_gpu_problems(i.runs)
     return _result(problems or _missing(i.runs, i.expected), "shared-gpu, nccl")
 
 
@@ -354,6 +372,7 @@ DECIDERS: dict[str, Callable[[Inputs], Decision]] = {
     "fleet": _fleet,
     "fleet_gpu": _fleet_gpu,
     "one_rank": _one_rank,
+    "one_rank_launchers": _one_rank_launchers,
     "one_rank_gpu_figures": _one_rank_gpu_figures,
     **{
         name: _two_rank_of(name.removeprefix("two_rank_"))
@@ -361,6 +380,7 @@ DECIDERS: dict[str, Callable[[Inputs], Decision]] = {
         if name.startswith("two_rank_")
     },  # fmt: skip
     "rehearsal_shared_gpu": _rehearsal_shared_gpu,
+    "shared_gpu_fork": _shared_gpu_fork,
     "two_gpu": _two_gpu,
     "fsdp2": _fsdp2,
     "nvme_offload": _nvme_offload,

@@ -113,11 +113,32 @@ def test_the_folder_holds_captures_sweeps_and_the_database(selftest_out):
         ("selftest-hang", "failed", 1),
         ("selftest-nvme", "ok", 1),
         ("selftest-one_rank", "ok", 1),
+        ("selftest-one_rank_alt", "ok", 1),
         ("selftest-two_rank", "ok", 8),
     ]
     stacks = sorted((out / "hang").glob("*.stack.txt"))
     assert len(stacks) == 2  # both ranks of the hung run
     assert any("_maybe_fault" in s.read_text() for s in stacks)  # rank 1, where it hangs
+
+
+def test_the_one_rank_run_went_once_per_launcher_and_each_ones_start_up_is_reported(selftest_out):
+    """On CPU the one-rank check runs forked (the default) and on fresh actors: startup.csv
+    and the check's detail give each launcher's start-up per run, from the stored phases; the
+    actors' run paid its imports, the forked one did not."""
+    p, out = selftest_out
+    with open(out / "startup.csv", newline="") as f:
+        rows = {(r["ranks"], r["launcher"]): r for r in csv.DictReader(f)}
+    assert set(rows) == {("one rank", "fork"), ("one rank", "actors"), ("two ranks", "fork")}
+    fork, actors = rows["one rank", "fork"], rows["one rank", "actors"]
+    assert fork["runs"] == actors["runs"] == "1"
+    assert 0 < float(fork["median_s"]) < float(actors["median_s"]), rows
+    assert float(fork["imports"]) * 20 < float(actors["imports"]), rows  # see test_launcher
+    assert fork["cuda_init"] == actors["cuda_init"] == ""  # a CPU rank has no such phase
+    with open(out / "checks.csv", newline="") as f:
+        check = next(r for r in csv.DictReader(f) if r["check"] == "one_rank_launchers")
+    assert check["result"] == "pass", check
+    assert "fork start-up" in check["detail"] and "actors start-up" in check["detail"]
+    assert "start-up per run by launcher" in p.stdout
 
 
 def test_the_fleet_check_ran_on_the_one_node_and_its_summary_is_in_fleet_txt(selftest_out):

@@ -81,6 +81,7 @@ CPU_PLAN = {
     "fleet_gpu": "no CUDA",
     "one_rank_gpu_figures": "no CUDA",
     "rehearsal_shared_gpu": "no CUDA",
+    "shared_gpu_fork": "no CUDA",
     "two_gpu": "no CUDA",
     "hang_flight_recorder": "no CUDA",
 }

@@ -70,8 +70,9 @@ def test_cuda_visible_devices_0_on_an_8_gpu_box_plans_one_gpu_checks_only(fake_c
     state["reports"] = [_report("h100", ray_gpus=1.0, cuda=8)]
     cmd._selftest(tmp_path, "test", None, False)
     sweeps = {k: v for k, v in ran.items() if k != "fleet"}
-    assert set(sweeps) == {"one_rank", "two_rank", "nvme", "hang"}
+    assert set(sweeps) == {"one_rank", "one_rank_alt", "two_rank", "two_rank_fork", "nvme", "hang"}
     assert sweeps["hang"]["ranks_per_gpu"] == 2 and sweeps["two_rank"]["ranks_per_gpu"] == 2
+    assert sweeps["two_rank_fork"]["ranks_per_gpu"] == 2  # the same shared GPU, forked ranks
     rows = (tmp_path / "checks.csv").read_text()
     assert "two_gpu,not run,1 GPU offered by Ray on the node with most" in rows
     assert "h100 has 8; Ray offers 1" in rows
@@ -98,6 +99,7 @@ def test_quick_runs_what_its_dry_run_lists(fake_cluster, tmp_path):
     assert "fleet" not in ran
     assert {k: plan.planned_runs(v) for k, v in ran.items()} == {
         "one_rank": [("ddp", 1)],
+        "one_rank_alt": [("ddp", 1)],
         "two_rank": [("zero3", 1)],
         "fsdp2": [("fsdp", 2)],
         "nvme": [("zero3", 1)],

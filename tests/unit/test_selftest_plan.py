@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator.fleet import tables
-from orchestrator.selftest import plan
+from orchestrator.selftest import plan, startup
 from orchestrator.selftest import verdicts as verdict
 from orchestrator.selftest.fleet_facts import FleetFacts
 from orchestrator.sweep.planner import expand_grid
@@ -25,6 +25,7 @@ def _run(sweep, strategy="ddp", ga=1, **over) -> dict:
     row = {
         "sweep": plan.sweep_name(sweep),
         "run_id": f"{sweep}-{strategy}-{ga}",
+        "launcher": {"one_rank_alt": "actors"}.get(sweep, "fork"),
         "strategy": strategy,
         "grad_accum": ga,
         "offload": "none",
@@ -149,6 +150,7 @@ def cpu_facts(**over) -> verdict.Facts:
         nodes=(_node(),),
         sweeps={
             "one_rank": verdict.SweepFacts(True, runs=(_run("one_rank", world_size=1),)),
+            "one_rank_alt": verdict.SweepFacts(True, runs=(_run("one_rank_alt", world_size=1),)),
             "two_rank": verdict.SweepFacts(True, runs=tuple(two)),
             "nvme": verdict.SweepFacts(
                 True, runs=(_run("nvme", "zero3", offload="nvme", nvme_swap_files=12),)
@@ -169,9 +171,22 @@ def gpu_facts(n_gpus=1, **over) -> verdict.Facts:
         k: verdict.SweepFacts(True, runs=tuple(_gpu(r) for r in s.runs))
         for k, s in f.sweeps.items()
     }
+    launched = {"one_rank": "actors", "one_rank_alt": "fork", "two_rank": "actors"}
+    for key, launcher in launched.items():
+        sweeps[key] = verdict.SweepFacts(
+            True, runs=tuple(r | {"launcher": launcher} for r in sweeps[key].runs)
+        )
     sweeps["two_rank"] = verdict.SweepFacts(
-        True, runs=tuple(_gpu(r) | shared for r in f.sweeps["two_rank"].runs)
+        True, runs=tuple(r | shared for r in sweeps["two_rank"].runs)
     )
+    sweeps["two_rank_fork"] = verdict.SweepFacts(
+        True,
+        runs=tuple(
+            r | {"sweep": plan.sweep_name("two_rank_fork"), "launcher": "fork",
+                 "run_id": r["run_id"].replace("two_rank", "two_rank_fork")}
+            for r in sweeps["two_rank"].runs
+        ),
+    )  # fmt: skip
     hang_id = sweeps["hang"].runs[0]["run_id"]
     facts = dataclasses.replace(
         f,
@@ -206,6 +221,7 @@ def test_the_table_names_each_check_once_and_every_sweep_it_reads():
         "fleet_gpu",
         "one_rank_gpu_figures",
         "rehearsal_shared_gpu",
+        "shared_gpu_fork",
         "two_gpu",
         "hang_flight_recorder",
     }
@@ -220,13 +236,23 @@ def test_every_sweep_file_is_a_valid_sweep(cuda, n_gpus):
 
 def test_cpu_sweeps_are_small_and_gpu_ones_share_a_gpu_only_when_one_is_all_there_is():
     cpu = plan.sweep_specs(False, 0)
-    assert set(cpu) == {"one_rank", "two_rank", "nvme", "hang", "fsdp2"}
+    assert set(cpu) == {"one_rank", "one_rank_alt", "two_rank", "nvme", "hang", "fsdp2"}
+    # each launcher once: the default one (fork on CPU) and the other one
+    assert (cpu["one_rank"]["launcher"], cpu["one_rank_alt"]["launcher"]) == ("fork", "actors")
+    assert cpu["two_rank"]["launcher"] == "fork" and "two_rank_fork" not in cpu
     assert all(s["model"] == "gpt2-tiny" and s["seq_len"] == 32 for s in cpu.values())
     assert all("ranks_per_gpu" not in s for s in cpu.values())
     one = plan.sweep_specs(True, 1)
     assert one["one_rank"]["model"] == "gpt2" and one["one_rank"]["precision"] == "bf16"
     assert one["two_rank"]["ranks_per_gpu"] == 2 and one["hang"]["ranks_per_gpu"] == 2
     assert "two_gpu" not in one and "fsdp2" not in one  # FSDP2 refuses ranks_per_gpu 2
+    # on GPU: fresh actors by default, and the same runs forked
+    assert (one["one_rank"]["launcher"], one["one_rank_alt"]["launcher"]) == ("actors", "fork")
+    assert one["two_rank"]["launcher"] == "actors" and one["two_rank_fork"]["launcher"] == "fork"
+    differ = ("name", "launcher", "run_timeout_s")  # a forked run is expected to start sooner
+    assert {k: v for k, v in one["two_rank_fork"].items() if k not in differ} == {
+        k: v for k, v in one["two_rank"].items() if k not in differ
+    }
     two = plan.sweep_specs(True, 2)
     assert two["two_rank"]["ranks_per_gpu"] == 2  # the rehearsal runs on any GPU node
     assert "ranks_per_gpu" not in two["two_gpu"] and "ranks_per_gpu" not in two["hang"]
@@ -410,8 +436,9 @@ def test_a_sweep_that_never_ran_fails_and_nothing_run_is_not_ok():
 
 def _quick_facts(facts: verdict.Facts) -> verdict.Facts:
     """What a --quick selftest stores: the runs its one-run sweeps ask for, no fleet check."""
-    keep = {("one_rank", "ddp", 1), ("two_rank", "zero3", 1), ("nvme", "zero3", 1),
-            ("hang", "ddp", 1), ("fsdp2", "fsdp", 2)}  # fmt: skip
+    keep = {("one_rank", "ddp", 1), ("one_rank_alt", "ddp", 1), ("two_rank", "zero3", 1),
+            ("two_rank_fork", "zero3", 1), ("nvme", "zero3", 1), ("hang", "ddp", 1),
+            ("fsdp2", "fsdp", 2)}  # fmt: skip
     sweeps = {
         k: verdict.SweepFacts(True, runs=tuple(
             r for r in s.runs if (k, r["strategy"], r["grad_accum"]) in keep))
@@ -422,7 +449,8 @@ def _quick_facts(facts: verdict.Facts) -> verdict.Facts:
 
 def test_quick_runs_one_of_each_kind_and_leaves_the_rest_not_run():
     v = by_check(decide(_quick_facts(cpu_facts()), quick=True))
-    ran = ["doctor", "topo", "one_rank", "two_rank_zero3", "fsdp2", "nvme_offload", "hang"]
+    ran = ["doctor", "topo", "one_rank", "one_rank_launchers", "two_rank_zero3", "fsdp2",
+           "nvme_offload", "hang"]  # fmt: skip
     assert [c for c, x in v.items() if x.result == "pass"] == ran, v
     assert v["fleet"].line() == "not run: --quick"
     assert {v[f"two_rank_{s}"].detail for s in ("ddp", "zero1", "zero2")} == {"--quick"}
@@ -437,7 +465,9 @@ def test_quick_sweeps_ask_one_run_each():
     the_plan = plan.plan_selftest([plan.NodeFacts("g", cuda_available=True, ray_gpus=2.0)], True)
     assert {k: plan.planned_runs(s) for k, s in the_plan.sweeps.items()} == {
         "one_rank": [("ddp", 1)],
+        "one_rank_alt": [("ddp", 1)],
         "two_rank": [("zero3", 1)],
+        "two_rank_fork": [("zero3", 1)],
         "two_gpu": [("zero3", 1)],
         "fsdp2": [("fsdp", 2)],
         "nvme": [("zero3", 1)],
@@ -666,3 +696,50 @@ def test_fsdp2_on_gpus_needs_nccl_and_a_sweep_that_ran():
         f, sweeps=f.sweeps | {"fsdp2": verdict.SweepFacts(False, "grid.strategy: refused")}
     )
     assert by_check(decide(refused))["fsdp2"].result == "fail"
+
+
+def _phases(run_id: str, launcher: str, **seconds: float) -> list[dict]:
+    return [{"sweep": "-", "run_id": run_id, "launcher": launcher, "status": "ok", "phase": p,
+             "s": s} for p, s in seconds.items()]  # fmt: skip
+
+
+def test_each_launchers_start_up_per_run_is_its_phases_before_the_first_step():
+    """One rank on both launchers, and two ranks sharing a GPU on both: the start-up table
+    and the two checks' details give each launcher's median start-up, the phases summed
+    (compile and the steps are not start-up)."""
+    f = gpu_facts(n_gpus=1)
+    runs = {k: [r["run_id"] for r in f.sweeps[k].runs] for k in startup.START_UP_SWEEPS}
+    start_up = [
+        *_phases(runs["one_rank"][0], "actors", imports=14.0, cuda_init=1.5, pg_init=0.5,
+                 warmup=3.0, timed_steps=2.0),
+        *_phases(runs["one_rank_alt"][0], "fork", placement=0.1, cuda_init=1.2, pg_init=0.3,
+                 strategy_init=0.4),
+        *(row for i, run_id in enumerate(runs["two_rank"])
+          for row in _phases(run_id, "actors", imports=15.0 + i)),
+        *(row for i, run_id in enumerate(runs["two_rank_fork"])
+          for row in _phases(run_id, "fork", cuda_init=1.0, pg_init=1.0 + i, compile=30.0)),
+    ]  # fmt: skip
+    f = dataclasses.replace(f, start_up=tuple(start_up))
+    table = {(r[0], r[1]): r for r in startup.start_up_table(f, _plan(f))}
+    col = {c: i for i, c in enumerate(startup.START_UP_COLUMNS)}
+    assert table["one rank", "actors"][col["median_s"]] == 16.0  # 14 + 1.5 + 0.5
+    assert table["one rank", "fork"][col["median_s"]] == pytest.approx(2.0)
+    assert table["one rank", "fork"][col["imports"]] is None  # a phase the run did not have
+    shared = table["two ranks, one GPU", "fork"]
+    n = len(runs["two_rank_fork"])
+    assert shared[col["runs"]] == n and shared[col["max_s"]] == 2.0 + n - 1  # compile left out
+    assert table["two ranks, one GPU", "actors"][col["median_s"]] == 15.0 + (n - 1) / 2
+    v = by_check(verdict.decide(f, _plan(f)))
+    assert v["one_rank_launchers"].result == "pass"
+    assert v["one_rank_launchers"].detail == ("actors start-up 16.0 s/run, fork start-up 2.0 s/run")
+    assert v["shared_gpu_fork"].result == "pass"
+    assert f"fork start-up {2.0 + (n - 1) / 2:.1f} s/run" in v["shared_gpu_fork"].detail
+
+
+def test_forked_ranks_that_did_not_share_the_gpu_over_nccl_fail_the_fork_check():
+    f = gpu_facts(n_gpus=1)
+    bad = tuple(r | {"backend": "gloo"} for r in f.sweeps["two_rank_fork"].runs)
+    sweeps = {**f.sweeps, "two_rank_fork": verdict.SweepFacts(True, runs=bad)}
+    v = by_check(decide(dataclasses.replace(f, sweeps=sweeps)))
+    assert v["shared_gpu_fork"].result == "fail" and "backend gloo" in v["shared_gpu_fork"].detail
+    assert v["rehearsal_shared_gpu"].result == "pass"  # the actors' runs are fine
