@@ -294,6 +294,10 @@ class Cluster:
             import _pytest.monkeypatch
 
             mp = stack.enter_context(_pytest.monkeypatch.MonkeyPatch.context())
+            # DeepSpeed first: its first import runs get_accelerator, whose
+            # "device_count() > 0 and is_available()" would start CUDA in this process before the
+            # code under test sets CUDA_VISIBLE_DEVICES (a rank imports DeepSpeed after that)
+            self._install_aio(mp, node)
             view.install(mp)
             mp.setitem(sys.modules, "pynvml", nvml_for(node, busy) if node.gpus else NoNvml())
             mp.setenv("PATH", f"{folder}:/usr/bin:/bin")
@@ -311,7 +315,6 @@ class Cluster:
 
             mp.setattr(subprocess, "run", run)
             mp.setattr(socket, "gethostname", lambda: hostname)
-            self._install_aio(mp, node)
             stack.enter_context(CudaTensorsOnCpu(view))
             try:
                 yield view
