@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The first-GPU-node script (issue 39): one lease, every check that needs a GPU, each step under
+# The first-GPU-node script: one lease, every check that needs a GPU, each step under
 # a time cap so the whole fits 15 minutes of device time with the transfers. docs/gpu.md says
 # what each step shows; results go under $OUT (the device tool brings that folder back), one
 # folder per step, and a summary (summary.md) of every table.
@@ -143,8 +143,10 @@ measure_mfu() {  # the modern file's one-rank run (compiled with inductor): MFU 
     --set launcher=fork --db "$db" "$@"
   local q
   for q in "SELECT * FROM run_summary" \
-    "SELECT run_id, device_name, peak_tflops, achieved_tflops_per_gpu, mfu FROM runs" \
-    "SELECT phase, round(max(seconds), 3) AS s FROM run_phases GROUP BY phase ORDER BY s DESC"; do
+    "SELECT run_id, compile, launcher, optimizer_impl, compile_backend, compile_cache,
+       recompiles_timed, recompiles_profiled, startup_s, peak_mem_bytes, mfu FROM runs" \
+    "PIVOT (SELECT run_id, phase, round(seconds, 3) AS s FROM run_phases
+       WHERE rank IS NULL OR rank = 0) ON phase USING max(s) ORDER BY run_id"; do
     linksweep query --db "$db" --format csv "$q" >>"$OUT/mfu/tables.csv" 2>&1
     echo >>"$OUT/mfu/tables.csv"
   done

@@ -1,6 +1,6 @@
 """What a GPU trace's ``ProfilerStep#k`` spans cover: one table row per traced step per trace.
 
-Answers, on the first GPU node, the question issue 39's first defect left open: does Kineto
+Answers, on the first GPU node, what reading Kineto's source could not settle: does Kineto
 build a ``gpu_user_annotation`` span ``ProfilerStep#k`` for each traced step, and how much of the
 step does it cover? Per step it prints the CPU span (``user_annotation``, what linksweep marks
 with ``record_function``), the GPU annotation span of the same name where there is one, the GPU

@@ -15,6 +15,8 @@ One module per job:
     train       the measurement loop: build, warm up, time N optimizer steps, records.
     strategies  DDP and ZeRO behind one interface; ``make_strategy`` builds the catalog's.
     compression DDP's gradient compression: PowerSGD's settings and split, the warmup rule; pure.
+    optimizer   the optimizer a run steps, as Hugging Face Trainer builds it, and its name.
+    compiling   torch.compile as people apply it per strategy, and what it did.
     fsdp        FSDP2 and HSDP behind the same interface.
     collectives one collective recorder for every strategy; the accumulation probe.
     model       gpt2 configs with random init.

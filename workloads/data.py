@@ -13,11 +13,12 @@ and the embedding/LM-head cost stay those of real gpt2.
 Blocks of ``seq_len`` tokens are cut from the concatenated text (as run_clm.py does); each rank
 reads a disjoint, seeded-shuffled share and cycles through it.
 
-May import: datasets, torch, transformers.
+May import: datasets, huggingface_hub, torch, transformers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from collections.abc import Iterator
@@ -48,19 +49,49 @@ class TextSource:
 
 
 def _load_text_file(path: str) -> list[str]:
+    """A local file through datasets' ``text`` loader, offline: online, datasets would first
+    count the load on the hub (``load.increase_load_count``, a HEAD request to S3)."""
     import datasets
 
-    ds = datasets.load_dataset("text", data_files=str(path), split="train")
+    with hub_offline():
+        ds = datasets.load_dataset("text", data_files=str(path), split="train")
     return [t for t in ds["text"] if t.strip()]
+
+
+@contextlib.contextmanager
+def hub_offline() -> Iterator[None]:
+    """datasets and huggingface_hub offline for the body of the ``with``: their env variables
+    (``HF_HUB_OFFLINE``, ``HF_DATASETS_OFFLINE``) and the constants each library made of them
+    when it was imported (``datasets.config.HF_HUB_OFFLINE``,
+    ``huggingface_hub.constants.HF_HUB_OFFLINE``). Setting the env alone does nothing once they
+    are imported, and they always are (the rank's imports phase; the fork server preloads them):
+    the "cache only" attempt then asked the hub anyway, and an offline node paid datasets'
+    five retries, 23 s a run here, before the builtin fallback."""
+    import datasets.config
+    import huggingface_hub.constants as hub_constants
+
+    saved_env = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    saved = [(m, m.HF_HUB_OFFLINE) for m in (datasets.config, hub_constants)]
+    os.environ.update({k: "1" for k in saved_env})
+    for module, _ in saved:
+        module.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        for module, value in saved:
+            module.HF_HUB_OFFLINE = value
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _load_wikitext(offline: bool) -> list[str]:
     import datasets
 
-    if offline:
-        os.environ["HF_DATASETS_OFFLINE"] = "1"
-        os.environ["HF_HUB_OFFLINE"] = "1"
-    ds = datasets.load_dataset("wikitext", "wikitext-2-raw-v1", split="train")
+    with hub_offline() if offline else contextlib.nullcontext():
+        ds = datasets.load_dataset("wikitext", "wikitext-2-raw-v1", split="train")
     return [t for t in ds["text"] if t.strip()]
 
 
@@ -78,9 +109,6 @@ def load_text(dataset: str) -> TextSource:
                 return TextSource(lines, f"wikitext-2-raw-v1 ({where}, datasets)")
             except Exception as exc:  # noqa: BLE001 - any loader failure means fall back
                 errors.append(f"{'cache' if offline else 'hub'}: {type(exc).__name__}")
-            finally:
-                os.environ.pop("HF_DATASETS_OFFLINE", None)
-                os.environ.pop("HF_HUB_OFFLINE", None)
         lines = _load_text_file(str(BUILTIN_PATH))
         why = "; ".join(errors)
         return TextSource(lines, f"builtin (fallback: wikitext-2-raw-v1 unavailable: {why})")

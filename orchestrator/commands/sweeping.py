@@ -3,8 +3,8 @@ work, an earlier driver's spool committed, the cluster joined with stop signals 
 cluster's fit checked, and a named query printed as a table at the end.
 
 May import: shared, orchestrator.sweep.ds_check, orchestrator.errors, orchestrator.sweep.exclusions,
-orchestrator.sweep.preflight, orchestrator.raycluster.session, orchestrator.sweep.spec,
-orchestrator.sweep.stopping, orchestrator.store, orchestrator.ui.
+orchestrator.sweep.overrides, orchestrator.sweep.preflight, orchestrator.raycluster.session,
+orchestrator.sweep.spec, orchestrator.sweep.stopping, orchestrator.store, orchestrator.ui.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ sweep that runs for hours starts, stops, resumes and records each run.
 One module per job:
     spec        the sweep file: one typed spec (its grid from the catalog), validated before
                 anything runs; pure.
+    overrides   ``--set KEY=VALUE``: the file's keys overridden before validation; pure.
     planner     spec -> the ordered runs, each carrying all it needs (config, env, timeout,
                 placement); pure.
     ds_config   the DeepSpeed config of one variant; pure.
