@@ -10,7 +10,8 @@ torch's CUDA view of one process, NVML, and DeepSpeed's accelerator.
   torch's CUDA first), and every call that initialises torch's CUDA (``current_device``,
   names, capability, properties, ``synchronize``, a tensor on a CUDA device). Not
   ``device_count()``: before torch's CUDA is initialised it counts through NVML, parsing
-  ``CUDA_VISIBLE_DEVICES`` as it is now, and only afterwards gives the initialised count.
+  ``CUDA_VISIBLE_DEVICES`` as it is now (a MIG id excepted: torch asks CUDA then, which starts
+  it), and only afterwards gives the initialised count.
   :meth:`CudaView.reset` is a new process. Devices: names (a MIG device is
   "<GPU> MIG <profile>", as torch names it), capability, properties, ``is_bf16_supported``
   (torch 2.13's rule: native from capability 8.0; below it, True only ``including_emulation``),
@@ -125,9 +126,15 @@ class CudaView:
         return self.torch_initialized
 
     def device_count(self) -> int:
+        """torch 2.13: the initialised count once torch's CUDA is up; before, NVML's count of
+        ``CUDA_VISIBLE_DEVICES`` as it is now, except for a MIG id, which torch's NVML count
+        skips (``_device_count_nvml`` returns -1) for ``cudaGetDeviceCount``: CUDA starts."""
         if self.torch_initialized:
             return len(self.visible)
-        return len(self.node.devices(os.environ.get("CUDA_VISIBLE_DEVICES")))
+        cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if cvd and cvd.split(",")[0].strip().startswith("MIG-"):
+            return len(self._start())
+        return len(self.node.devices(cvd))
 
     def synchronize(self, device=None) -> None:
         self._dev(device)

@@ -70,3 +70,12 @@ def test_nvml_pcie_generation_follows_the_load_and_never_rises_above_the_trained
         assert [fake.nvmlDeviceGetCurrPcieLinkGeneration(i) for i in range(2)] == [5, 3]
         assert [fake.nvmlDeviceGetMaxPcieLinkGeneration(i) for i in range(2)] == [5, 5]
     assert fake.busy == set()
+
+
+def test_a_mig_id_makes_torchs_device_count_ask_cuda_which_starts_it(monkeypatch, tmp_path):
+    from tests.unit.hwprofiles import MIG_ID
+
+    with installed(PROFILES["a100-mig-1g"], monkeypatch, tmp_path) as c, c.on("mig-0", MIG_ID):
+        assert torch.cuda.device_count() == 1
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+        assert torch.cuda.is_available()  # CUDA started with the MIG instance visible
