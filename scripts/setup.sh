@@ -20,8 +20,8 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q -e '.[dev]'
 
 # DeepSpeed JIT-builds its C++ ops where they are first used, inside the rank processes: async_io
-# and pin_memory at the first NVMe-offload run (~6 min on 2 cores), deepspeed_shm_comm at the
-# first ZeRO run on CPU (~35 s). Build them once here, with the venv's Python and torch, into the
+# and pin_memory at the first NVMe-offload run (~6 min on 2 cores), cpu_adam at the first run
+# that offloads ZeRO's optimizer (~70 s), deepspeed_shm_comm at the first ZeRO run on CPU (~35 s). Build them once here, with the venv's Python and torch, into the
 # cache the ranks load them from. An op this machine cannot build (async_io without libaio-dev)
 # is skipped with the reason; it never fails the setup.
 # That cache is this venv's own, .venv/torch_extensions: torch reads TORCH_EXTENSIONS_DIR in
@@ -46,6 +46,7 @@ from deepspeed.accelerator import get_accelerator
 
 OPS = {
     "AsyncIOBuilder": "NVMe offload (grid.offload: nvme)",
+    "CPUAdamBuilder": "ZeRO's offloaded optimizer (DeepSpeedCPUAdam, as accelerate swaps it in)",
     "ShareMemCommBuilder": "DeepSpeed's collectives on CPU",
 }
 for cls, used_by in OPS.items():
