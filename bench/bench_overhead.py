@@ -7,6 +7,7 @@ against DDP).
 
     python bench/bench_overhead.py [--trials 5] [--steps 20] [--warmup 3] [--with-nice0]
                                    [--without-actors] [--startup-repeats 2] [--startup-only]
+                                   [--launchers [--gpu] [--launcher-repeats 3]]
                                    [--smoke] [--json OUT] [--keep]
 
 Arms: ``linksweep`` (``launcher: fork``: ranks forked by a per-node launcher whose fork server
@@ -84,6 +85,18 @@ Start-up figures (``--json``: ``startup.per_strategy.S.KEY`` per strategy S): ``
 ``wall_s``, ``steps_s``, ``phases`` (phase -> s), ``ratio_to_ddp``, ``within_2x_ddp``,
 ``n_runs``; next to them ``startup.runs`` (every run of the sweep), ``startup.load_before``,
 ``startup.load_after``.
+
+Start-up per launcher (``--launchers``, alone: no trials, no strategy sweep; ``--gpu`` on a GPU
+node): one-rank DDP and two DDP ranks (on a GPU node: sharing one GPU, ``ranks_per_gpu: 2``),
+each as a ``linksweep run`` per launcher (``fork``, ``actors``) of ``--launcher-repeats`` runs
+(default 3). A run's start-up is what its stored phases say comes before its first step,
+compile left out (``orchestrator/selftest/startup.py`` ``START_UP_PHASES``: placement,
+process_start, imports, cuda_init, pg_init, model_data_build, strategy_init; each the slowest
+rank's), as ``linksweep selftest`` reports it. Per shape and launcher: the median run after the
+first (the first also starts the node's launcher; with one repeat, that run), its phases, and
+``within_goal``: fork at most ``LAUNCHER_GOAL_S`` (3 s) a run. ``--gpu``: the selftest's GPU
+workload (gpt2, bf16, seq 512, micro-batch 4). JSON: ``launchers.SHAPE.LAUNCHER.KEY``
+(``start_up_s``, ``n_runs``, ``phases``, ``within_goal``).
 
 ``--smoke``: 1 trial of arms ``linksweep`` (fork) and ``torchrun`` (so ``bench/standalone.py``
 runs too), 1 timed step after 1 warmup step at seq_len 32 (``SMOKE_SEQ_LEN``): a check that the
@@ -422,6 +435,91 @@ def report_startup(startup: dict) -> None:
     )
 
 
+# --- start-up per launcher -------------------------------------------------------------------
+LAUNCHERS = ("fork", "actors")
+SHAPES = ("one_rank", "two_ranks")
+LAUNCHER_REPEATS = 3
+"""Runs per launcher sweep: the first also starts the node's launcher (fork) or warms Ray's
+worker pool, so the figure is the median of the others."""
+LAUNCHER_GOAL_S = 3.0
+"""The goal: a forked run's start-up within 3 s (one-rank DDP, two ranks sharing a GPU)."""
+
+
+def launcher_doc(
+    shape: str, launcher: str, steps: int, warmup: int, repeats: int, gpu: bool
+) -> dict:
+    """One shape x launcher sweep: DDP, one rank or two (sharing one GPU with ``gpu``)."""
+    from orchestrator.selftest.plan import base_workload
+
+    doc = base_workload(cuda=gpu) | {"steps": steps, "warmup_steps": warmup, "repeats": repeats}
+    two = {"world_size": 2, **({"ranks_per_gpu": 2} if gpu else {})}
+    return doc | {
+        "name": f"bench-launch-{shape}-{launcher}",
+        "launcher": launcher,
+        **({"world_size": 1} if shape == "one_rank" else two),
+        "grid": {"strategy": ["ddp"], "grad_accum": [1], "placement": ["pack"]},
+    }
+
+
+def launcher_summary(runs: list[dict], goal_s: float = LAUNCHER_GOAL_S, fork: bool = True) -> dict:
+    """``per_run`` rows of one launcher sweep -> the median ok run after the first (of an even
+    count the lower middle; with one run, that one): its start-up (the sum of
+    ``START_UP_PHASES``), phases, and, for fork, whether it is within ``goal_s``. Pure."""
+    from orchestrator.selftest.startup import START_UP_PHASES
+
+    ok = [r for r in runs if r["status"] == "ok"]
+    later = [r for r in ok if r["repeat"] > 1] or ok
+    if not later:
+        return {"n_runs": 0, "start_up_s": None, "phases": {}, "within_goal": False}
+    for r in later:
+        r["start_up_s"] = sum(r["phases"].get(p) or 0.0 for p in START_UP_PHASES)
+    run = sorted(later, key=lambda r: r["start_up_s"])[(len(later) - 1) // 2]
+    phases = {p: run["phases"][p] for p in START_UP_PHASES if p in run["phases"]}
+    return {"n_runs": len(later), "start_up_s": run["start_up_s"], "phases": phases,
+            "within_goal": (not fork) or run["start_up_s"] <= goal_s}  # fmt: skip
+
+
+def run_launchers(work: Path, steps: int, warmup: int, repeats: int, gpu: bool) -> dict:
+    """Every shape x launcher sweep, each its own ``linksweep run``; shape -> launcher ->
+    :func:`launcher_summary` (or ``{"error": ...}`` for a sweep that failed)."""
+    out: dict = {}
+    for shape in SHAPES:
+        for launcher in LAUNCHERS:
+            sweep = work / f"sweep-{shape}-{launcher}.yaml"
+            doc = launcher_doc(shape, launcher, steps, warmup, repeats, gpu)
+            sweep.write_text(yaml.safe_dump(doc, sort_keys=False))
+            try:
+                r = run_linksweep(sweep, work, 0)
+                with Reader(r["db"]) as reader:
+                    runs = per_run(reader.rows(RUN_PHASES))
+                got = launcher_summary(runs, fork=launcher == "fork")
+            except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+                got = {"error": str(exc)}
+                print(f"{shape} {launcher}: FAILED: {exc}", file=sys.stderr, flush=True)
+            out.setdefault(shape, {})[launcher] = got
+    return out
+
+
+def report_launchers(launchers: dict, gpu: bool) -> None:
+    from orchestrator.selftest.startup import START_UP_PHASES
+    from orchestrator.ui import print_table
+
+    rows = [
+        (shape, launcher, f.get("n_runs"), f.get("start_up_s"),
+         *(f.get("phases", {}).get(p) for p in START_UP_PHASES), f.get("error", ""))
+        for shape, by in launchers.items() for launcher, f in by.items()
+    ]  # fmt: skip
+    where = "GPU: two ranks share one GPU" if gpu else "CPU"
+    print_table(["shape", "launcher", "n_runs", "start_up_s", *START_UP_PHASES, "error"], rows,
+                title=f"\nstart-up per run by launcher ({where}; the median run after the "
+                "first; phases before the first step, compile left out, slowest rank, s)",
+                digits=3)  # fmt: skip
+    forks = [by.get("fork", {}) for by in launchers.values()]
+    met = all(f.get("within_goal") for f in forks)
+    print(f"goal: a forked run's start-up within {LAUNCHER_GOAL_S:g} s: "
+          + ("met" if met else "NOT met"))  # fmt: skip
+
+
 VERDICT_WORDS = {
     "within": f"within {TARGET:.0%} of torchrun (the whole interval is inside the band)",
     "outside": f"NOT within {TARGET:.0%} of torchrun (the whole interval is outside the band)",
@@ -573,6 +671,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--startup-only", action="store_true", help="only the start-up sweep (no trials)"
     )
+    p.add_argument(
+        "--launchers",
+        action="store_true",
+        help="only the start-up per launcher (fork, actors): one-rank DDP and two ranks",
+    )
+    p.add_argument(
+        "--gpu", action="store_true", help="--launchers on a GPU node: two ranks share one GPU"
+    )
+    p.add_argument(
+        "--launcher-repeats",
+        type=int,
+        default=LAUNCHER_REPEATS,
+        help="runs per launcher sweep (default %(default)s)",
+    )
     p.add_argument("--smoke", action="store_true", help="1 short trial, fork and torchrun only")
     p.add_argument("--json", help="write trials, summary and context here")
     p.add_argument("--keep", action="store_true", help="keep the temp folder (dbs, JSON)")
@@ -588,6 +700,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.startup_only and args.startup_repeats < 1:
         p.error("--startup-only needs --startup-repeats >= 1")
 
+    if args.launchers:
+        return launchers_main(args)
     from orchestrator.provenance import context as provenance
 
     context = {**provenance(), "sweep": sweep_doc(args.steps, args.warmup, seq_len=seq_len)}
@@ -671,6 +785,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.startup_only:
         return 0 if startup.get("per_strategy") else 1
     return 0 if summary else 1  # 1: no trial completed a linksweep/torchrun pair
+
+
+def launchers_main(args: argparse.Namespace) -> int:
+    """``--launchers``: the start-up per launcher alone (see the module docstring)."""
+    from orchestrator.provenance import context as provenance
+
+    if args.launcher_repeats < 1:
+        raise SystemExit("--launcher-repeats must be >= 1")
+    context = provenance()
+    print(f"bench_overhead --launchers: {context['date']} cpus={context['cpus']}")
+    work = Path(tempfile.mkdtemp(prefix="linksweep-bench-launchers-"))
+    try:
+        launchers = run_launchers(work, args.steps, args.warmup, args.launcher_repeats, args.gpu)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    report_launchers(launchers, args.gpu)
+    if args.json:
+        doc = {"context": context, "launchers": launchers}
+        Path(args.json).write_text(json.dumps(doc, indent=1, default=str))
+    failed = any("error" in f for by in launchers.values() for f in by.values())
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

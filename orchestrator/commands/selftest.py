@@ -409,7 +409,8 @@ def _report_start_up(out: Path, rows: list[tuple]) -> None:
         list(startup.START_UP_COLUMNS),
         rows,
         title="start-up per run by launcher (s; placement to the first step, compile left "
-        "out; median of the ok runs, each phase the slowest rank's)",
+        "out; median of the ok runs, each phase the slowest rank's; a node's launcher starts "
+        "once per selftest, before its first forked run, and is in no run's start-up)",
         digits=3,
     )
 

@@ -37,7 +37,8 @@ def _job_id() -> str:
     return ray.get_runtime_context().get_job_id()
 
 
-def _new_launcher(node_id: str, accelerator: str):
+def _spawn_launcher(node_id: str, accelerator: str):
+    """A new launcher actor on the node, its fork server starting: (actor, its ``warm`` ref)."""
     from workloads.launcher import Launcher
 
     remote_cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1024)(Launcher)
@@ -45,8 +46,7 @@ def _new_launcher(node_id: str, accelerator: str):
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
         runtime_env={"env_vars": {"RAY_worker_niceness": "0"}},
     ).remote(accelerator)
-    ray.get(actor.warm.remote(), timeout=LAUNCHER_START_TIMEOUT_S)
-    return actor
+    return actor, actor.warm.remote()
 
 
 def _kept_launcher(node_id: str, accelerator: str):
@@ -75,15 +75,30 @@ class LauncherPool:
         self.accelerators: dict[str, str] = {}
 
     def get(self, node_id: str, accelerator: str = "cpu"):
-        if self.accelerators.get(node_id, accelerator) != accelerator:
-            raise ValueError(
-                f"node {node_id[:12]}: this sweep's launcher there serves "
-                f"{self.accelerators[node_id]} ranks, asked for {accelerator}"
-            )
-        if node_id not in self.actors:
-            actor = _kept_launcher(node_id, accelerator) or _new_launcher(node_id, accelerator)
-            self.actors[node_id], self.accelerators[node_id] = actor, accelerator
+        """The node's launcher (:meth:`prepare` it first where it may not be started)."""
+        self.prepare([node_id], accelerator)
         return self.actors[node_id]
+
+    def prepare(self, node_ids, accelerator: str = "cpu") -> None:
+        """Every node of ``node_ids`` gets its launcher: a kept one that still forks, else a
+        new one, the new ones' fork servers importing in parallel (a cold node: seconds)."""
+        for node_id in node_ids:
+            if self.accelerators.get(node_id, accelerator) != accelerator:
+                raise ValueError(
+                    f"node {node_id[:12]}: this sweep's launcher there serves "
+                    f"{self.accelerators[node_id]} ranks, asked for {accelerator}"
+                )
+        new = {}
+        for node_id in dict.fromkeys(n for n in node_ids if n not in self.actors):
+            kept = _kept_launcher(node_id, accelerator)
+            if kept is not None:
+                self.actors[node_id], self.accelerators[node_id] = kept, accelerator
+            else:
+                new[node_id] = _spawn_launcher(node_id, accelerator)
+        if new:
+            ray.get([ref for _, ref in new.values()], timeout=LAUNCHER_START_TIMEOUT_S)
+        for node_id, (actor, _) in new.items():
+            self.actors[node_id], self.accelerators[node_id] = actor, accelerator
 
     def values(self):
         return self.actors.values()

@@ -260,6 +260,10 @@ def _run_forked(pg, launch: Launch, context: RunContext, result: RunResult) -> l
     accelerator = "cuda" if launch.bundle.get("GPU") else "cpu"
     by_bundle = placement_group_table(pg)["bundles_to_node_id"]
     nodes = [by_bundle[i // launch.ranks_per_bundle] for i in range(world_size)]
+    # a node's launcher starts once per driver (its imports), in parallel with the others',
+    # before this run's ranks are asked for: not a run's start-up, as imports are not a
+    # forked rank's (the first run's wall still holds it)
+    launchers.prepare(nodes, accelerator)
     result.actors_created_wall_s = time.time()
     infos = {n: launchers.get(n, accelerator).node_info.remote() for n in set(nodes)}
     ids = bundle_gpu_ids(pg, launch)

@@ -239,7 +239,7 @@ def sweep_name(key: str) -> str:
     return f"selftest-{key}"
 
 
-def _base(cuda: bool, bf16: bool = True) -> dict:
+def base_workload(cuda: bool, bf16: bool = True) -> dict:
     """The sweeps' common keys. GPU: gpt2 in bf16 where every GPU computes bf16 in hardware,
     else fp32 (V100 and T4 emulate bf16: the run would time the emulation, not the GPU)."""
     if cuda:
@@ -275,7 +275,7 @@ def launchers(cuda: bool) -> tuple[str, str]:
 def estimate_run_s(spec: dict, grad_accum: int) -> float:
     """One run of ``spec`` at ``grad_accum``, expected: its start plus every step it takes (the
     forced hang: its timeout plus the collection of stacks)."""
-    gpu = spec["model"] == "gpt2"  # the GPU sweeps' model; CPU's is gpt2-tiny (_base)
+    gpu = spec["model"] == "gpt2"  # the GPU sweeps' model; CPU's is gpt2-tiny (base_workload)
     if "hang" in spec["links"]:
         return HANG_TIMEOUT_S["gpu" if gpu else "cpu"] + HANG_COLLECT_S
     micro = GPU_MICRO_STEP_S * spec.get("ranks_per_gpu", 1) if gpu else CPU_MICRO_STEP_S
@@ -319,7 +319,7 @@ def sweep_specs(
     most GPUs Ray offers on one CUDA node. ``quick``: one run per sweep (:data:`QUICK_STRATEGY`
     at grad_accum 1 for the two-rank sweeps). ``peak_tflops``: the GPU sweeps' MFU peak.
     ``bf16``: the GPUs compute bf16 in hardware (else the GPU sweeps train in fp32)."""
-    base = _base(cuda, bf16)
+    base = base_workload(cuda, bf16)
     if cuda and peak_tflops is not None:
         base["peak_tflops"] = peak_tflops
     shared_gpu = {"ranks_per_gpu": 2} if cuda else {}

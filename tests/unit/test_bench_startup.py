@@ -72,3 +72,41 @@ def test_the_smoke_arm_takes_the_start_up_sweeps_last_ddp_run():
     doc = bench.startup_doc(steps=1, warmup=1, repeats=2, seq_len=32)
     assert doc["grid"]["strategy"] == list(bench.STRATEGIES)
     assert bench.last_ddp_index(doc) == len(bench.STRATEGIES)  # repeat 2's first run
+
+
+def _launcher_rows(runs: list[tuple]) -> list[dict]:
+    """RUN_PHASES rows of a launcher sweep: (repeat, wall_s, {phase: s}) per run."""
+    return _rows([("ddp", rep, wall, phases) for rep, wall, phases in runs])
+
+
+def test_a_launchers_start_up_is_its_phases_before_the_first_step_median_after_run_one():
+    first = {"placement": 0.1, "imports": 9.0, "pg_init": 0.2}  # paid the launcher's start
+    runs = bench.per_run(
+        _launcher_rows([
+            (1, 20.0, {**first, **STEPS}),
+            (2, 9.0, {"placement": 0.1, "cuda_init": 1.0, "pg_init": 0.3, "strategy_init": 0.4,
+                      "compile": 30.0, **STEPS}),  # 1.8: compile and steps left out
+            (3, 9.0, {"placement": 0.1, "cuda_init": 1.2, "pg_init": 2.5, **STEPS}),  # 3.8
+            (4, 9.0, {"placement": 0.1, "cuda_init": 0.9, "pg_init": 1.5, **STEPS}),  # 2.5
+        ])
+    )  # fmt: skip
+    s = bench.launcher_summary(runs)
+    assert s["n_runs"] == 3 and abs(s["start_up_s"] - 2.5) < 1e-9
+    assert s["phases"] == {"placement": 0.1, "cuda_init": 0.9, "pg_init": 1.5}
+    assert s["within_goal"] is True  # 2.5 <= 3 s
+    assert bench.launcher_summary(runs, goal_s=2.0)["within_goal"] is False
+    assert bench.launcher_summary(runs, goal_s=2.0, fork=False)["within_goal"] is True
+
+
+def test_the_gpu_launcher_sweeps_share_one_gpu_between_two_ranks_and_pin_the_launcher():
+    from orchestrator.sweep.spec import parse_spec
+
+    for gpu in (False, True):
+        for launcher in bench.LAUNCHERS:
+            one = bench.launcher_doc("one_rank", launcher, 3, 1, 3, gpu)
+            two = bench.launcher_doc("two_ranks", launcher, 3, 1, 3, gpu)
+            for doc in (one, two):
+                assert parse_spec(doc).launcher == launcher and doc["repeats"] == 3
+            assert one["world_size"] == 1 and two["world_size"] == 2
+            assert two.get("ranks_per_gpu") == (2 if gpu else None)
+            assert one["model"] == ("gpt2" if gpu else "gpt2-tiny")
