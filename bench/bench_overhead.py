@@ -86,17 +86,12 @@ Start-up figures (``--json``: ``startup.per_strategy.S.KEY`` per strategy S): ``
 ``n_runs``; next to them ``startup.runs`` (every run of the sweep), ``startup.load_before``,
 ``startup.load_after``.
 
-Start-up per launcher (``--launchers``, alone: no trials, no strategy sweep; ``--gpu`` on a GPU
-node): one-rank DDP and two DDP ranks (on a GPU node: sharing one GPU, ``ranks_per_gpu: 2``),
-each as a ``linksweep run`` per launcher (``fork``, ``actors``) of ``--launcher-repeats`` runs
-(default 3). A run's start-up is what its stored phases say comes before its first step,
-compile left out (``orchestrator/selftest/startup.py`` ``START_UP_PHASES``: placement,
-process_start, imports, cuda_init, pg_init, model_data_build, strategy_init; each the slowest
-rank's), as ``linksweep selftest`` reports it. Per shape and launcher: the median run after the
-first (the first also starts the node's launcher; with one repeat, that run), its phases, and
-``within_goal``: fork at most ``LAUNCHER_GOAL_S`` (3 s) a run. ``--gpu``: the selftest's GPU
-workload (gpt2, bf16, seq 512, micro-batch 4). JSON: ``launchers.SHAPE.LAUNCHER.KEY``
-(``start_up_s``, ``n_runs``, ``phases``, ``within_goal``).
+Start-up per launcher (``--launchers`` alone; ``--gpu`` on a GPU node): one-rank DDP and two
+DDP ranks (``--gpu``: sharing one GPU, on the selftest's GPU workload), a ``linksweep run`` per
+launcher of ``--launcher-repeats`` runs; a run's start-up is the sum of its phases before the
+first step, compile left out (``orchestrator/selftest/startup.py`` ``START_UP_PHASES``, slowest
+rank each); the median run after the first gives ``launchers.SHAPE.LAUNCHER.start_up_s``,
+``n_runs``, ``phases`` and ``within_goal`` (fork: at most ``LAUNCHER_GOAL_S``, 3 s).
 
 ``--smoke``: 1 trial of arms ``linksweep`` (fork) and ``torchrun`` (so ``bench/standalone.py``
 runs too), 1 timed step after 1 warmup step at seq_len 32 (``SMOKE_SEQ_LEN``): a check that the
@@ -671,20 +666,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--startup-only", action="store_true", help="only the start-up sweep (no trials)"
     )
-    p.add_argument(
-        "--launchers",
-        action="store_true",
-        help="only the start-up per launcher (fork, actors): one-rank DDP and two ranks",
-    )
-    p.add_argument(
-        "--gpu", action="store_true", help="--launchers on a GPU node: two ranks share one GPU"
-    )
-    p.add_argument(
-        "--launcher-repeats",
-        type=int,
-        default=LAUNCHER_REPEATS,
-        help="runs per launcher sweep (default %(default)s)",
-    )
+    p.add_argument("--launchers", action="store_true", help="only the start-up per launcher")
+    p.add_argument("--gpu", action="store_true", help="--launchers: two ranks share one GPU")
+    p.add_argument("--launcher-repeats", type=int, default=LAUNCHER_REPEATS, help="runs a sweep")
     p.add_argument("--smoke", action="store_true", help="1 short trial, fork and torchrun only")
     p.add_argument("--json", help="write trials, summary and context here")
     p.add_argument("--keep", action="store_true", help="keep the temp folder (dbs, JSON)")

@@ -39,6 +39,11 @@ def counts():
     return {{"threads": threading.active_count(), "tasks": len(os.listdir("/proc/self/task"))}}
 
 first = counts()
+import torch
+asked = []  # what would ask CUDA how many GPUs there are, and cache the server's answer
+for name in ("is_available", "device_count", "get_device_capability", "get_device_properties"):
+    real = getattr(torch.cuda, name)
+    setattr(torch.cuda, name, lambda *a, _n=name, _f=real, **k: asked.append(_n) or _f(*a, **k))
 importlib.import_module(PRELOAD[0])  # the NVML guard, then torch, transformers, deepspeed...
 base = counts()
 failed = {{}}
@@ -52,7 +57,8 @@ sys.path.insert(0, {here!r})
 import test_preload
 print(json.dumps({{"first": first, "base": base, "after": counts(), "failed": failed,
                   "cuda": torch.cuda.is_initialized(), "preload": PRELOAD,
-                  "lazy": list(LAZY_PRELOAD), "gpu": test_preload.gpu_state()}}))
+                  "lazy": list(LAZY_PRELOAD), "gpu": test_preload.gpu_state(),
+                  "asked": asked}}))
 """
 
 
@@ -110,6 +116,9 @@ def test_importing_the_preload_list_on_a_gpu_node_touches_no_gpu_and_starts_no_t
     # the server sees no GPU (not the raylet's list) and may not initialise NVML meanwhile
     assert r["gpu"]["cvd"] == "" and r["gpu"]["nvml_init_guarded"], r["gpu"]
     _assert_no_gpu_touched(r["gpu"])
+    # nor asked torch about CUDA at all: no answer from the server's view (no GPU) is cached
+    # for the ranks (DeepSpeed's accelerator comes from DS_ACCELERATOR, not from a probe)
+    assert r["asked"] == [], r["asked"]
     # every name imports here (this environment has DeepSpeed): none was renamed or moved
     assert r["failed"] == {}, r["failed"]
     assert r["preload"] == ["workloads.forkserver_preload", "workloads.forkserver_lazy"]
