@@ -9,7 +9,8 @@ CPU-only Ray connection), started once for the whole module:
   4 CPUs and 2 GPUs each (2 CPUs per GPU); DDP at world_size 2, pack and spread, one sweep on
   fresh actors and one on forked ranks (``launcher: fork``), in one Ray job.
 - ``one_gpu``: one node with 1 GPU (UUID form) and 2 CPUs: a one-rank pack run (the same-node
-  path of ``rows.link_class_for`` on a UUID id) and the one-GPU rehearsal (``ranks_per_gpu: 2``).
+  path of ``rows.link_class_for`` on a UUID id) and the one-GPU rehearsal (``ranks_per_gpu: 2``),
+  on fresh actors and on forked ranks.
 
 torch here is a CPU build, so every rank given a GPU fails with the device choice's clear error
 (a CPU-only torch wheel on a GPU node), before any process group: that failure, stored as a
@@ -60,6 +61,9 @@ SWEEPS = {
                "grad_accum": [1], "placement": ["pack"]}},
     "rehearsal": {"name": "rehearsal", "world_size": 2, "ranks_per_gpu": 2,
                   "grid": {"strategy": ["ddp"], "grad_accum": [1], "placement": ["pack"]}},
+    "rehearsal_fork": {"name": "rehearsal-fork", "world_size": 2, "ranks_per_gpu": 2,
+                       "launcher": "fork", "grid": {"strategy": ["ddp"], "grad_accum": [1],
+                       "placement": ["pack"]}},
 }  # fmt: skip
 
 
@@ -86,7 +90,7 @@ def gpu_sweeps(tmp_path_factory):
             {
                 "name": "one_gpu",
                 "nodes": [{"num_cpus": CPUS_PER_GPU, "num_gpus": 1, "visible": ONE_UUID}],
-                "sweeps": [sweep("single"), sweep("rehearsal")],
+                "sweeps": [sweep("single"), sweep("rehearsal"), sweep("rehearsal_fork")],
             },
         ]
     }
@@ -109,7 +113,7 @@ def gpu_sweeps(tmp_path_factory):
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
     codes = json.loads(Path(f"{plan_path}.out").read_text())
-    names = ["pair", "pair_fork", "single", "rehearsal"]
+    names = ["pair", "pair_fork", "single", "rehearsal", "rehearsal_fork"]
     by_name = dict(zip(names, [*codes["two_nodes"], *codes["one_gpu"]], strict=True))
     gpus = {name: codes["gpus"][sweep(name)["file"]] for name in SWEEPS}
     return {name: (by_name[name], dbs[name], gpus[name]) for name in SWEEPS}
@@ -260,3 +264,13 @@ def test_the_sweeps_gpu_bundles_are_released_at_its_end(gpu_sweeps):
     for name in ("pair", "pair_fork"):
         gpus = gpu_sweeps[name][2]
         assert gpus == {"total": 4.0, "available": 4.0}, (name, gpus)
+
+
+def test_two_forked_ranks_share_the_one_gpu_their_half_bundles_hold(gpu_sweeps):
+    """``ranks_per_gpu: 2`` forked: each rank's bundle holds half the GPU, and Ray names that
+    GPU for both; they fail as the actors' rehearsal does, and the GPU is free after."""
+    run = runs(completed(gpu_sweeps, "rehearsal_fork"))["pack"]
+    assert run["launcher"] == "fork" and run["link_class"] == "shared-gpu"
+    assert [r["gpu_ids"] for r in run["nodes"]] == [[ONE_UUID], [ONE_UUID]]
+    assert f"CUDA_VISIBLE_DEVICES={ONE_UUID})" in run["error"], run["error"]
+    assert gpu_sweeps["rehearsal_fork"][2] == {"total": 1.0, "available": 1.0}
