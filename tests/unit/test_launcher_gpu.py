@@ -83,3 +83,39 @@ def test_the_nvml_guard_refuses_init_until_released():
     finally:
         pynvml.nvmlInit, pynvml.nvmlInitWithFlags = real
         release_nvml_guard()
+
+
+def test_run_rank_gives_the_child_its_gpus_and_a_cpu_rank_none():
+    from types import SimpleNamespace
+
+    from workloads.launcher import Launcher
+
+    launcher = Launcher.__new__(Launcher)  # no fork server: only what run_rank asks call for
+    calls = []
+    launcher.call = lambda env, fn, args, run_id="": calls.append(env)
+    cfg = SimpleNamespace(run_id="r1")
+    launcher.run_rank({"NCCL_HOSTID": "h0"}, cfg, 0, 2, 0, "10.0.0.1", 1, ["GPU-b", "GPU-b"])
+    launcher.run_rank({"NCCL_HOSTID": "h1"}, cfg, 1, 2, 1, "10.0.0.1", 1, None)
+    assert calls == [
+        {"NCCL_HOSTID": "h0", "CUDA_VISIBLE_DEVICES": "GPU-b"},  # two ranks, one GPU
+        {"NCCL_HOSTID": "h1", "CUDA_VISIBLE_DEVICES": ""},
+    ]
+
+
+def test_a_forked_rank_that_outlives_its_kill_is_noted_before_the_group_goes(monkeypatch):
+    from types import SimpleNamespace
+
+    from orchestrator.raycluster import runs
+    from orchestrator.raycluster.result import RunResult
+
+    def launcher(left):
+        return SimpleNamespace(kill_run=SimpleNamespace(remote=lambda run_id: left))
+
+    pool = SimpleNamespace(values=lambda: [launcher([]), launcher([4242])])
+    monkeypatch.setattr(runs.ray, "get", lambda refs, timeout: refs)  # the refs are the answers
+    result = RunResult(launcher="fork")
+    runs._kill_forked(pool, "r1", result)
+    assert result.cleanup_errors == ["forked rank processes [4242] outlived SIGKILL"]
+    clean = RunResult(launcher="fork")
+    runs._kill_forked(SimpleNamespace(values=lambda: [launcher([])]), "r1", clean)
+    assert clean.cleanup_errors == []
