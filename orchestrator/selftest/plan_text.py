@@ -49,8 +49,9 @@ def plan_text(plan: SelftestPlan) -> str:
     for key, spec in plan.sweeps.items():
         runs = planned_runs(spec)
         what = ", ".join(f"{s} ga {g}" for s, g in runs)
+        launcher = f", launcher {spec['launcher']}" if "launcher" in spec else ""
         lines.append(
-            f"  {key}: {len(runs)} run(s) ({what}), world_size {spec['world_size']}, "
+            f"  {key}: {len(runs)} run(s) ({what}), world_size {spec['world_size']}{launcher}, "
             f"{spec['model']} {spec['precision']}, {spec['steps']} timed steps, "
             f"run_timeout_s {spec['run_timeout_s']:g}, about {_duration(estimate_sweep_s(spec))}"
         )
