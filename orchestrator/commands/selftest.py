@@ -1,5 +1,5 @@
-"""``linksweep selftest [--out DIR] [--address ADDR] [--quick] [--dry-run] [--peak-tflops X]``:
-the acceptance run for a node.
+"""``linksweep selftest [--out DIR] [--address ADDR] [--quick] [--only CHECK,...] [--dry-run]
+[--peak-tflops X]``: the acceptance run for a node.
 
 One command runs doctor, the node probes (topo, NVML), one fleet check (``linksweep fleet`` on
 the default network, ``--pairs all``), and the selftest's sweeps (one rank, two ranks over DDP
@@ -94,6 +94,15 @@ def add_parser(sub) -> None:
         "why, and the time it should take; run nothing (default: run the checks)",
     )
     s.add_argument(
+        "--only",
+        type=_only,
+        default=(),
+        metavar="CHECK,...",
+        help="these checks and no other (names as in checks.csv, e.g. one_rank,"
+        "one_rank_launchers,rehearsal_shared_gpu,shared_gpu_fork for the launchers' start-up); "
+        "only the sweeps they are decided from run (default: every check)",
+    )
+    s.add_argument(
         "--peak-tflops",
         type=_peak,
         default=None,
@@ -102,6 +111,13 @@ def add_parser(sub) -> None:
         "the built-in table lacks (default: the table in orchestrator/analysis/flops.py)",
     )
     s.set_defaults(func=main)
+
+
+def _only(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if problems := plan.only_errors(names) or ([] if names else ["--only: no check named"]):
+        raise argparse.ArgumentTypeError("; ".join(problems))
+    return names
 
 
 def _peak(text: str) -> float:
@@ -120,11 +136,12 @@ def main(args: argparse.Namespace) -> int:
     from orchestrator.sweep import stopping
 
     quick, peak = args.quick, getattr(args, "peak_tflops", None)
+    only = getattr(args, "only", ())
     if getattr(args, "dry_run", False):
         if join_cluster(args.address) is None:
             return EXIT_BAD_INPUT
         try:
-            print(dry_run(quick, peak))
+            print(dry_run(quick, peak, only))
         finally:
             session.disconnect()
         return EXIT_OK
@@ -138,7 +155,7 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     restore_signals = stopping.install()
     try:
-        verdicts = _selftest(out, label, args.address, quick, peak)
+        verdicts = _selftest(out, label, args.address, quick, peak, only)
     except KeyboardInterrupt as exc:  # stopping.SweepStopped
         err(f"selftest {stopping.describe(exc)}; what ran is in {out}")
         return stopping.exit_code(exc)
@@ -150,30 +167,37 @@ def main(args: argparse.Namespace) -> int:
     return EXIT_OK if verdict.exit_ok(verdicts) else EXIT_FAILED
 
 
-def plan_here(quick: bool, peak_tflops: float | None) -> tuple[list, plan.SelftestPlan]:
+def plan_here(
+    quick: bool, peak_tflops: float | None, only: tuple[str, ...] = ()
+) -> tuple[list, plan.SelftestPlan]:
     """The joined cluster's nodes probed (``discovery.discover_nodes``) and the plan for them."""
     from orchestrator.topology.discovery import discover_nodes
 
     reports = discover_nodes()
     facts = [plan.NodeFacts.from_report(r) for r in reports]
-    return reports, plan.plan_selftest(facts, quick, peak_tflops)
+    return reports, plan.plan_selftest(facts, quick, peak_tflops, only)
 
 
-def dry_run(quick: bool, peak_tflops: float | None) -> str:
+def dry_run(quick: bool, peak_tflops: float | None, only: tuple[str, ...] = ()) -> str:
     """``--dry-run``: the plan for the joined cluster, as text; probes the nodes, runs nothing."""
     from orchestrator.selftest.plan_text import plan_text
 
-    return plan_text(plan_here(quick, peak_tflops)[1])
+    return plan_text(plan_here(quick, peak_tflops, only)[1])
 
 
 def _selftest(
-    out: Path, label: str, address: str | None, quick: bool, peak_tflops: float | None = None
+    out: Path,
+    label: str,
+    address: str | None,
+    quick: bool,
+    peak_tflops: float | None = None,
+    only: tuple[str, ...] = (),
 ) -> list[verdict.Verdict]:
     from orchestrator.selftest.plan_text import plan_text
 
     started = time.monotonic()
     doctor_exit, doctor_text = _doctor(out, address)
-    reports, the_plan = plan_here(quick, peak_tflops)
+    reports, the_plan = plan_here(quick, peak_tflops, only)
     nodes = _write_nodes(out, reports)
     text = plan_text(the_plan)
     (out / "plan.txt").write_text(text + "\n")

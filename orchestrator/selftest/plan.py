@@ -21,6 +21,7 @@ May import: orchestrator.sweep.planner, orchestrator.sweep.spec, workloads.catal
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -489,8 +490,20 @@ def _sweep_gpus(spec: dict | None, mode: str) -> int:
     return 1 if spec.get("ranks_per_gpu") == 2 else spec["world_size"]
 
 
+def only_errors(only: Sequence[str]) -> list[str]:
+    """``--only`` names that are no check, each named with the allowed values."""
+    return [
+        f"--only {name!r}: no such check; allowed: {', '.join(CHECK_NAMES)}"
+        for name in only
+        if name not in CHECK_NAMES
+    ]
+
+
 def plan_selftest(
-    nodes: Sequence[NodeFacts], quick: bool = False, peak_tflops: float | None = None
+    nodes: Sequence[NodeFacts],
+    quick: bool = False,
+    peak_tflops: float | None = None,
+    only: Sequence[str] = (),
 ) -> SelftestPlan:
     """The selftest this cluster gets: every check of :data:`CHECKS`, run or skipped with why,
     its nodes and GPUs, the sweeps it runs, and the time it takes. Pure: the command, the dry
@@ -499,7 +512,12 @@ def plan_selftest(
     ``nodes``: one :class:`NodeFacts` per alive Ray node. ``quick``: one run per sweep
     (``QUICK_STRATEGY`` at grad_accum 1 for the two-rank kinds; one of each kind: one rank, two
     ranks, two GPUs, FSDP2, NVMe, hang) and no fleet check. ``peak_tflops``: MFU's peak for the
-    GPU sweeps (for GPUs the peak table lacks)."""
+    GPU sweeps (for GPUs the peak table lacks). ``only``: these checks (:data:`CHECK_NAMES`)
+    and no other; the rest read ``not run: not in --only``, and only the sweeps the named
+    checks are decided from run (a check decided from a sweep that runs anyway, as
+    ``one_rank_gpu_figures`` from ``one_rank``, is still judged)."""
+    if problems := only_errors(only):
+        raise ValueError("; ".join(problems))
     if peak_tflops is not None and not peak_tflops > 0:
         raise ValueError(f"peak_tflops: {peak_tflops!r}; allowed: a number of TFLOP/s above 0")
     n_gpus = max((n.usable_gpus for n in nodes), default=0)
@@ -525,6 +543,18 @@ def plan_selftest(
             on, gpus = answered, need
         checks.append(PlannedCheck(c.name, why is None, why or "", on, gpus, c.sweep))
     fleet = not quick
+    if only:
+        wanted = {c.sweep for c in checks if c.run and c.check in only and c.sweep}
+        sweeps = {k: v for k, v in sweeps.items() if k in wanted}
+        fleet = fleet and any(name in only for name in FLEET_CHECKS)
+        checks = [
+            c
+            if c.check in only
+            or (c.run and c.sweep in sweeps)
+            or (c.run and c.sweep is None and c.check not in FLEET_CHECKS)  # ran anyway
+            else dataclasses.replace(c, run=False, why_not=c.why_not or "not in --only")
+            for c in checks
+        ]
     probes = PROBES_S + (FLEET_S_PER_NODE * len(answered) if fleet else 0.0)
     estimate = probes + sum(estimate_sweep_s(s) for s in sweeps.values())
     bound = probes + sum(

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from orchestrator.cli import build_parser
 from orchestrator.fleet import tables
 from orchestrator.selftest import plan, startup
 from orchestrator.selftest import verdicts as verdict
@@ -743,3 +744,33 @@ def test_forked_ranks_that_did_not_share_the_gpu_over_nccl_fail_the_fork_check()
     v = by_check(decide(dataclasses.replace(f, sweeps=sweeps)))
     assert v["shared_gpu_fork"].result == "fail" and "backend gloo" in v["shared_gpu_fork"].detail
     assert v["rehearsal_shared_gpu"].result == "pass"  # the actors' runs are fine
+
+
+LAUNCHER_CHECKS = ("one_rank", "one_rank_launchers", "rehearsal_shared_gpu", "shared_gpu_fork")
+
+
+def test_only_the_launcher_checks_run_only_their_sweeps_on_one_gpu():
+    one_gpu = [plan.NodeFacts("g", cuda_available=True, ray_gpus=1.0, gpu_names=("NVIDIA H100",))]
+    full = plan.plan_selftest(one_gpu, quick=True)
+    only = plan.plan_selftest(one_gpu, quick=True, only=LAUNCHER_CHECKS)
+    assert set(only.sweeps) == {"one_rank", "one_rank_alt", "two_rank", "two_rank_fork"}
+    assert {only.sweeps[k]["launcher"] for k in ("two_rank", "two_rank_fork")} == {"actors", "fork"}
+    assert not only.fleet and only.estimate_s < full.estimate_s
+    ran = {c.check for c in only.checks if c.run}
+    # what the named checks need, what runs anyway (doctor, probes), and what their sweeps decide
+    assert ran == {*LAUNCHER_CHECKS, "doctor", "topo", "gpu_captures", "one_rank_gpu_figures",
+                   "two_rank_zero3"}  # fmt: skip
+    assert only.check("hang").why_not == "not in --only"
+    assert only.check("two_gpu").why_not == full.check("two_gpu").why_not  # its own reason first
+
+
+def test_only_names_an_unknown_check_and_the_allowed_ones():
+    with pytest.raises(ValueError) as exc:
+        plan.plan_selftest([plan.NodeFacts("c", cpus=4.0)], only=("one_rank", "startup"))
+    assert "--only 'startup': no such check; allowed: doctor, topo" in str(exc.value)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["selftest", "--only", "startup"])
+    assert build_parser().parse_args(["selftest", "--only", "hang,one_rank"]).only == (
+        "hang",
+        "one_rank",
+    )
