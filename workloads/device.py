@@ -5,7 +5,7 @@ assigned to the run's ranks on this node, the rank's local rank and what torch s
 the backend, the device, the ``CUDA_VISIBLE_DEVICES`` value and the GPU NVML samples, or raises
 :class:`DeviceError` saying what is wrong. Its rules, each with its reason:
 
-- No GPU assigned (a CPU bundle, or a forked rank, which gets no GPU ids): gloo on CPU, and
+- No GPU assigned (a CPU bundle: an actor, or a rank forked for a CPU bundle): gloo on CPU, and
   ``CUDA_VISIBLE_DEVICES=""``. Ray 2.60 no longer blanks it for ``num_gpus=0`` workers
   (``ray/_private/utils.py``, ``override_on_zero=False``): on a GPU host whose Ray advertises no
   GPUs, a CPU rank would otherwise train with NCCL on GPUs nobody gave it.

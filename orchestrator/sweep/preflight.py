@@ -181,7 +181,7 @@ def check_cluster(spec: SweepSpec, excluded: Sequence[Mapping] | None = None) ->
     nodes = cluster_nodes()
     check_capacity(spec, nodes, excluded)
     bundle = rank_resources(usable_nodes(nodes, excluded), spec.world_size, spec.ranks_per_gpu)
-    launcher_for(spec, bundle)  # refuses fork on GPUs before anything runs
+    launcher_for(spec, bundle)  # resolves auto (actors on GPUs, fork on CPU) before any run
     return bundle
 
 
