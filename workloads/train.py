@@ -20,6 +20,7 @@ torch.
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import resource
 import signal
@@ -27,6 +28,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -47,27 +50,78 @@ from workloads.phases import PhaseClock
 from workloads.strategies import make_strategy
 
 FAULT_ENV = "LINKSWEEP_INJECT_FAULT"
+FAULT_FORMS = "RANK:STEP[:raise|hang|kill], RANK:STEP:delay:SECONDS or RANK:*:delay:SECONDS"
+"""What ``LINKSWEEP_INJECT_FAULT`` accepts (an error names them)."""
 
 
-def parse_fault(value: str | None) -> tuple[int, int, str] | None:
-    """``RANK:STEP[:raise|hang|kill]`` -> (rank, step, kind). A test hook, set through a link's
-    env; ``kill``: the rank's process SIGKILLs itself (as the OOM killer would)."""
+@dataclass(frozen=True)
+class Fault:
+    """A fault planted on one rank through ``LINKSWEEP_INJECT_FAULT`` (a test hook, set through a
+    link's env, so a sweep plants it on one link variant only)."""
+
+    rank: int
+    """The rank it fires on (the global rank)."""
+    step: int | None
+    """The optimizer step it fires at, counted over warmup, timed and traced steps (traced step k
+    is step ``warmup_steps + steps + k``); None: every step (``delay`` only)."""
+    kind: Literal["raise", "hang", "kill", "delay"]
+    """``raise``: a RuntimeError; ``hang``: blocks forever (the driver's run timeout catches it);
+    ``kill``: the process SIGKILLs itself (as the OOM killer would); ``delay``: the rank burns
+    CPU for ``delay_s`` before the step's first micro-step, so it arrives late at the step's
+    first collective and its peers wait for it, as behind a slow data loader, a throttled CPU
+    or a noisy neighbour."""
+    delay_s: float = 0.0
+    """``delay`` only: the wall time burnt per step, seconds."""
+
+
+def parse_fault(value: str | None) -> Fault | None:
+    """``LINKSWEEP_INJECT_FAULT``'s value (:data:`FAULT_FORMS`) -> :class:`Fault`; None when unset
+    or empty. Raises ValueError naming the value and the allowed forms."""
     if not value:
         return None
     parts = value.split(":")
     kind = parts[2] if len(parts) > 2 else "raise"
-    if len(parts) not in (2, 3) or kind not in ("raise", "hang", "kill"):
-        raise ValueError(f"{FAULT_ENV}={value!r}: expected RANK:STEP[:raise|hang|kill]")
-    return int(parts[0]), int(parts[1]), kind
+    shape_ok = (len(parts) in (2, 3) and kind in ("raise", "hang", "kill")) or (
+        len(parts) == 4 and kind == "delay"
+    )
+    try:
+        if not shape_ok:
+            raise ValueError("unknown form")
+        rank = int(parts[0])
+        step = None if parts[1] == "*" and kind == "delay" else int(parts[1])
+        delay_s = float(parts[3]) if kind == "delay" else 0.0
+        if rank < 0 or (step is not None and step < 0) or not 0 <= delay_s < math.inf:
+            raise ValueError("negative or infinite")
+        if kind == "delay" and delay_s == 0:
+            raise ValueError("a zero delay")
+    except ValueError:
+        raise ValueError(
+            f"{FAULT_ENV}={value!r}: expected {FAULT_FORMS} (RANK and STEP whole numbers >= 0, "
+            "SECONDS a number > 0; * = every step, for delay only)"
+        ) from None
+    return Fault(rank, step, kind, delay_s)
 
 
-def _maybe_fault(fault, rank: int, step: int) -> None:
-    if fault and fault[0] == rank and fault[1] == step:
-        if fault[2] == "hang":
-            threading.Event().wait()  # blocks forever: the driver's run timeout must catch it
-        if fault[2] == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        raise RuntimeError(f"injected fault on rank {rank} at step {step} ({FAULT_ENV})")
+def _maybe_fault(fault: Fault | None, rank: int, step: int) -> None:
+    """Fire ``fault`` if it is this rank's and this step's; called once per optimizer step,
+    before its first micro-step (timed and traced steps)."""
+    if fault is None or fault.rank != rank or fault.step not in (None, step):
+        return
+    if fault.kind == "delay":
+        # Burn, not sleep: a slow rank holds its CPU (a sleep would hand the core to a peer,
+        # which this machine's few shared cores would notice). Wall time, so the lateness is
+        # delay_s however busy the core is. In a trace: a user annotation, not a cpu_op, so
+        # the overlap rules (orchestrator/analysis/trace_overlap.py) count it as no compute.
+        with torch.profiler.record_function("planted_delay"):
+            end = time.perf_counter() + fault.delay_s
+            while time.perf_counter() < end:
+                pass
+        return
+    if fault.kind == "hang":
+        threading.Event().wait()  # blocks forever: the driver's run timeout must catch it
+    if fault.kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise RuntimeError(f"injected fault on rank {rank} at step {step} ({FAULT_ENV})")
 
 
 def profiled_warmup_start(warmup_steps: int, profile_steps: int) -> int | None:
@@ -388,7 +442,7 @@ def _timed_step(
     batch_list: list[torch.Tensor],
     device: torch.device,
     cfg: RunConfig,
-    fault: tuple[int, int, str] | None,
+    fault: Fault | None,
     rank: int,
     step: int,
     warmup: bool,
@@ -398,8 +452,8 @@ def _timed_step(
     ga = cfg.grad_accum
     t0 = time.perf_counter()
     losses = []
+    _maybe_fault(fault, rank, step)
     for micro in range(ga):
-        _maybe_fault(fault, rank, step)
         losses.append(strategy.micro_step(batch_list[micro], boundary=micro == ga - 1))
     strategy.optimizer_step()
     sync(device)
