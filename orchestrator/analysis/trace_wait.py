@@ -55,6 +55,8 @@ floor is what spares rank 0: a clean run's scores are jitter plus rank 0's few b
 calls a step (progress reporting), a few percent of a step at most, and the floor sits above
 that spread; a slow node's share of the step is what makes it a straggler at all.
 
+One job: the matching across ranks, the split and the rule above, read and changed together.
+
 May import: orchestrator.analysis.trace_collectives, orchestrator.analysis.trace_overlap.
 """
 
