@@ -262,10 +262,18 @@ class PhaseTiming:
 class TraceRecord:
     """The traced steps: each one's time (timed as a timed step, under the profiler) and the
     profiler's Chrome/Perfetto trace of them, gzip-compressed; each step is a ``ProfilerStep#k``
-    span in it."""
+    span in it. Its ``ts`` + ``baseTimeNanoseconds`` is the rank's wall clock (CLOCK_REALTIME, as
+    ``time.time_ns`` reads it); the clock fields say how that clock stood against rank 0's."""
 
     step_times_s: tuple[float, ...]
     chrome_trace_gz: bytes
+    clock_offset_ns: int | None = None
+    """This rank's clock minus rank 0's at the same instant (``workloads/clocks.py``), measured
+    just before the traced steps: a time t this rank read is t - offset on rank 0's clock.
+    Rank 0: 0. None: not measured (a one-rank run)."""
+    clock_uncertainty_ns: int | None = None
+    """Half the round trip of the exchange the offset came from: the true offset is within
+    this of ``clock_offset_ns`` (a bound by causality, not a standard error)."""
 
 
 @dataclass(frozen=True)

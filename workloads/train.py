@@ -13,8 +13,11 @@ after the timed ones and before any such pass, under ``torch.profiler`` with no 
 installed (the profiled pass synchronises around every collective, so a trace of it would show
 no overlap); their own step times say what the profiler costs.
 
-May import: collectives, compiling, contract, data, device, model, phases, strategies, telemetry,
-torch.
+Before the traced steps each rank measures its clock's offset to rank 0's (``workloads/clocks.py``)
+so the driver can lay every rank's trace on one clock.
+
+May import: clocks, collectives, compiling, contract, data, device, model, phases, strategies,
+telemetry, torch.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Literal
 
 import torch
 
-from workloads import compiling
+from workloads import clocks, compiling
 from workloads.collectives import AccumulationProbe
 from workloads.contract import (
     DeviceDecision,
@@ -309,7 +312,9 @@ def run_training(
     mem = peak_mem_bytes(device)  # before the traced steps and any profiled pass
     telemetry_out = telemetry.stop()
     after = profile_steps if profile_from is None else 0  # profiled after the timed steps
-    trace, comms = _after_timed(strategy, data, device, cfg, clock, compiled, after, comms)
+    trace, comms = _after_timed(
+        strategy, data, device, cfg, clock, compiled, after, comms, (fault, rank)
+    )
     own = _strategy_facts(strategy, rank, compiled)  # before teardown removes the swap folder
     with clock.phase("rank_teardown"):
         strategy.teardown()
@@ -355,10 +360,10 @@ def _compile_phase(strategy, data, device: torch.device, cfg: RunConfig, clock) 
     return compiled
 
 
-def _after_timed(strategy, data, device, cfg, clock, compiled, profile_steps: int, comms):
+def _after_timed(strategy, data, device, cfg, clock, compiled, profile_steps: int, comms, plant):
     """(trace, comms): the traced steps, then a profiled pass of ``profile_steps`` steps when
     the warmup held none (after the traced steps: never inside them); else ``comms`` as is."""
-    trace = _traced_steps(strategy, data, device, cfg, clock) if cfg.trace_steps else None
+    trace = _traced_steps(strategy, data, device, cfg, clock, plant) if cfg.trace_steps else None
     if profile_steps:
         with clock.phase("profiled_pass"):
             compiled.mark("profiled")
@@ -491,16 +496,41 @@ def _profiled_pass(strategy, data, device: torch.device, ga: int, profile_steps:
     return strategy.profile_stop()
 
 
-def _traced_steps(strategy, data, device: torch.device, cfg: RunConfig, clock) -> TraceRecord:
+def _traced_steps(
+    strategy, data, device: torch.device, cfg: RunConfig, clock, plant=(None, 0)
+) -> TraceRecord:
     """``cfg.trace_steps`` optimizer steps under ``torch.profiler`` (CPU, and CUDA where the
     rank has a GPU), each timed as a timed step and marked as a ``ProfilerStep#k`` span (the name
     ``prof.step()`` gives under a schedule); the trace exported as Chrome JSON and
-    gzip-compressed. The whole is the run's ``traced_steps`` phase."""
+    gzip-compressed. First, over the run's process group, this rank's clock offset to rank 0's
+    (:func:`clock_offset`). ``plant``: (the run's planted fault, this rank), fired in each traced
+    step as in a timed one, numbered after the timed steps. The whole is the run's
+    ``traced_steps`` phase."""
     with clock.phase("traced_steps"):
-        return _trace(strategy, data, device, cfg)
+        return _trace(strategy, data, device, cfg, clock_offset(device), plant)
 
 
-def _trace(strategy, data, device: torch.device, cfg: RunConfig) -> TraceRecord:
+def clock_offset(device: torch.device) -> clocks.ClockOffset | None:
+    """This rank's clock offset to rank 0's (``workloads/clocks.py``), measured over the default
+    process group; None where there is none or it has one rank. Collective: every rank calls it
+    at the same point (before the traced steps, which every rank runs)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return None
+    return clocks.measure_offset(
+        dist.get_rank(), dist.get_world_size(), clocks.group_broadcast(device)
+    )
+
+
+def _trace(
+    strategy,
+    data,
+    device: torch.device,
+    cfg: RunConfig,
+    offset: clocks.ClockOffset | None = None,
+    plant: tuple[Fault | None, int] = (None, 0),
+) -> TraceRecord:
     from torch.profiler import ProfilerActivity, profile, record_function
 
     activities = [ProfilerActivity.CPU]
@@ -513,14 +543,24 @@ def _trace(strategy, data, device: torch.device, cfg: RunConfig) -> TraceRecord:
             sync(device)
             t0 = time.perf_counter()
             with record_function(f"ProfilerStep#{k}"):  # prof.step() marks none without a schedule
+                _maybe_fault(plant[0], plant[1], cfg.warmup_steps + cfg.steps + k)
                 for micro in range(ga):
                     strategy.micro_step(batch_list[micro], boundary=micro == ga - 1)
                 strategy.optimizer_step()
                 sync(device)
             times.append(time.perf_counter() - t0)
+    return TraceRecord(
+        tuple(times),
+        _exported(prof),
+        clock_offset_ns=offset.offset_ns if offset else None,
+        clock_uncertainty_ns=offset.uncertainty_ns if offset else None,
+    )
+
+
+def _exported(prof) -> bytes:
+    """The profiler's Chrome trace, gzip-compressed."""
     with tempfile.TemporaryDirectory(prefix="linksweep-trace-") as tmp:
         path = os.path.join(tmp, "trace.json")
         prof.export_chrome_trace(path)
         with open(path, "rb") as f:
-            packed = gzip.compress(f.read())
-    return TraceRecord(tuple(times), packed)
+            return gzip.compress(f.read())

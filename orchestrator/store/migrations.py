@@ -274,6 +274,32 @@ _HISTORIC: dict[int, list[str]] = {
             "graph_calls_profiled_step DOUBLE",
         )
     ],
+    # v15: every rank's trace on rank 0's clock. Per traced rank its trace's base time, its
+    # clock's offset to rank 0's with the uncertainty, and its rebased copy; per run the merged
+    # trace and the straggler its traces name; new tables trace_wait_instances, trace_wait and
+    # trace_lateness (created from TABLES). Runs traced before v15 measured no offset: NULL
+    # (their ranks' traces cannot be put on one clock), and have no rows in the new tables.
+    # traces is created first where the database has none (one from before v11).
+    15: [
+        f"CREATE TABLE IF NOT EXISTS traces ({TABLES['traces']})",
+        *(
+            f"ALTER TABLE traces ADD COLUMN IF NOT EXISTS {col}"
+            for col in (
+                "base_time_ns BIGINT",
+                "clock_offset_ns BIGINT",
+                "clock_uncertainty_ns BIGINT",
+                "rebased_path VARCHAR",
+            )
+        ),
+        *(
+            f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {col}"
+            for col in (
+                "merged_trace_path VARCHAR",
+                "straggler_rank INTEGER",
+                "straggler_why VARCHAR",
+            )
+        ),
+    ],
 }
 
 
@@ -338,7 +364,7 @@ def axis_statements(axis: catalog.Axis) -> list[str]:
 AXES_BY_HAND_UNTIL = 12
 """The last version whose axes the hand-written steps migrate (v7 ``ddp_grad_dtype``, v8
 ``grad_sync`` and ``reshard_after_forward``); every axis with a later ``since`` is derived. Fixed:
-``catalog.BASE_SCHEMA_VERSION`` (raised to 14 by v14's runs column) rises with a hand-written
+``catalog.BASE_SCHEMA_VERSION`` (raised to 14 by v14's runs column, 15 by v15's clocks) rises with a hand-written
 step that no axis makes, and an axis added before that rise keeps its derived step."""
 
 

@@ -349,10 +349,30 @@ REPORT_TRACE_COLLECTIVES = _q(
     f"""SELECT * FROM trace_collective_exposure WHERE sweep_id = $sweep_id
        ORDER BY {key_order()}, exposed_s DESC""",
 )
+REPORT_TRACE_WAIT = _q(
+    "report_trace_wait",
+    f"""SELECT * FROM trace_wait_summary WHERE sweep_id = $sweep_id ORDER BY {key_order()}""",
+)
+REPORT_TRACE_COLLECTIVE_WAIT = _q(
+    "report_trace_collective_wait",
+    f"""SELECT * FROM trace_collective_wait WHERE sweep_id = $sweep_id
+       ORDER BY {key_order()}, exposed_s DESC""",
+)
+# Each traced ok run's ranks: lateness and straggler score, the run's verdict and clock offsets.
+REPORT_TRACE_LATENESS = _q(
+    "report_trace_lateness",
+    f"""SELECT l.*, r.seq, r.straggler_rank, r.straggler_why, t.clock_offset_ns,
+              t.clock_uncertainty_ns, {key_columns(alias="r")}
+       FROM trace_lateness l JOIN runs r USING (run_id)
+       LEFT JOIN traces t ON t.run_id = l.run_id AND t.rank = l.rank
+       WHERE r.sweep_id = $sweep_id AND r.status = 'ok' AND r.superseded_by IS NULL
+       ORDER BY r.seq, l.rank""",
+)
 # Each traced ok run's rank files, first run of each variant x link first (the timeline draws it).
 REPORT_TRACES = _q(
     "report_traces",
-    f"""SELECT t.run_id, t.rank, t.path, t.steps, r.seq, {key_columns(alias="r")}
+    f"""SELECT t.run_id, t.rank, t.path, t.steps, t.rebased_path, t.clock_offset_ns,
+              t.clock_uncertainty_ns, r.seq, {key_columns(alias="r")}
        FROM traces t JOIN runs r USING (run_id)
        WHERE r.sweep_id = $sweep_id AND r.status = 'ok' AND r.superseded_by IS NULL
              AND t.path IS NOT NULL

@@ -181,7 +181,11 @@ _TABLES: dict[str, str] = {
         recompiles_timed INTEGER,    -- graphs compiled in the timed steps (most of any rank)
         recompiles_profiled INTEGER, -- graphs compiled in the profiled step(s)
         graph_calls_timed_step DOUBLE,     -- compiled-graph calls per timed step (rank 0)
-        graph_calls_profiled_step DOUBLE   -- per profiled step (0: it ran eager, as recorded)
+        graph_calls_profiled_step DOUBLE,  -- per profiled step (0: it ran eager, as recorded)
+        -- every rank's trace on rank 0's clock (v15; NULL: not traced, or before v15)
+        merged_trace_path VARCHAR,   -- <db>.traces/<sweep_id>/<run_id>-merged.json.gz
+        straggler_rank INTEGER,      -- the rank the traces name a straggler; NULL: none
+        straggler_why VARCHAR        -- the verdict in words (orchestrator/analysis/trace_wait.py)
     """,
     "steps": """
         run_id VARCHAR,
@@ -297,7 +301,13 @@ _TABLES: dict[str, str] = {
         rank INTEGER,
         path VARCHAR,                -- <db>.traces/<sweep_id>/<run_id>-rank<r>.json.gz
         bytes BIGINT,                -- compressed
-        steps INTEGER
+        steps INTEGER,
+        -- the rank's clock against rank 0's (workloads/clocks.py; v15, NULL before)
+        base_time_ns BIGINT,         -- the trace's baseTimeNanoseconds: ts + base = its wall clock
+        clock_offset_ns BIGINT,      -- its clock minus rank 0's; NULL: not measured (one rank)
+        clock_uncertainty_ns BIGINT, -- the true offset is within this of clock_offset_ns
+        rebased_path VARCHAR         -- <db>.traces/<sweep_id>/<run_id>/rank<r>.json.gz: on rank
+                                     -- 0's clock (orchestrator/analysis/trace_merge.py)
     """,
     "trace_overlap": """
         run_id VARCHAR,
@@ -322,6 +332,53 @@ _TABLES: dict[str, str] = {
         msg_bytes BIGINT,            -- summed message bytes (recorder); NULL: not laid over
         busy_s DOUBLE,               -- union of these intervals in the step
         exposed_s DOUBLE             -- of which no compute ran beside
+    """,
+    # Exposed communication split into waiting for the last rank and moving bytes, from every
+    # rank's trace on rank 0's clock (orchestrator/analysis/trace_wait.py; v15): one rank's part
+    # in one collective instance (the k-th call of an op in a group within a step).
+    "trace_wait_instances": """
+        run_id VARCHAR,
+        rank INTEGER,
+        step INTEGER,                -- the trace's ProfilerStep number; NULL: no step marks
+        op VARCHAR,                  -- the collective called (what ran where pairing failed)
+        group_ranks VARCHAR,         -- the instance's group's ranks, e.g. 0,1 (hsdp: its subgroup)
+        instance INTEGER,            -- k: the k-th call of op in the group within the step
+        arrival_s DOUBLE,            -- this rank's interval start, s on rank 0's clock
+        last_arrival_s DOUBLE,       -- the group's last arrival; NULL: unmatched
+        last_rank INTEGER,           -- who arrived last; NULL: unmatched or within uncertainty
+        end_s DOUBLE,
+        exposed_s DOUBLE,            -- the part of the rank's exposed time this instance owns
+        waited_s DOUBLE,             -- of it, before the last arrival
+        transfer_s DOUBLE,           -- of it, after: waited_s + transfer_s = exposed_s
+        uncertainty_s DOUBLE,        -- how far the split can move with the clocks' uncertainty
+        matched BOOLEAN              -- every rank of the group made this call
+    """,
+    # Per rank and traced step: exposed = waited + transfer (trace_overlap's exposed_s).
+    "trace_wait": """
+        run_id VARCHAR,
+        rank INTEGER,
+        step INTEGER,                -- the trace's ProfilerStep number; NULL: no step marks
+        exposed_s DOUBLE,
+        waited_s DOUBLE,
+        transfer_s DOUBLE,
+        unmatched_s DOUBLE,          -- of transfer_s, from unmatched instances
+        uncertainty_s DOUBLE,
+        n_instances INTEGER,
+        n_unmatched INTEGER
+    """,
+    # Per run and rank: how often and by how much it was the last to arrive; the straggler score.
+    "trace_lateness": """
+        run_id VARCHAR,
+        rank INTEGER,
+        instances INTEGER,           -- instances it took part in
+        times_last INTEGER,          -- of them, those it arrived last at
+        share_last DOUBLE,
+        mean_lateness_s DOUBLE,      -- its margin over the second-latest, when last
+        max_lateness_s DOUBLE,
+        lateness_s DOUBLE,           -- total margin when last
+        lateness_per_step_s DOUBLE,
+        score DOUBLE,                -- lateness per step / median traced step time
+        straggler BOOLEAN
     """,
     # Where a run's seconds go (workloads/contract.py PHASES): one row per run x rank x phase
     # for phases timed in the ranks, rank NULL for the driver's (placement, teardown, commit).
@@ -636,6 +693,64 @@ _VIEWS: dict[str, str] = {
                median(n) AS per_step_n, median(msg_bytes) AS per_step_msg_bytes,
                median(busy_s) AS busy_s, median(exposed_s) AS exposed_s,
                min(exposed_s) AS exposed_low_s, max(exposed_s) AS exposed_high_s
+        FROM per_run GROUP BY ALL
+    """,
+    # Waiting against moving: per variant and link, per traced step the rank that exposed the
+    # most communication (its waited and transfer parts, so they add up to its exposed), median
+    # over steps, then median over runs; beside the link model's predicted communication time,
+    # and which runs' traces named a straggler (trace_wait, runs.straggler_rank; v15).
+    "trace_wait_summary": """
+        WITH per_step AS (
+            SELECT run_id, step, max(exposed_s) AS exposed_s,
+                   arg_max(waited_s, exposed_s) AS waited_s,
+                   arg_max(transfer_s, exposed_s) AS transfer_s,
+                   max(uncertainty_s) AS uncertainty_s
+            FROM trace_wait WHERE step IS NOT NULL GROUP BY run_id, step
+        ), per_run AS (
+            SELECT r.sweep_id, @key r@, r.run_id, r.straggler_rank, r.straggler_why,
+                   median(p.exposed_s) AS exposed_s, median(p.waited_s) AS waited_s,
+                   median(p.transfer_s) AS transfer_s, median(p.uncertainty_s) AS uncertainty_s
+            FROM per_step p JOIN runs r USING (run_id)
+            WHERE r.status = 'ok' AND r.superseded_by IS NULL
+            GROUP BY ALL
+        ), m AS (
+            SELECT sweep_id, @key@, count(*) AS n_runs,
+                   median(exposed_s) AS exposed_s, median(waited_s) AS waited_s,
+                   median(transfer_s) AS transfer_s, median(uncertainty_s) AS uncertainty_s,
+                   min(waited_s) AS waited_low_s, max(waited_s) AS waited_high_s,
+                   count(straggler_rank) AS n_straggler_runs,
+                   string_agg(DISTINCT straggler_rank::VARCHAR, ', ') AS straggler_ranks,
+                   arg_min(straggler_why, run_id) AS straggler_why
+            FROM per_run GROUP BY ALL
+        )
+        SELECT m.*, c.predicted_comm_s
+        FROM m
+        LEFT JOIN link_model_check c
+            ON c.sweep_id = m.sweep_id AND c.link = m.link AND @same c m@
+    """,
+    # Waiting against moving per collective: per variant, link and op, each rank's instances of
+    # the op summed per step, the rank exposing the most of it, median over steps and runs.
+    "trace_collective_wait": """
+        WITH per_rank AS (
+            SELECT run_id, step, rank, op, count(*) AS n, sum(exposed_s) AS exposed_s,
+                   sum(waited_s) AS waited_s, sum(transfer_s) AS transfer_s
+            FROM trace_wait_instances WHERE step IS NOT NULL GROUP BY ALL
+        ), per_step AS (
+            SELECT run_id, step, op, max(n) AS n, max(exposed_s) AS exposed_s,
+                   arg_max(waited_s, exposed_s) AS waited_s,
+                   arg_max(transfer_s, exposed_s) AS transfer_s
+            FROM per_rank GROUP BY ALL
+        ), per_run AS (
+            SELECT r.sweep_id, @key r@, r.run_id, p.op, median(p.n) AS n,
+                   median(p.exposed_s) AS exposed_s, median(p.waited_s) AS waited_s,
+                   median(p.transfer_s) AS transfer_s
+            FROM per_step p JOIN runs r USING (run_id)
+            WHERE r.status = 'ok' AND r.superseded_by IS NULL
+            GROUP BY ALL
+        )
+        SELECT sweep_id, @key@, op, count(*) AS n_runs, median(n) AS per_step_n,
+               median(exposed_s) AS exposed_s, median(waited_s) AS waited_s,
+               median(transfer_s) AS transfer_s
         FROM per_run GROUP BY ALL
     """,
     # Every suspect of a fleet check, node or pair, with the addresses to exclude it by

@@ -30,7 +30,7 @@ tests/unit/test_sweep_path.py runs a sweep and finds exactly these):
 | link_bench | insert | direct | each link x placement not measured yet (grid.linkbench) | execute.run_linkbenches |
 | variant_stats, sensitivity_stats | delete, insert | direct | a resumed sweep starts: every variant group; after each committed run: its group | execute.refresh_stats |
 | link_model, link_model_check | delete, insert | direct | as variant_stats | execute.refresh_link_model |
-| runs, steps, ranks, comms, transports, telemetry, nccl_logs, run_phases, diagnostics, traces, trace_overlap, trace_collectives | insert | spool | each run ends | ledger.commit_run |
+| runs, steps, ranks, comms, transports, telemetry, nccl_logs, run_phases, diagnostics, traces, trace_overlap, trace_collectives, trace_wait, trace_wait_instances, trace_lateness | insert | spool | each run ends | ledger.commit_run |
 | runs | update | spool | a retried run ends: superseded_by of the failed run it replaces, in its transaction | ledger.commit_run |
 | run_phases | insert | direct | after a run is committed: its commit phase | ledger.commit_run |
 | sweeps | update | direct | the sweep ends: status, finished_at | ledger.finish_sweep |
@@ -156,7 +156,8 @@ class Write:
 
 RUN_TABLES = ("runs", "steps", "ranks", "comms", "transports", "telemetry", "nccl_logs",
               "run_phases", "diagnostics", "traces", "trace_overlap",
-              "trace_collectives")  # fmt: skip
+              "trace_collectives", "trace_wait", "trace_wait_instances",
+              "trace_lateness")  # fmt: skip
 """The tables of one run's payload (``ledger.commit_run``)."""
 _REPLACE = ("delete", "insert")
 

@@ -138,7 +138,7 @@ def run_and_store(sweep: SweepRun, run: RunPlan) -> None:
         trace_dir=_trace_dir(sweep),
     )
     run_rows = rows.build_rows_safely(facts, result)
-    _keep_traces(run_rows.traces, result)
+    _keep_traces(run_rows.traces, result, run_rows.trace_files)
     diagnostics = ledger.diagnostic_rows(run.run_id, result)
     if ledger.commit_run(sweep.store, run.slot, run_rows, diagnostics):
         group = (sweep.store, sweep.spec, sweep.sweep_id, v)
@@ -155,15 +155,20 @@ def _trace_dir(sweep: SweepRun) -> str | None:
     return trace_rows.trace_dir_for(str(path), sweep.sweep_id)
 
 
-def _keep_traces(files: list[dict], result: RunResult) -> None:
-    """Write each traced rank's trace where its ``traces`` row says, before the run is committed
-    (a row never names a file that is not there)."""
+def _keep_traces(files: list[dict], result: RunResult, derived: dict[str, bytes]) -> None:
+    """Write each traced rank's trace where its ``traces`` row says, and the traces derived from
+    them (``trace_rows.TraceRows.files``: on rank 0's clock, merged), before the run is
+    committed (a row never names a file that is not there)."""
     by_rank = {r.rank: r.training.trace for r in result.rank_records if r.training is not None}
-    for f in files:
-        if f["path"] and by_rank.get(f["rank"]) is not None:
-            os.makedirs(os.path.dirname(f["path"]), exist_ok=True)
-            with open(f["path"], "wb") as out:
-                out.write(by_rank[f["rank"]].chrome_trace_gz)
+    out_files = {
+        f["path"]: by_rank[f["rank"]].chrome_trace_gz
+        for f in files
+        if f["path"] and by_rank.get(f["rank"]) is not None
+    }
+    for path, data in {**out_files, **derived}.items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as out:
+            out.write(data)
 
 
 def execute_linkbench(

@@ -133,6 +133,9 @@ def commit_run(
         "traces": run_rows.traces,
         "trace_overlap": run_rows.trace_overlap,
         "trace_collectives": run_rows.trace_collectives,
+        "trace_wait": run_rows.trace_wait,
+        "trace_wait_instances": run_rows.trace_wait_instances,
+        "trace_lateness": run_rows.trace_lateness,
     }
     updates = []
     if slot.supersedes:

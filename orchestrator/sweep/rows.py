@@ -54,6 +54,11 @@ class RunRows:
     traces: list[dict] = field(default_factory=list)
     trace_overlap: list[dict] = field(default_factory=list)
     trace_collectives: list[dict] = field(default_factory=list)
+    trace_wait: list[dict] = field(default_factory=list)
+    trace_wait_instances: list[dict] = field(default_factory=list)
+    trace_lateness: list[dict] = field(default_factory=list)
+    trace_files: dict[str, bytes] = field(default_factory=dict)
+    """The rebased and merged traces to write before the commit (path -> gzip bytes)."""
 
 
 def sweep_row(spec: SweepSpec, sweep_id: str, address: str, n_runs: int, context: dict) -> dict:
@@ -360,15 +365,14 @@ def build_rows(facts: RunFacts, result: RunResult) -> RunRows:
         run_id, records, _ran_with(run, spec.links[v.link]), link_class, result.nccl_logs
     )
     telemetry, tel_facts = _telemetry_facts(run_id, trained)
-    traces, overlap, named, trace_cols = trace_rows.trace_facts(
-        run_id, trained, run.get("median_step_time_s"), facts.trace_dir
-    )
-    run.update({"link_class": link_class, **t_facts, **tel_facts, **trace_cols})
+    tr = trace_rows.trace_facts(run_id, trained, run.get("median_step_time_s"), facts.trace_dir)
+    run.update({"link_class": link_class, **t_facts, **tel_facts, **tr.run})
     logs = [(f"rank {r.rank}", r.nccl_log) for r in records if r.nccl_log]
     logs += sorted(result.nccl_logs.items())  # a failed or hung run's, read from its nodes
     return RunRows(
         run, steps, ranks, comms, transports, telemetry, phase_rows(run_id, result),
-        [{"run_id": run_id, "source": s, "text": t} for s, t in logs], traces, overlap, named,
+        [{"run_id": run_id, "source": s, "text": t} for s, t in logs], tr.traces, tr.overlap,
+        tr.collectives, tr.wait, tr.wait_instances, tr.lateness, tr.files,
     )  # fmt: skip
 
 
