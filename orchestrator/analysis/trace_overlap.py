@@ -67,10 +67,10 @@ few kernels and no communication. The corpus's trace 04 shows it: the GPU spans 
 exactly the ones that rule gives, 1,761 of its kernels (all of backward) have none, and its
 ``ProfilerStep#N`` have none at all (``tests/unit/test_trace_overlap.py``).
 
-**Not given: time waited for peers.** One rank's trace shows how long a collective took, and that
-includes waiting for the slowest rank to arrive as well as moving the bytes; telling them apart
-needs every rank's trace on one clock (the last arrival marks where the transfer could start),
-which one rank's trace does not have.
+**Not given here: time waited for peers.** One rank's trace shows how long a collective took,
+and that includes waiting for the slowest rank to arrive as well as moving the bytes; telling
+them apart needs every rank's trace on one clock (the last arrival marks where the transfer
+could start): :mod:`orchestrator.analysis.trace_wait` splits this module's exposed time so.
 
 Numbers: ``load_trace`` parses decimals as ``Decimal`` so the arithmetic is exact on the file's
 values: a float cannot hold 4458676422880.181 exactly, and over a real trace's 2,700 kernels the

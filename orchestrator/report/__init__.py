@@ -55,6 +55,7 @@ One module per job:
     phases          where a run's seconds go, phase by phase.
     timeline        one traced step per variant and link, a lane per rank.
     linkmodel_view  the link model's figure and section.
+    wait_view       waiting for peers vs moving bytes in the traced steps; the straggler.
     nccltests_view  nccl-tests beside linksweep's busbw.
     baseline_view   the "Compared with baseline" section and ``compared_with_baseline.png``
                     (``linksweep report --baseline NAME``), from

@@ -4,7 +4,7 @@ Inline CSS, figures as base64 PNG data URIs, no scripts, no fonts, no links outs
 Pure string functions.
 
 May import: predicted, reading, figures, findings, fmt, labels, linkmodel_view, markup,
-nccltests_view, phases, sections.
+nccltests_view, phases, sections, wait_view.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from orchestrator.report.sections import (
     classic_tables,
     provenance_html,
 )
+from orchestrator.report.wait_view import wait_html, with_wait
 
 if TYPE_CHECKING:
     from orchestrator.report.figures import FigureResult
@@ -149,13 +150,17 @@ def _attention_box(data: ReportData) -> str:
 TRACE_COLS = (
     *VARIANT_KEY, "n_runs", "measured_exposed_s", "measured_low_s", "measured_high_s",
     "measured_comm_s", "predicted_comm_s", "fitted_exposure", "fitted_exposed_s",
-    "fitted_low_s", "fitted_high_s", "diff_s", "fit_quality",
+    "fitted_low_s", "fitted_high_s", "measured_transfer_s", "measured_waited_s", "diff_s",
+    "fit_quality",
 )  # fmt: skip
 TRACE_NOTE = (
     "<p class='note'>view <code>trace_exposure</code>: exposed communication per step measured "
     "from the traced steps (per step the slowest rank's communication that no compute covered, "
     "median over steps, median and range over runs; rules in docs/trace-overlap.md) beside the "
-    "link model's fitted exposure x the communication time it predicts on the link. The "
+    "link model's fitted exposure x the communication time it predicts on the link, and beside "
+    "that the measured exposed time's two parts: the transfer (the link moving bytes, what the "
+    "fit prices) and the wait for a slower rank (what no link model predicts; section "
+    "<a href='#wait'>waiting vs moving</a>). The "
     "traced steps ran after the timed ones and are in no step-time figure; "
     "<code>runs.trace_overhead</code> says what the profiler cost. Drawn per rank in "
     "<code>trace_timeline.png</code>.</p>"
@@ -177,7 +182,8 @@ COLLECTIVE_NOTE = (
 
 
 def _traces_html(data: ReportData) -> str:
-    out = TRACE_NOTE + html_table(data.trace_exposure, TRACE_COLS, fold=True)
+    rows = with_wait(data.trace_exposure, data.trace_wait)
+    out = TRACE_NOTE + html_table(rows, TRACE_COLS, fold=True)
     if data.trace_collectives:
         out += COLLECTIVE_NOTE + html_table(data.trace_collectives, COLLECTIVE_COLS, fold=True)
     return out
@@ -222,6 +228,9 @@ def _report_sections(
         *([("traces", "Measured overlap (traced steps) beside the link model",
             _traces_html(data))]
           if data.trace_exposure else []),
+        *([("wait", "Waiting for peers vs moving bytes (traced steps)",
+            wait_html(data.trace_wait, data.trace_collective_wait, data.trace_lateness))]
+          if data.trace_wait or data.trace_lateness else []),
         ("phases", "Where a run's seconds go", phases_html(data)),
         ("attention", "Runs needing attention", attention_html(data)),
         ("runs", "All runs",

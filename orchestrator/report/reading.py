@@ -57,6 +57,12 @@ class ReportData:
     """view ``trace_exposure``: measured exposed communication beside the fitted one."""
     trace_collectives: list[dict] = field(default_factory=list)
     """view ``trace_collective_exposure``: which collectives the traces show exposed."""
+    trace_wait: list[dict] = field(default_factory=list)
+    """view ``trace_wait_summary``: exposed communication split into waited and transfer."""
+    trace_collective_wait: list[dict] = field(default_factory=list)
+    """view ``trace_collective_wait``: the same split per collective."""
+    trace_lateness: list[dict] = field(default_factory=list)
+    """query ``report_trace_lateness``: each traced run's ranks' lateness and its verdict."""
     timelines: list[dict] = field(default_factory=list)
     """One traced step per variant x link and rank (:func:`read_timelines`)."""
 
@@ -102,6 +108,9 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
         bandwidth_nccl_tests = rows(Q.REPORT_BANDWIDTH_NCCL_TESTS)
         trace_exposure = rows(Q.REPORT_TRACE_EXPOSURE)
         trace_collectives = rows(Q.REPORT_TRACE_COLLECTIVES)
+        trace_wait = rows(Q.REPORT_TRACE_WAIT)
+        trace_collective_wait = rows(Q.REPORT_TRACE_COLLECTIVE_WAIT)
+        trace_lateness = rows(Q.REPORT_TRACE_LATENESS)
         traces = rows(Q.REPORT_TRACES)
 
     spec = json_value(sweep.get("spec")) or {}
@@ -142,6 +151,9 @@ def load_report_data(db: str, sweep_id: str | None) -> ReportData:
         bandwidth_nccl_tests=bandwidth_nccl_tests,
         trace_exposure=trace_exposure,
         trace_collectives=trace_collectives,
+        trace_wait=trace_wait,
+        trace_collective_wait=trace_collective_wait,
+        trace_lateness=trace_lateness,
         timelines=read_timelines(traces),
     )
 
