@@ -167,7 +167,9 @@ def timeline_label(r: dict, vary: set[str]) -> str:
 def read_timelines(traces: list[dict]) -> list[dict]:
     """For each variant x link, its first traced run's ranks, one step each (the second traced
     step where there are two or more: the first may carry one-off work): the step's window,
-    compute and communication intervals. A file that cannot be read is left out."""
+    compute and communication intervals. Each rank is read from its copy on rank 0's clock
+    (``traces.rebased_path``; ``common_clock`` True) where there is one, else from its own
+    trace (``common_clock`` False: its own clock). A file that cannot be read is left out."""
     first: dict[tuple, str] = {}
     vary = varying(traces, GROUP_KEY)
     for t in traces:
@@ -177,14 +179,20 @@ def read_timelines(traces: list[dict]) -> list[dict]:
         key = (timeline_label(t, vary), t["link"])
         if first[key] != t["run_id"]:
             continue
-        try:
-            found = step_intervals(load_trace(t["path"]), 1 if (t["steps"] or 0) > 1 else 0)
-        except (OSError, ValueError):
-            continue
+        step = 1 if (t["steps"] or 0) > 1 else 0
+        found, common = None, False
+        for src, on_rank0 in ((t.get("rebased_path"), True), (t["path"], False)):
+            if not src:
+                continue
+            try:
+                found, common = step_intervals(load_trace(src), step), on_rank0
+                break
+            except (OSError, ValueError):
+                continue
         if found is not None:
             window, comm, compute = found
             out.append(
                 {"label": key[0], "link": key[1], "rank": t["rank"], "window": window,
-                 "comm": comm, "compute": compute}
+                 "comm": comm, "compute": compute, "common_clock": common}
             )  # fmt: skip
     return out
