@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
+import random
 from decimal import Decimal
 
 import pytest
@@ -250,6 +251,31 @@ def test_the_clocks_uncertainty_bounds_the_split_and_can_leave_the_last_rank_und
     assert wide.verdict.why == "no straggler: no rank was last by more than the clocks' uncertainty"
 
 
+def _shift(trace: dict, by_us) -> dict:
+    out = copy.deepcopy(trace)
+    for e in out["traceEvents"]:
+        if "ts" in e:
+            e["ts"] += by_us
+    return out
+
+
+def test_clocks_off_within_their_uncertainty_move_the_split_by_at_most_uncertainty_s():
+    """Three ranks, arrivals drawn at random; each rank's clock then misread by up to its
+    uncertainty (50 us): every instance's waited time moves by no more than its uncertainty_s."""
+    rng = random.Random(7)
+    for _ in range(20):
+        arrivals = [rng.randrange(100, 700) for _ in range(3)]
+        traces = [rank_trace(one_all_reduce(a)) for a in arrivals]
+        before = wait_split([RankTrace(r, t, 50 * US) for r, t in enumerate(traces)])
+        errors = [rng.randrange(-50, 51) for _ in range(3)]
+        moved = [_shift(t, e) for t, e in zip(traces, errors, strict=True)]
+        after = wait_split([RankTrace(r, t, 50 * US) for r, t in enumerate(moved)])
+        for a, b in zip(before.instances, after.instances, strict=True):
+            assert (a.rank, a.step, a.op, a.instance) == (b.rank, b.step, b.op, b.instance)
+            assert abs(a.waited_s - b.waited_s) <= a.uncertainty_s + 1e-12
+            assert a.uncertainty_s <= 100 * US + 1e-12
+
+
 def test_decimal_traces_split_exactly():
     """A trace in Decimals (load_trace's) with a float uncertainty: no Decimal + float error."""
     traces = []
@@ -268,21 +294,13 @@ def test_decimal_traces_split_exactly():
 REAL = CORPUS / "traces" / "04_hta_nccl-parser-config_rank0-of-2_a100_float-ts.json.gz"
 
 
-def _shifted(trace: dict, by_us) -> dict:
-    out = copy.deepcopy(trace)
-    for e in out["traceEvents"]:
-        if "ts" in e:
-            e["ts"] += by_us
-    return out
-
-
 def test_a_real_gpu_trace_beside_a_later_copy_of_itself():
     """Rank 1 is rank 0's trace 50 us later: every NCCL kernel is matched in the group the
     kernels name (``Process Group Ranks``), rank 1 is last everywhere by 50 us, and on both
     ranks every step's waited + transfer is trace_overlap's exposed figure, with several
     streams of NCCL kernels overlapping."""
     trace = load_trace(path(REAL))
-    late = _shifted(trace, Decimal(50))
+    late = _shift(trace, Decimal(50))
     split = wait_split([RankTrace(0, trace), RankTrace(1, late)])
     assert split.instances and all(i.matched for i in split.instances)
     assert {i.group for i in split.instances} == {"0,1"}
