@@ -23,6 +23,7 @@ One module per job:
     data        training data and tokenizer, with honest fall-backs.
     device      the rank's device, and waiting for it before a clock is read.
     phases      a stopwatch for the phases of a run on one rank.
+    clocks      this rank's clock offset to rank 0's, measured over the run's process group.
     diag        hang diagnosis: stacks and NCCL's flight recorder.
     nccl_files  the files NCCL leaves on a rank's node, read and removed.
     ds_effective the DeepSpeed config a ZeRO engine actually parsed.

@@ -17,6 +17,7 @@ One module per job:
     flavours    how strategies and variants are named, worded and ordered, read off the catalog.
     trace_overlap communication, compute, overlapped and exposed time from a profiler trace.
     trace_collectives which collective each traced interval was; its busy and exposed time.
+    trace_merge every rank's trace on rank 0's clock: rebased per-rank traces, one merged trace.
     trace_wait  every rank on one clock: collective instances matched across ranks, exposed
                 communication split into waited and transfer, the straggler named.
 
