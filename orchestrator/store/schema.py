@@ -343,7 +343,7 @@ _TABLES: dict[str, str] = {
         op VARCHAR,                  -- the collective called (what ran where pairing failed)
         group_ranks VARCHAR,         -- the instance's group's ranks, e.g. 0,1 (hsdp: its subgroup)
         instance INTEGER,            -- k: the k-th call of op in the group within the step
-        arrival_s DOUBLE,            -- this rank's interval start, s on rank 0's clock
+        arrival_s DOUBLE,            -- its interval's start: s after rank 0's base_time_ns
         last_arrival_s DOUBLE,       -- the group's last arrival; NULL: unmatched
         last_rank INTEGER,           -- who arrived last; NULL: unmatched or within uncertainty
         end_s DOUBLE,
