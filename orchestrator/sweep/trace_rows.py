@@ -114,26 +114,38 @@ def trace_facts(
         overlap += overlap_rows(run_id, rank, doc)
         named += collective_rows(run_id, rank, doc, recorded.get(rank, ()))
     rebased = rebased_traces(ranks, world_size=len(trained))
-    split = wait_split(
-        [
-            RankTrace(
-                rank, rebased[rank], (t.clock_uncertainty_ns or 0) * NS, recorded.get(rank, ())
-            )
-            for rank, t in ranks
-        ],
-        world_size=len(trained),
-    )
+    waits, verdict = _waits(run_id, ranks, rebased, recorded, len(trained))
     files = _files(trace_dir, run_id, rebased)
     run["merged_trace_path"] = merged_path(trace_dir, run_id) if trace_dir else None
-    run.update(verdict_columns(split))
+    run.update(verdict)
     return TraceRows(
         traces=[_trace_row(run_id, rank, t, rebased[rank], trace_dir) for rank, t in ranks],
         overlap=overlap,
         collectives=named,
-        **wait_rows(run_id, split),
+        **waits,
         run=run,
         files=files,
     )
+
+
+def _waits(run_id, ranks, rebased, recorded, world_size: int) -> tuple[dict, dict]:
+    """(the wait tables' rows, the run's straggler columns) from ``trace_wait.wait_split`` on the
+    rebased traces. Where the split fails the run keeps its other rows and its measurement:
+    no wait rows, and ``straggler_why`` says why (a failure is a row, not a lost run)."""
+    try:
+        split = wait_split(
+            [
+                RankTrace(
+                    rank, rebased[rank], (t.clock_uncertainty_ns or 0) * NS, recorded.get(rank, ())
+                )
+                for rank, t in ranks
+            ],
+            world_size=world_size,
+        )
+    except Exception as exc:  # noqa: BLE001 - stored in straggler_why; the run's rows stand
+        why = f"not analysed: the wait split failed: {type(exc).__name__}: {exc}"
+        return {}, {"straggler_rank": None, "straggler_why": why}
+    return wait_rows(run_id, split), verdict_columns(split)
 
 
 def rebased_traces(ranks: Sequence[tuple[int, TraceRecord]], world_size: int) -> dict[int, dict]:

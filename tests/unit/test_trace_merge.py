@@ -241,3 +241,18 @@ def test_a_runs_rows_carry_the_clocks_and_split_exposed_on_the_common_clock(tmp_
 def test_a_run_that_did_not_trace_has_no_rows_and_no_files():
     rows = trace_rows.trace_facts("run-b", [(0, types.SimpleNamespace(trace=None))], 0.1, "/x")
     assert rows == trace_rows.TraceRows()
+
+
+def test_a_failed_wait_split_leaves_the_runs_other_rows_and_says_why(monkeypatch, tmp_path):
+    def broken(ranks, world_size=None):
+        raise ValueError("no step marks")
+
+    monkeypatch.setattr(trace_rows, "wait_split", broken)
+    ranks = [trained(0, gloo_rank(0, 40, 0), 0, 0), trained(1, gloo_rank(1, 60, 0), 0, 10)]
+    rows = trace_rows.trace_facts("run-c", ranks, 0.1, str(tmp_path))
+    assert rows.wait == rows.wait_instances == rows.lateness == []
+    assert rows.run["straggler_rank"] is None
+    assert rows.run["straggler_why"] == (
+        "not analysed: the wait split failed: ValueError: no step marks"
+    )
+    assert len(rows.traces) == 2 and rows.overlap and len(rows.files) == 3
