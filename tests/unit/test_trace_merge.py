@@ -256,3 +256,24 @@ def test_a_failed_wait_split_leaves_the_runs_other_rows_and_says_why(monkeypatch
         "not analysed: the wait split failed: ValueError: no step marks"
     )
     assert len(rows.traces) == 2 and rows.overlap and len(rows.files) == 3
+
+
+def columns(table: str) -> set[str]:
+    from orchestrator.store import TABLES
+
+    lines = (line.strip() for line in TABLES[table].splitlines())
+    return {line.split()[0].rstrip(",") for line in lines if line and not line.startswith("--")}
+
+
+def test_a_runs_trace_rows_are_the_tables_columns(tmp_path):
+    ranks = [trained(0, gloo_rank(0, 40, 0), 0, 0), trained(1, gloo_rank(1, 60, 0), 0, 10)]
+    rows = trace_rows.trace_facts("run-d", ranks, 0.1, str(tmp_path))
+    for table, got in (
+        ("traces", rows.traces),
+        ("trace_wait", rows.wait),
+        ("trace_wait_instances", rows.wait_instances),
+        ("trace_lateness", rows.lateness),
+    ):
+        assert got, table
+        assert all(set(r) == columns(table) for r in got), table
+    assert set(rows.run) <= columns("runs")
