@@ -36,8 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 ROUNDS = 8
-"""Exchanges per peer. The smallest round trip of 8 on a busy 2-core host was within a few
-microseconds of the smallest of 50 on loopback; more rounds cost time on a shaped link."""
+"""Exchanges per peer: enough that one of them is likely to meet no scheduler delay, few enough
+that a shaped link's latency (each round is two broadcasts) costs the run little."""
 
 
 @dataclass(frozen=True)
