@@ -138,3 +138,71 @@ def test_each_interval_is_named_by_the_collective_called_with_the_recorders_byte
         per_step,
         measured,
     )
+
+
+def test_each_rank_measured_its_clock_against_rank_0s_within_its_uncertainty(traced):
+    """One host, one clock: the true offset is 0, so each rank's measured offset lies within its
+    uncertainty (a bound by causality), and that bound is a few loopback round trips."""
+    _, db = traced
+    got = rows(
+        db,
+        """SELECT r.strategy, t.rank, t.base_time_ns, t.clock_offset_ns, t.clock_uncertainty_ns
+           FROM traces t JOIN runs r USING (run_id) ORDER BY strategy, rank""",
+    )
+    assert [(r["strategy"], r["rank"]) for r in got] == [
+        ("ddp", 0), ("ddp", 1), ("fsdp", 0), ("fsdp", 1),
+    ]  # fmt: skip
+    for r in got:
+        assert r["base_time_ns"] > 1_700_000_000 * 10**9, r  # a Unix time in ns
+        if r["rank"] == 0:
+            assert (r["clock_offset_ns"], r["clock_uncertainty_ns"]) == (0, 0)
+        else:
+            assert abs(r["clock_offset_ns"]) <= r["clock_uncertainty_ns"] < 100_000_000, r
+
+
+def test_the_merged_trace_has_every_rank_as_a_process_on_one_clock(traced):
+    _, db = traced
+    [run] = rows(db, f"SELECT run_id, merged_trace_path FROM runs WHERE {DDP}")
+    with gzip.open(run["merged_trace_path"]) as f:
+        doc = json.load(f)
+    events = doc["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert names == {0: "rank 0", 1: "rank 1"}
+    for rank in (0, 1):
+        ts = [e["ts"] for e in events if e["pid"] == rank and e["ph"] != "M"]
+        assert ts == sorted(ts)
+        steps = [e for e in events if e["pid"] == rank and e.get("name") == "ProfilerStep#0"]
+        assert len(steps) == 1
+    # on one clock the two ranks' first traced steps begin within a step of each other
+    start = {
+        e["pid"]: e["ts"] for e in events if e.get("name") == "ProfilerStep#0" and e["ph"] == "X"
+    }
+    step_us = max(e["dur"] for e in events if e.get("name") == "ProfilerStep#0")
+    assert abs(start[0] - start[1]) < step_us
+
+
+def test_the_rebased_traces_sit_in_the_runs_folder_each_naming_its_rank(traced):
+    _, db = traced
+    got = rows(db, f"SELECT run_id, rank, rebased_path FROM traces WHERE {DDP} ORDER BY rank")
+    folders = {os.path.dirname(r["rebased_path"]) for r in got}
+    assert len(folders) == 1 and sorted(os.listdir(folders.pop())) == [
+        "rank0.json.gz",
+        "rank1.json.gz",
+    ]
+    for r in got:
+        with gzip.open(r["rebased_path"]) as f:
+            doc = json.load(f)
+        assert doc["distributedInfo"]["rank"] == r["rank"]
+
+
+def test_exposed_time_splits_into_waited_and_transfer_per_rank_and_step(traced):
+    _, db = traced
+    got = rows(db, "SELECT * FROM trace_wait WHERE step IS NOT NULL")
+    assert {(r["rank"], r["step"]) for r in got} >= {(k, s) for k in (0, 1) for s in (0, 1)}
+    for r in got:
+        assert r["waited_s"] >= 0 and r["transfer_s"] >= 0, r
+        assert r["waited_s"] + r["transfer_s"] == pytest.approx(r["exposed_s"], abs=1e-9), r
+    summary = rows(db, "SELECT strategy, exposed_s, waited_s, transfer_s FROM trace_wait_summary")
+    assert sorted(s["strategy"] for s in summary) == ["ddp", "fsdp"]
+    lateness = rows(db, "SELECT run_id, rank, score FROM trace_lateness")
+    assert len(lateness) == 4 and all(r["score"] >= 0 for r in lateness)
