@@ -4,12 +4,14 @@ emulated cluster's unshaped link (root only), once clean and once with rank 1 pl
 before every step, timed and traced). Two runs, one repeat, spread over 2 nodes.
 
 What it checks, from the database and the traces beside it: both runs ok; the planted rank's
-trace holds one ``planted_delay`` span per traced step and the clean run's none; rank 0, which
-the plant leaves alone, spends about the planted delay longer in its collectives per traced
-step than in the clean run (it waits for rank 1 there); the straggler verdict names rank 1 in
-the planted run and no rank in the clean one.
+trace holds one ``planted_delay`` span per traced step and no other rank's does; every rank's
+measured clock offset to rank 0 lies within its uncertainty of the true 0 (the nodes share one
+kernel) and each run's merged trace has a process per rank; waited + transfer = exposed per rank
+and traced step; rank 0, which the plant leaves alone, waits about the planted delay longer per
+traced step than in the clean run; the straggler verdict names rank 1 in the planted run and no
+rank in the clean one.
 
-Marked ``alone``: it compares the two runs' collective times, taken at different moments. The
+Marked ``alone``: it compares the two runs' waited times, taken at different moments. The
 full sweep (DDP, ZeRO-3, FSDP2 on two links, clean and planted) runs outside the suite; its
 table is docs/measurements/2026-12-07-straggler-emulated.md.
 """
@@ -55,7 +57,7 @@ def planted_spans(path: str) -> list[dict]:
 
 @pytest.mark.root
 @pytest.mark.slow
-@pytest.mark.alone  # rank 0's collective time in two runs taken at different moments
+@pytest.mark.alone  # rank 0's waited time in two runs taken at different moments
 def test_a_planted_slow_rank_is_named_and_a_clean_run_has_none(emulated_cluster, tmp_path):
     doc = narrowed(yaml.safe_load(SWEEP.read_text()), emulated_cluster.node_ips()[2:])
     fault = parse_fault(doc["links"][PLANTED]["LINKSWEEP_INJECT_FAULT"])
@@ -66,7 +68,9 @@ def test_a_planted_slow_rank_is_named_and_a_clean_run_has_none(emulated_cluster,
     runs = {
         r["link"]: r
         for r in rows(
-            db, "SELECT run_id, link, status, error, straggler_rank, straggler_why FROM runs"
+            db,
+            "SELECT run_id, link, status, error, straggler_rank, straggler_why, merged_trace_path "
+            "FROM runs",
         )
     }
     assert sorted(runs) == ["fast", PLANTED]
@@ -79,6 +83,26 @@ def test_a_planted_slow_rank_is_named_and_a_clean_run_has_none(emulated_cluster,
     assert len(spans[(PLANTED, 1)]) == traced_steps
     assert all(s["dur"] >= fault.delay_s * 1e6 for s in spans[(PLANTED, 1)])
     assert spans[(PLANTED, 0)] == spans[("fast", 0)] == spans[("fast", 1)] == []
+
+    # One clock: the nodes are namespaces of one kernel, so the true offset is 0 and every
+    # measured one lies within its uncertainty; each run's merged trace has a process per rank.
+    clocks = rows(db, "SELECT rank, clock_offset_ns, clock_uncertainty_ns FROM traces")
+    assert len(clocks) == 2 * 2
+    for c in clocks:
+        if c["rank"] == 0:
+            assert (c["clock_offset_ns"], c["clock_uncertainty_ns"]) == (0, 0), c
+        else:
+            assert c["clock_uncertainty_ns"] is not None, c
+            assert abs(c["clock_offset_ns"]) <= c["clock_uncertainty_ns"], c
+    for r in runs.values():
+        with gzip.open(r["merged_trace_path"]) as f:
+            merged = json.load(f)["traceEvents"]
+        names = {
+            e["args"]["name"]
+            for e in merged
+            if e.get("ph") == "M" and e.get("name") == "process_name"
+        }
+        assert {"rank 0", "rank 1"} <= names, sorted(names)
 
     # Every rank's exposed communication splits into waited and transfer, adding up.
     split = rows(db, "SELECT * FROM trace_wait WHERE step IS NOT NULL ORDER BY run_id, rank, step")
