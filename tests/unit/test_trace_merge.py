@@ -41,8 +41,8 @@ def op(name, ts, dur, pid=100, tid=1, cat="cpu_op", **extra):
     } | extra
 
 
-def meta(name, pid, tid, **args):
-    return {"ph": "M", "name": name, "pid": pid, "tid": tid, "ts": 0, "args": args}
+def meta(kind, pid, tid, **args):
+    return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "ts": 0, "args": args}
 
 
 def gpu_rank_trace(base=BASE):
@@ -120,10 +120,10 @@ def test_the_merged_trace_is_json_with_every_rank_one_named_process():
     events = doc["traceEvents"]
     assert doc["baseTimeNanoseconds"] == BASE and doc["linksweepMerged"]["ranks"] == [0, 1]
     assert {e["pid"] for e in events} == {0, 1}
-    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
     assert names == {0: "rank 0", 1: "rank 1"}
     threads = {
-        (e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"
+        (e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"
     }
     # the CPU threads keep their ids; the GPU's streams become threads above them, named
     assert threads == {
