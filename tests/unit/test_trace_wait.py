@@ -13,7 +13,7 @@ from decimal import Decimal
 
 import pytest
 
-from orchestrator.analysis.trace_overlap import cpu_overlap, load_trace, trace_overlap
+from orchestrator.analysis.trace_overlap import cpu_overlap, trace_overlap
 from orchestrator.analysis.trace_wait import (
     MIN_SCORE,
     RankTrace,
@@ -21,7 +21,7 @@ from orchestrator.analysis.trace_wait import (
     wait_split,
 )
 from tests.captures import CORPUS, path
-from tests.unit.test_trace_overlap import cpu, step_span
+from tests.unit.test_trace_overlap import cpu, step_span, trace_04
 
 US = 1e-6
 STEP_US = 1000
@@ -299,7 +299,8 @@ def test_a_real_gpu_trace_beside_a_later_copy_of_itself():
     kernels name (``Process Group Ranks``), rank 1 is last everywhere by 50 us, and on both
     ranks every step's waited + transfer is trace_overlap's exposed figure, with several
     streams of NCCL kernels overlapping."""
-    trace = load_trace(path(REAL))
+    path(REAL)  # skips where the corpus is absent
+    trace = trace_04()  # read once per worker, shared with test_trace_overlap; never changed
     late = _shift(trace, Decimal(50))
     split = wait_split([RankTrace(0, trace), RankTrace(1, late)])
     assert split.instances and all(i.matched for i in split.instances)
