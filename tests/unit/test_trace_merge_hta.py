@@ -1,8 +1,8 @@
 """The rebased per-rank traces read by a reader the project did not write: Meta's Holistic Trace
 Analysis (HTA) loads a run's folder of them and puts every rank on the clock we put them on.
 
-Two real torch profiler traces (CPU ops, ``ProfilerStep#k`` spans as ``workloads/train.py``
-marks them) stand in for two ranks; rank 1's is made to read as a clock 2 s ahead (its
+A real torch profiler trace (CPU ops, ``ProfilerStep#k`` spans as ``workloads/train.py`` marks
+them) stands in for two ranks; rank 1's is made to read as a clock 2 s ahead (its
 ``baseTimeNanoseconds`` moved by the planted offset, which is what a rank ahead writes), then
 rebased with that offset as ``orchestrator/sweep/trace_rows.py`` does. HTA must find both ranks,
 and its Unix time of each rank's first step must be ours (rank 0's clock).
@@ -14,6 +14,7 @@ enough here): without it the test skips, saying so.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import tempfile
@@ -55,7 +56,8 @@ def first_step_ns(doc: dict) -> int:
 def test_hta_loads_the_runs_rebased_folder_with_each_rank_on_rank_0s_clock(tmp_path):
     from orchestrator.analysis.trace_merge import dumps, rebase
 
-    raw = {0: torch_trace(), 1: torch_trace()}
+    traced = torch_trace()
+    raw = {0: traced, 1: copy.deepcopy(traced)}  # one profile, two ranks: the clocks differ
     raw[1]["baseTimeNanoseconds"] += PLANT_NS  # rank 1's clock reads 2 s ahead
     base = int(raw[0]["baseTimeNanoseconds"])
     folder = tmp_path / "run-a"
@@ -66,8 +68,8 @@ def test_hta_loads_the_runs_rebased_folder_with_each_rank_on_rank_0s_clock(tmp_p
         rebased = rebase(doc, rank, offsets[rank], base, 2)
         ours[rank] = first_step_ns(rebased)
         (folder / f"rank{rank}.json.gz").write_bytes(dumps(rebased))
-    # the plant is undone: on rank 0's clock rank 1's step came after rank 0's, not 2 s later
-    assert 0 < ours[1] - ours[0] < PLANT_NS // 2
+    # the plant is undone: on rank 0's clock the two ranks' (one) step is at one instant again
+    assert ours[1] == ours[0] and first_step_ns(raw[1]) - first_step_ns(raw[0]) == PLANT_NS
 
     from hta.common.trace import trace_event_timestamp_to_unixtime_ns
 
