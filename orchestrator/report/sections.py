@@ -220,7 +220,22 @@ def attention(data: ReportData) -> list[str]:
     if data.bench_failures:
         lines.append(f"{len(data.bench_failures)} link microbenchmark op(s) did not run ok.")
     lines += [x.strip() for x in accumulation_lines(runs)]
+    lines += straggler_lines(runs)
     return lines
+
+
+def straggler_lines(runs: list[dict]) -> list[str]:
+    """A line where the traces named a straggler in some runs (``runs.straggler_rank``): their
+    step times hold the others' wait for it, not the link alone."""
+    named = [r for r in runs if r.get("straggler_rank") is not None]
+    if not named:
+        return []
+    ranks = sorted({r["straggler_rank"] for r in named})
+    return [
+        f"{len(named)} traced run(s) had a straggler (rank {', '.join(map(str, ranks))}): the "
+        "other ranks waited for it, so those runs' step times hold the wait as well as the "
+        "link (section: waiting for peers vs moving bytes)."
+    ]
 
 
 def _run_list(rows: list[dict], cols: Sequence[str], empty: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from orchestrator import report
 from orchestrator.report.labels import VARIANT_KEY
+from orchestrator.report.sections import straggler_lines
 from orchestrator.report.wait_view import verdict_lines, wait_html, with_wait
 
 
@@ -87,3 +88,14 @@ def test_the_page_has_the_section_only_with_rows():
     )
     assert "id='wait'" in page and "measured_<wbr>transfer_s" in page
     assert "id='wait'" not in report.render_html(report.ReportData(**base), [])
+
+
+def test_a_named_straggler_is_a_line_to_read_with_care():
+    runs = [
+        {"seq": 1, "status": "ok", "straggler_rank": None},
+        {"seq": 2, "status": "ok", "straggler_rank": 1},
+        {"seq": 3, "status": "ok"},  # before the straggler columns
+    ]
+    [line] = straggler_lines(runs)
+    assert line.startswith("1 traced run(s) had a straggler (rank 1)")
+    assert straggler_lines(runs[:1] + runs[2:]) == []
