@@ -311,10 +311,8 @@ def run_training(
         compiled.done("timed", cfg.steps)
     mem = peak_mem_bytes(device)  # before the traced steps and any profiled pass
     telemetry_out = telemetry.stop()
-    after = profile_steps if profile_from is None else 0  # profiled after the timed steps
-    trace, comms = _after_timed(
-        strategy, data, device, cfg, clock, compiled, after, comms, (fault, rank)
-    )
+    after, plant = (profile_steps if profile_from is None else 0), (fault, rank)  # _after_timed
+    trace, comms = _after_timed(strategy, data, device, cfg, clock, compiled, after, comms, plant)
     own = _strategy_facts(strategy, rank, compiled)  # before teardown removes the swap folder
     with clock.phase("rank_teardown"):
         strategy.teardown()
@@ -362,7 +360,8 @@ def _compile_phase(strategy, data, device: torch.device, cfg: RunConfig, clock) 
 
 def _after_timed(strategy, data, device, cfg, clock, compiled, profile_steps: int, comms, plant):
     """(trace, comms): the traced steps, then a profiled pass of ``profile_steps`` steps when
-    the warmup held none (after the traced steps: never inside them); else ``comms`` as is."""
+    the warmup held none (after the traced steps: never inside them); else ``comms`` as is.
+    ``plant``: (the planted fault, this rank): it fires in the traced steps as in timed ones."""
     trace = _traced_steps(strategy, data, device, cfg, clock, plant) if cfg.trace_steps else None
     if profile_steps:
         with clock.phase("profiled_pass"):
