@@ -16,6 +16,9 @@ no overlap); their own step times say what the profiler costs.
 Before the traced steps each rank measures its clock's offset to rank 0's (``workloads/clocks.py``)
 so the driver can lay every rank's trace on one clock.
 
+One job: one rank's training run, from building its model to its records: the warmup, timed,
+profiled and traced steps, and the faults a test plants in them.
+
 May import: clocks, collectives, compiling, contract, data, device, model, phases, strategies,
 telemetry, torch.
 """
