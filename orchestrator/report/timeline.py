@@ -76,9 +76,17 @@ def plot_timeline(timelines: list[dict], link_order: Sequence[str]) -> tuple[Any
         loc="outside upper right",
         ncols=2,
     )
+    one_clock = (
+        " The ranks share one clock (rank 0's; each rank's offset was measured before the traced "
+        "steps): a collective ends together on every rank, and orange that starts before a "
+        "peer's is a rank waiting for a later one."
+        if common
+        else ""
+    )
     return fig, (
         "Blue: compute, orange: communication, as the overlap figures count them (interval "
-        "unions; docs/trace-overlap.md). Where orange sits under no blue, communication is exposed."
+        "unions; docs/trace-overlap.md). Where orange sits under no blue, communication is "
+        "exposed." + one_clock
     )
 
 
