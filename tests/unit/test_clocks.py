@@ -130,3 +130,14 @@ def test_only_rank_0_keeps_exchanges_and_each_peer_gets_rounds_of_them():
     assert got[1] == {} and got[2] == {}
     assert sorted(got[0]) == [1, 2] and all(len(xs) == 4 for xs in got[0].values())
     assert all(x.t0_send_ns <= x.t_peer_ns <= x.t0_recv_ns for xs in got[0].values() for x in xs)
+
+
+def test_a_rank_without_a_process_group_measures_no_offset():
+    # a one-rank run (or a process with no group): nothing to measure against, so None, and
+    # its trace record says so (NULL in traces), rather than a made-up 0
+    import torch.distributed as dist
+
+    from workloads.train import clock_offset
+
+    assert not dist.is_initialized()
+    assert clock_offset(torch.device("cpu")) is None
