@@ -133,11 +133,8 @@ def test_only_rank_0_keeps_exchanges_and_each_peer_gets_rounds_of_them():
 
 
 def test_a_rank_without_a_process_group_measures_no_offset():
-    # a one-rank run (or a process with no group): nothing to measure against, so None, and
-    # its trace record says so (NULL in traces), rather than a made-up 0
-    import torch.distributed as dist
-
+    # no group (or a one-rank one, which a neighbouring test may leave up): nothing to measure
+    # against, so None, and its trace record says so (NULL in traces), not a made-up 0
     from workloads.train import clock_offset
 
-    assert not dist.is_initialized()
     assert clock_offset(torch.device("cpu")) is None
