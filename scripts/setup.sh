@@ -18,6 +18,11 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
 .venv/bin/python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
 .venv/bin/python -m pip install -q -e '.[dev]'
+# The test that a trace reader this project did not write (Meta's HolisticTraceAnalysis) loads
+# the rebased per-rank traces: HTA 0.5.0 asks for jupyterlab, which that reading never imports,
+# so it comes without its dependencies, beside the three it does import (pyproject's `hta` extra).
+.venv/bin/python -m pip install -q --no-deps "HolisticTraceAnalysis==0.5.0" "plotly>=5.11" \
+  "pydot>=1.3" "narwhals>=1.15"
 
 # DeepSpeed JIT-builds its C++ ops where they are first used, inside the rank processes: async_io
 # and pin_memory at the first NVMe-offload run (~6 min on 2 cores), cpu_adam at the first run
