@@ -11,7 +11,6 @@ writes its results as JSON (``tests/integration/forked_ranks.py``).
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.forked_ranks import measured_by
+from tests.integration.rayports import free_port
 
 WORLD = 2
 PLANT_NS = 2_500_000_000
@@ -50,16 +50,10 @@ def _rank(rank: int, port: int, out_dir: str) -> None:
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(out))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main(out_dir: str) -> None:
     import torch.multiprocessing as mp
 
-    mp.start_processes(_rank, args=(_free_port(), out_dir), nprocs=WORLD, start_method="fork")
+    mp.start_processes(_rank, args=(free_port(), out_dir), nprocs=WORLD, start_method="fork")
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,13 @@ transformers once and forks both ranks of both cases (``forked_ranks.py``).
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.integration.forked_ranks import measured_by
+from tests.integration.rayports import free_port
 
 STEPS, WARMUP, PROFILE = 2, 2, 1
 CASES = {"ddp": {"grad_accum": 2}, "fsdp": {"grad_accum": 1}}
@@ -76,10 +76,7 @@ def main(out_dir: str) -> None:
     import workloads.train  # noqa: F401
 
     os.environ["LINKSWEEP_COMPILE_BACKEND"] = "aot_eager"  # inductor's C++ builds: minutes
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_rank, args=(2, port, out_dir), nprocs=2, start_method="fork")
+    mp.start_processes(_rank, args=(2, free_port(), out_dir), nprocs=2, start_method="fork")
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.integration.forked_ranks import measured_by
+from tests.integration.rayports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 2
@@ -116,12 +116,6 @@ def _rank(rank: int, world: int, port: int, cases: list[dict], out_dir: str) -> 
     Path(out_dir, f"world{world}-rank{rank}.json").write_text(json.dumps(out))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main(out_dir: str) -> None:
     import torch.multiprocessing as mp
     import transformers  # noqa: F401 - imported once here, inherited by every forked rank
@@ -134,7 +128,7 @@ def main(out_dir: str) -> None:
         cases = [c for c in CASES if c["world"] == world]
         mp.start_processes(
             _rank,
-            args=(world, _free_port(), cases, out_dir),
+            args=(world, free_port(), cases, out_dir),
             nprocs=world,
             start_method="fork",
         )

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.integration.forked_ranks import measured_by
+from tests.integration.rayports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 WORLD = 2
@@ -91,12 +91,6 @@ def _rank(rank: int, port: int, out_dir: str) -> None:
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(out))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main(out_dir: str) -> None:
     import torch.multiprocessing as mp
     import transformers  # noqa: F401 - imported once here, inherited by every forked rank
@@ -104,7 +98,7 @@ def main(out_dir: str) -> None:
 
     import workloads.strategies  # noqa: F401
 
-    mp.start_processes(_rank, args=(_free_port(), out_dir), nprocs=WORLD, start_method="fork")
+    mp.start_processes(_rank, args=(free_port(), out_dir), nprocs=WORLD, start_method="fork")
 
 
 @pytest.fixture(scope="module")
