@@ -72,12 +72,12 @@ class Fault:
     is step ``warmup_steps + steps + k``); None: every step (``delay`` only)."""
     kind: Literal["raise", "hang", "kill", "delay"]
     """``raise``: a RuntimeError; ``hang``: blocks forever (the driver's run timeout catches it);
-    ``kill``: the process SIGKILLs itself (as the OOM killer would); ``delay``: the rank burns
-    CPU for ``delay_s`` before the step's first micro-step, so it arrives late at the step's
-    first collective and its peers wait for it, as behind a slow data loader, a throttled CPU
-    or a noisy neighbour."""
+    ``kill``: the process SIGKILLs itself (as the OOM killer would); ``delay``: the rank idles
+    for ``delay_s`` before the step's first micro-step, so it arrives late at the step's first
+    collective and its peers wait for it, as behind a slow data loader, a throttled CPU or a
+    noisy neighbour."""
     delay_s: float = 0.0
-    """``delay`` only: the wall time burnt per step, seconds."""
+    """``delay`` only: the wall time it idles per step, seconds."""
 
 
 def parse_fault(value: str | None) -> Fault | None:
@@ -114,14 +114,14 @@ def _maybe_fault(fault: Fault | None, rank: int, step: int) -> None:
     if fault is None or fault.rank != rank or fault.step not in (None, step):
         return
     if fault.kind == "delay":
-        # Burn, not sleep: a slow rank holds its CPU (a sleep would hand the core to a peer,
-        # which this machine's few shared cores would notice). Wall time, so the lateness is
-        # delay_s however busy the core is. In a trace: a user annotation, not a cpu_op, so
-        # the overlap rules (orchestrator/analysis/trace_overlap.py) count it as no compute.
+        # Idle, not busy: on real hardware a slow rank's node has its own cores, so its lateness
+        # costs its peers only the wait. Here the emulated nodes share two cores, and a burning
+        # rank took CPU from its peer (a 0.1 s burn grew DDP rank 0's wait by 0.05-0.07 s a
+        # step, docs/measurements/2026-12-07-straggler-emulated.md). In a trace: a user
+        # annotation, not a cpu_op, so the overlap rules (analysis/trace_overlap.py) count no
+        # compute there.
         with torch.profiler.record_function("planted_delay"):
-            end = time.perf_counter() + fault.delay_s
-            while time.perf_counter() < end:
-                pass
+            time.sleep(fault.delay_s)
         return
     if fault.kind == "hang":
         threading.Event().wait()  # blocks forever: the driver's run timeout must catch it

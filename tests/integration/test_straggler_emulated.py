@@ -1,6 +1,6 @@
 """A planted straggler, named: ``sweeps/straggler-emulated.yaml`` narrowed to DDP over the shared
 emulated cluster's unshaped link (root only), once clean and once with rank 1 planted slow (its
-``fast_planted`` link: ``LINKSWEEP_INJECT_FAULT`` ``1:*:delay:SECONDS``, rank 1 burns its CPU
+``fast_planted`` link: ``LINKSWEEP_INJECT_FAULT`` ``1:*:delay:SECONDS``, rank 1 idles
 before every step, timed and traced). Two runs, one repeat, spread over 2 nodes.
 
 What it checks, from the database and the traces beside it: both runs ok; the planted rank's

@@ -1,7 +1,7 @@
 """The fault hook of the measurement loop (``LINKSWEEP_INJECT_FAULT``, workloads/train.py): its
 forms, its refusals (each names the allowed forms), and where each kind fires. The ``delay``
-kind plants a slow rank for the straggler measurement: it burns the rank's CPU for its seconds
-before the step's first micro-step, every step with ``*``."""
+kind plants a slow rank for the straggler measurement: the rank idles for its seconds before the
+step's first micro-step, every step with ``*``."""
 
 from __future__ import annotations
 
@@ -73,16 +73,16 @@ def test_raise_fires_on_its_rank_at_its_step_only():
         _maybe_fault(fault, 1, 2)
 
 
-def test_a_delay_burns_cpu_for_its_seconds_on_its_rank_at_every_step():
+def test_a_delay_idles_for_its_seconds_on_its_rank_at_every_step():
     fault = parse_fault("1:*:delay:0.05")
     for step in (0, 7):
         t0, cpu0 = time.perf_counter(), time.thread_time()
         _maybe_fault(fault, 1, step)
         wall_s, cpu_s = time.perf_counter() - t0, time.thread_time() - cpu0
         assert wall_s >= 0.05
-        # Burnt, not slept: the thread ran. A twentieth, not all of it, because a niced test
-        # worker beside a busy one may get a small share of a core (tests/lanes.py).
-        assert cpu_s >= 0.05 / 20, (wall_s, cpu_s)
+        # Idle, not busy: the emulated nodes share this machine's cores, and a burning rank
+        # would take CPU from its peer (workloads/train.py). Less than half of it spent on CPU.
+        assert cpu_s < 0.05 / 2, (wall_s, cpu_s)
     t0 = time.perf_counter()
     _maybe_fault(fault, 0, 0)  # rank 0 is not delayed
     assert time.perf_counter() - t0 < 0.05
