@@ -55,8 +55,10 @@ LATENESS_NOTE = (
     "<p class='note'>query <code>report_trace_lateness</code>: per traced run and rank, how "
     "often it arrived last (times_last of instances) and by how much beyond the next-latest "
     "rank; score: that lateness per step over the median traced step. A straggler is named "
-    "when the latest rank's score is at least 5%, it holds at least half of the run's "
-    "lateness and twice the runner-up's; clock_offset_ns: its clock minus rank 0's.</p>"
+    "when the latest rank is late by 25 ms beyond every other rank in three quarters of the "
+    "traced steps, its score is at least 5%, and it holds at least half of the run's lateness "
+    "and twice the runner-up's (docs/trace-overlap.md); clock_offset_ns: its clock minus rank "
+    "0's.</p>"
 )
 
 
