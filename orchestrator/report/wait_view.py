@@ -41,8 +41,9 @@ WAIT_NOTE = (
     "rank's arrival: <b>waited</b> before it (waiting for a slower rank: fix the node, the "
     "data loader, the throttle), <b>transfer</b> after it (the link moving bytes: a better "
     "link, compression, syncing less often). Per traced step the rank with the most exposed "
-    "communication (its waited + transfer = its exposed), median over steps, median and "
-    "range over runs. uncertainty_s: how far the split can move with the clocks' measured "
+    "communication (its waited + transfer = its exposed), then each figure's median over "
+    "steps and median and range over runs (medians taken apart need not add up). "
+    "uncertainty_s: how far the split can move with the clocks' measured "
     "offsets. predicted_comm_s: the link model's communication time on the link, for the "
     "transfer to be read against. Rules in docs/trace-overlap.md.</p>"
 )
