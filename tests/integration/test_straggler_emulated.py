@@ -36,10 +36,15 @@ PLANTED = "fast_planted"
 
 
 def narrowed(doc: dict, others: list[str]) -> dict:
-    """The sweep file cut to its 2-run copy: DDP over ``fast`` and ``fast_planted`` (every other
-    key as the file has it)."""
+    """The sweep file cut to its 2-run copy: DDP over ``fast`` and ``fast_planted``, no link
+    microbenchmark (nothing here reads the link model); every other key as the file has it."""
     doc = dict(doc)
-    doc["grid"] = {**doc["grid"], "strategy": ["ddp"], "link": ["fast", PLANTED]}
+    doc["grid"] = {
+        **doc["grid"],
+        "strategy": ["ddp"],
+        "link": ["fast", PLANTED],
+        "linkbench": False,
+    }
     return {**doc, "repeats": 1, "exclude_nodes": others}
 
 
