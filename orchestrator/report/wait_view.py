@@ -9,11 +9,12 @@ The measured-vs-fitted table (view ``trace_exposure``) gets the transfer and the
 link model's fitted exposed time: the fit prices bytes on the link, so the transfer is what it
 should match, and the wait is what no link model can predict.
 
-May import: fmt, labels, markup.
+May import: fmt, labels, markup, orchestrator.analysis.trace_wait (the rule's constants).
 """
 
 from __future__ import annotations
 
+from orchestrator.analysis.trace_wait import DOMINANCE, MIN_SCORE, MIN_SHARE, MIN_STEADY_S
 from orchestrator.report.fmt import fmt_seconds
 from orchestrator.report.labels import GROUP_KEY, VARIANT_KEY, variant_label, varying
 from orchestrator.report.markup import esc, html_table, missing
@@ -56,10 +57,10 @@ LATENESS_NOTE = (
     "<p class='note'>query <code>report_trace_lateness</code>: per traced run and rank, how "
     "often it arrived last (times_last of instances) and by how much beyond the next-latest "
     "rank; score: that lateness per step over the median traced step. A straggler is named "
-    "when the latest rank is late by 25 ms beyond every other rank in three quarters of the "
-    "traced steps, its score is at least 5%, and it holds at least half of the run's lateness "
-    "and twice the runner-up's (docs/trace-overlap.md); clock_offset_ns: its clock minus rank "
-    "0's.</p>"
+    f"when the latest rank is late by {MIN_STEADY_S * 1e3:.0f} ms beyond every other rank in "
+    f"three quarters of the traced steps, its score is at least {MIN_SCORE:.0%}, and it holds "
+    f"at least {MIN_SHARE:.0%} of the run's lateness and {DOMINANCE:g}x the runner-up's "
+    "(docs/trace-overlap.md); clock_offset_ns: its clock minus rank 0's.</p>"
 )
 
 
