@@ -20,7 +20,8 @@
 #                  launcher fork and actors; start-up per run by launcher
 #   traced    150  one traced DDP step with two ranks sharing the GPU and one traced one-rank
 #                  step; do the gpu_user_annotation ProfilerStep spans exist, how long are they
-#                  (scripts/trace_spans.py)
+#                  (scripts/trace_spans.py); the ranks' clock offsets, exposed = waited +
+#                  transfer and the straggler verdict (one machine, one clock)
 #   mfu       240  the modern sweep file's one-rank run (bf16, fused AdamW, compiled, inductor):
 #                  MFU, with compile and start-up phases
 # Rehearsed here on CPU (no bundle, this checkout's venv, a tiny model; two ranks on CPU share
@@ -135,7 +136,14 @@ measure_traced() {  # two ranks sharing the GPU (DDP), then one rank; what their
   step traced 150 bash -c "linksweep run $CLASSIC ${SHARE-"--set ranks_per_gpu=2"} ${short[*]@Q};
     linksweep run $CLASSIC --set world_size=1 --set name=traced-one-rank ${short[*]@Q}"
   step spans 20 bash -c "python3 scripts/trace_spans.py --csv $OUT/traced/tables.csv \
-    \$(find ${db%.duckdb}.traces -name '*.json.gz' | sort)"
+    \$(find ${db%.duckdb}.traces -name '*-rank*.json.gz' | sort)"  # the ranks' own files
+  local q  # one clock: each rank's offset, exposed = waited + transfer, the straggler verdict
+  for q in "SELECT run_id, rank, clock_offset_ns, clock_uncertainty_ns FROM traces ORDER BY ALL" \
+    "SELECT * FROM trace_wait_summary" "SELECT run_id, straggler_rank, straggler_why FROM runs"; do
+    linksweep query --db "$db" --format csv "$q" >>"$OUT/traced/tables.csv" 2>&1
+    echo >>"$OUT/traced/tables.csv"
+  done
+  { echo "### traced"; cat "$OUT/traced/tables.csv"; } >>"$OUT/summary.md" 2>/dev/null
 }
 
 measure_mfu() {  # the modern file's one-rank run (compiled with inductor): MFU and phases
