@@ -122,6 +122,7 @@ from orchestrator.store import Q, Reader  # noqa: E402
 from orchestrator.store.queries import Query  # noqa: E402
 from orchestrator.sweep.planner import plan_runs  # noqa: E402
 from orchestrator.sweep.spec import parse_spec  # noqa: E402
+from workloads import catalog  # noqa: E402
 
 TRIALS = 5
 """Trials (one run per arm each); 5 is the fewest the verdict's bootstrap interval accepts."""
@@ -136,8 +137,10 @@ TARGET = 0.05
 """The acceptance target: linksweep's median step within 5% of bare torchrun's."""
 RUN_TIMEOUT_S = 900
 """Hang guard per command; a CPU run of this size takes well under a minute."""
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp")
-"""The start-up sweep's strategies, DDP first: the reference every other one is divided by."""
+REFERENCE = catalog.names(catalog.DDP)[0]  # every other strategy's start-up is divided by DDP's
+BUILT_IN = [s.name for s in catalog.STRATEGIES.values() if s.workload.startswith("workloads.")]
+STRATEGIES = (REFERENCE, *(s for s in BUILT_IN if s != REFERENCE))
+"""The start-up sweep's strategies: every built-in one of the catalog, the reference first."""
 STARTUP_REPEATS = 2
 """Runs per strategy in the start-up sweep: the first run of the sweep also starts the fork
 server, so with 2 every strategy has a run after it (its last one gives the figures)."""
@@ -201,7 +204,7 @@ def sweep_doc(
         "launcher": launcher,
         "world_size": 2,
         "links": {"default": {}},
-        "grid": {"strategy": ["ddp"], "grad_accum": [1], "placement": ["pack"]},
+        "grid": {"strategy": [REFERENCE], "grad_accum": [1], "placement": ["pack"]},
     }
 
 
@@ -272,7 +275,7 @@ def run_torchrun(sweep: Path, work: Path, trial: int) -> dict:
         "--sweep",
         str(sweep),
         "--strategy",
-        "ddp",
+        REFERENCE,
         "--grad-accum",
         "1",
         "--out",
@@ -323,7 +326,7 @@ def last_ddp_index(doc: dict) -> int:
     """Index (in run order) of the sweep's last DDP run: the ``linksweep`` arm's figure when
     the arm runs the start-up sweep (``--smoke``)."""
     runs = plan_runs(parse_spec(doc))
-    return max(i for i, run in enumerate(runs) if run.variant.strategy == "ddp")
+    return max(i for i, run in enumerate(runs) if run.variant.strategy == REFERENCE)
 
 
 def per_run(rows: list[dict]) -> list[dict]:
@@ -358,7 +361,7 @@ def startup_summary(runs: list[dict], goal: float = STARTUP_GOAL) -> dict:
         )
         if mine:
             picked[strategy] = (mine[(len(mine) - 1) // 2], len(mine))
-    ddp = picked["ddp"][0]["overhead_s"] if "ddp" in picked else None
+    ddp = picked[REFERENCE][0]["overhead_s"] if REFERENCE in picked else None
     out = {}
     for strategy, (run, n) in picked.items():
         ratio = run["overhead_s"] / ddp if ddp else None
@@ -452,7 +455,7 @@ def launcher_doc(
         "name": f"bench-launch-{shape}-{launcher}",
         "launcher": launcher,
         **({"world_size": 1} if shape == "one_rank" else two),
-        "grid": {"strategy": ["ddp"], "grad_accum": [1], "placement": ["pack"]},
+        "grid": {"strategy": [REFERENCE], "grad_accum": [1], "placement": ["pack"]},
     }
 
 
