@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import sys
+from collections.abc import Sequence
 
 import numpy as np
 from rich.console import Console
@@ -16,15 +17,22 @@ from rich.table import Table
 
 
 class SweepUI:
-    """Runs done/total, the current variant and the current step of rank 0."""
+    """Runs done/total, the current variant and the current step of rank 0. Each callback is
+    then passed on to every observer that has it (``orchestrator.commands.observers``)."""
 
-    def __init__(self, console: Console | None = None):
+    def __init__(self, console: Console | None = None, observers: Sequence = ()):
         self.console = console or Console(stderr=True)
+        self.observers = list(observers)
         self.live = self.console.is_terminal
         self.progress: Progress | None = None
         self.task = None
         self.current = ""
         self.failed = 0
+
+    def _tell(self, callback: str, *args) -> None:
+        for observer in self.observers:
+            if hasattr(observer, callback):
+                getattr(observer, callback)(*args)
 
     def sweep_started(self, spec, sweep_id: str, n_runs: int) -> None:
         self.console.print(f"sweep [bold]{spec.name}[/] id {sweep_id}: {n_runs} runs")
@@ -39,6 +47,7 @@ class SweepUI:
             )
             self.progress.start()
             self.task = self.progress.add_task("", total=n_runs)
+        self._tell("sweep_started", spec, sweep_id, n_runs)
 
     def run_started(self, planned, run_id: str) -> None:
         self.current = f"#{planned.seq} {planned.variant.label} repeat {planned.repeat}"
@@ -46,6 +55,7 @@ class SweepUI:
             self.progress.update(self.task, description=self.current)
         else:
             self.console.print(f"run {self.current} ...")
+        self._tell("run_started", planned, run_id)
 
     def linkbench_started(self, link: str, placement: str) -> None:
         self.current = f"link microbenchmark link={link} {placement}"
@@ -53,13 +63,17 @@ class SweepUI:
             self.progress.update(self.task, description=self.current)
         else:
             self.console.print(f"{self.current} ...")
+        self._tell("linkbench_started", link, placement)
 
     def linkbench_finished(self, link: str, placement: str, error: str | None) -> None:
         first = (error or "").strip().splitlines()[:1]
         msg = "ok" if error is None else f"[red]FAILED[/]: {first[0] if first else ''}"
         self.console.print(f"link microbenchmark link={link} {placement}: {msg}")
+        self._tell("linkbench_finished", link, placement, error)
 
     def tick(self, state: dict) -> None:
+        """Rank 0's progress (``state`` is empty between its reports): the sweep's heartbeat."""
+        self._tell("tick", state)
         if not state or self.progress is None:
             return
         phase = "warmup" if state.get("warmup") else "step"
@@ -75,11 +89,13 @@ class SweepUI:
         first_line = (run.get("error") or "").strip().splitlines()[:1]
         msg = "ok" if ok else f"[red]FAILED[/]: {first_line[0] if first_line else ''}"
         self.console.print(f"run #{planned.seq} {planned.variant.label} r{planned.repeat}: {msg}")
+        self._tell("run_finished", planned, run)
 
     def sweep_finished(self, sweep_id: str, status: str) -> None:
         if self.progress is not None:
             self.progress.stop()
         self.console.print(f"sweep {sweep_id} {status}; {self.failed} run(s) failed")
+        self._tell("sweep_finished", sweep_id, status)
 
 
 def print_table(

@@ -21,6 +21,7 @@ One module per job (a command's module is named for it; ``import`` is ``importin
     selftest    the acceptance run for a node.
     fleet       the fleet check: the slow node or pair.
     cluster     the emulated cluster: up, down, status, check.
+    observers   who else watches ``run`` and ``fleet``: live metrics, MLflow.
     sweeping    what ``run`` and ``linkbench`` share, before and after the work.
     shared      what several commands do alike: read a named file, join the cluster.
     text        the inspecting commands' plain text; pure.

@@ -6,7 +6,7 @@ two pairs at once), a compute probe (a fixed short gpt2 run on one rank) and hea
 Suspects are decided by robust statistics (docs/fleet.md); everything lands in ``fleet_*``
 tables of ``--db``. Exit 1 when there are suspects (or the check could not finish), 0 when none.
 
-May import: shared, orchestrator.cli_help, orchestrator.errors, orchestrator.fleet.loop,
+May import: observers, shared, orchestrator.cli_help, orchestrator.errors, orchestrator.fleet.loop,
 orchestrator.fleet.pairs, orchestrator.fleet.tables, orchestrator.fleet.summary, orchestrator.raycluster.session,
 orchestrator.sweep.spec, orchestrator.sweep.stopping, orchestrator.store, orchestrator.fleet.suspects.
 """
@@ -18,6 +18,7 @@ import json
 import sys
 
 from orchestrator.cli_help import ADDRESS_HELP, DB_HELP
+from orchestrator.commands.observers import add_observer_arguments, observer_problems, observers
 from orchestrator.commands.shared import join_cluster
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, err
 
@@ -82,6 +83,7 @@ def add_parser(sub) -> None:
         help="stdout: text (tables, heatmap, suspects) or json (every stored row) (default: text)",
     )
     fp.add_argument("--seed", type=int, default=0, help="seed of sample:K (default: 0)")
+    add_observer_arguments(fp, "fleet")
     fp.set_defaults(func=main)
 
 
@@ -143,8 +145,11 @@ def main(args: argparse.Namespace) -> int:
     from orchestrator.store.live import LiveStore
     from orchestrator.sweep import stopping
 
+    problems = observer_problems(args)
+    for problem in problems:
+        err(problem)
     opts = _options(args)
-    if opts is None:
+    if opts is None or problems:
         return EXIT_BAD_INPUT
     try:
         check_writable(args.db)
@@ -162,6 +167,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"linksweep: {msg}", file=sys.stderr, flush=True)
 
     fleet_id = None
+    watching = observers(args, address=label, db=args.db, command="fleet")  # noqa: F841 - not told yet
     try:
         fleet_id = run_fleet(store, opts, label, say)
     except FleetError as exc:

@@ -4,7 +4,7 @@ stored as it ends; at the end the variant and slowdown tables, the links and the
 the ranks off the nodes a fleet check (``linksweep fleet``) named suspect, beside the sweep
 file's ``exclude_nodes``.
 
-May import: sweeping, orchestrator.cli_help, orchestrator.errors, orchestrator.sweep.exclusions,
+May import: observers, sweeping, orchestrator.cli_help, orchestrator.errors, orchestrator.sweep.exclusions,
 orchestrator.analysis.headline, orchestrator.analysis.stats,
 orchestrator.analysis.links, orchestrator.report.accumulation, orchestrator.sweep.ledger,
 orchestrator.sweep.resume, orchestrator.store, orchestrator.sweep.execute, orchestrator.ui,
@@ -18,6 +18,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from orchestrator.cli_help import ADDRESS_HELP, DB_HELP, EXIT_CODES
+from orchestrator.commands.observers import add_observer_arguments, observer_problems, observers
 from orchestrator.commands.sweeping import add_set_argument, load_checked, on_cluster, open_store
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, err
 
@@ -61,10 +62,16 @@ def add_parser(sub) -> None:
         "recent) named suspect, besides the sweep file's exclude_nodes; suspect pairs are only "
         "named (add one of their nodes to exclude_nodes); default: none",
     )
+    add_observer_arguments(r, "run")
     r.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    problems = observer_problems(args)
+    for problem in problems:
+        err(problem)
+    if problems:
+        return EXIT_BAD_INPUT
     spec = load_checked(args.sweep, args.db, deepspeed=True, overrides=args.set)
     store = open_store(args.db) if spec is not None else None
     if store is None:
@@ -92,7 +99,7 @@ def main(args: argparse.Namespace) -> int:
         from orchestrator.sweep.execute import SweepStart, execute_sweep
         from orchestrator.ui import SweepUI
 
-        ui = SweepUI()
+        ui = SweepUI(observers=observers(args, address=address, db=args.db, command="run"))
         try:
             start = SweepStart(resume, excluded)
             sweep_id = execute_sweep(spec, store, address, bundle, ui, start)
