@@ -47,7 +47,9 @@ element):
   ``residual_rel`` (rms distance of the links from the line, relative to the step), quality;
 - ``link_model_check``: one row per (strategy, grad_accum, link left out): predicted_comm_s,
   measured_step_s, predicted_step_s (the line through the other links), ``rel_error`` =
-  (predicted - measured) / measured;
+  (predicted - measured) / measured, the prediction's interval (``predicted_step_ci_low_s``,
+  ``predicted_step_ci_high_s``), ``extrapolation`` (1 inside the other links' range) and
+  ``covered`` (the measured step time inside the interval: what the model promises);
 - ``loo_worst``: the ``link_model_check`` row with the largest |rel_error| among the variants
   with no excluded run (null if there is none);
 - ``loo_within_15pct``: claim 1's verdict (null: no variant without excluded runs);
@@ -129,7 +131,8 @@ MODEL_COLS = ("strategy", "grad_accum", "n_links", "n_runs", "n_excluded", "comp
               "exposure", "exposure_ci_low", "exposure_ci_high", "residual_rel", "quality")  # fmt: skip
 """The columns of ``link_model`` the bench keeps (every column: docs/schema.md)."""
 CHECK_COLS = ("strategy", "grad_accum", "link", "predicted_comm_s", "measured_step_s",
-              "predicted_step_s", "rel_error")  # fmt: skip
+              "predicted_step_s", "rel_error", "predicted_step_ci_low_s",
+              "predicted_step_ci_high_s", "extrapolation", "covered")  # fmt: skip
 
 
 def sweep_doc(links: list[str], grad_accum: list[int], repeats: int, steps: int, max_mb: int):

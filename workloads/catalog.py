@@ -42,7 +42,7 @@ value rather than NULL, so that the variant key matches with SQL ``=`` as every 
 An integer axis names its own placeholder (:attr:`Axis.na`)."""
 
 PLUGINS_ENV = "LINKSWEEP_CATALOG_PLUGINS"
-BASE_SCHEMA_VERSION = 15
+BASE_SCHEMA_VERSION = 16
 """The newest schema version written by a hand-written migration (``store/migrations.py``):
 the store's version is this or the newest axis's ``since``, whichever is larger. A hand-written
 step raises it; the axes' derived steps are keyed on their own ``since``."""

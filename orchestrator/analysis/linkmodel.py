@@ -57,6 +57,21 @@ messages can beat a shaped link's rate inside its burst). The step time is
 exposure are correlated, so their marginal intervals cannot be combined), and the slowdown is
 against the measured median step time on the fastest measured link (highest bus bandwidth).
 
+Extrapolation and the interval of a prediction (``bracket``): the line is a secant over the
+measured links, and its bootstrap interval covers only the runs' noise. A prediction (a
+projection, or a left-out link) for a communication time outside the fitted links' range is an
+*extrapolation*: ``extrapolation`` = how far outside, as a ratio (``x / x_max`` beyond the
+slowest fitted link, ``x_min / x`` beyond the fastest; 1 inside), and every output that carries
+a prediction carries it. Two close links extrapolated to one four times slower amplify their
+noise (seen: +950% for a left-out link). So the interval of every prediction is the bootstrap
+interval joined with what monotonicity alone allows, whatever the line says: a link between two
+measured ones costs between their runs' step times; one slower than every measured link costs at
+least the slowest one's and at most that plus its extra communication fully exposed (at the
+exposure's upper bound where that is above 1); one faster, the mirror image (at least 0). Each
+bound is widened by the noise the runs show (the largest spread of one link's runs). The model
+promises that interval, not the point: the leave-one-out check stores whether the measured step
+time fell inside it (``covered``), and tests/integration/test_link_model_emulated.py asserts it.
+
 ``project_sweep`` groups a sweep's runs itself: there a run row without an axis (NULL or
 missing) reads as its strategy's default (``flavours.with_flavour``: ``catalog.filled``), so it
 joins that group rather than forming its own (or failing to sort against the others).
@@ -85,6 +100,8 @@ __all__ = [
     "Fit",
     "LinkPoint",
     "Projection",
+    "bracket",
+    "extrapolation",
     "fit_group",
     "fit_points",
     "link_model_rows",
@@ -272,15 +289,53 @@ def fit_group(runs: Sequence[Mapping], seed: int = 0, n_resamples: int = N_RESAM
     return fit_points(points, n_runs, n_excluded, seed, n_resamples, no_prediction)
 
 
-def _loo_rows(fit: Fit, key: dict) -> list[dict]:
-    """Leave-one-link-out: each link's step time predicted by the line through the others."""
+def extrapolation(points: Sequence[LinkPoint], x: float) -> float:
+    """How far ``x`` (a communication time) lies outside the points' range, as a ratio: 1 inside,
+    ``x / x_max`` above it, ``x_min / x`` below it (inf for 0 below a positive range). Pure."""
+    lo, hi = min(p.x for p in points), max(p.x for p in points)
+    if x > hi:
+        return x / hi if hi > 0 else math.inf
+    if x < lo:
+        return lo / x if x > 0 else math.inf
+    return 1.0
+
+
+def bracket(points: Sequence[LinkPoint], x: float, exposure_high: float) -> tuple[float, float]:
+    """The step times monotonicity allows at communication time ``x`` (module docstring),
+    widened by the runs' largest spread on one link. ``exposure_high``: the exposure's upper
+    bound, the slope beyond the slowest link where it is above 1. Pure."""
+    points = sorted(points, key=lambda p: p.x)
+    noise = max(max(p.step_s) - min(p.step_s) for p in points)
+    below = [p for p in points if p.x <= x]
+    above = [p for p in points if p.x >= x]
+    slope = max(1.0, exposure_high)
+    if below and above:  # inside: between the neighbours' runs
+        return min(below[-1].step_s) - noise, max(above[0].step_s) + noise
+    if below:  # slower than every measured link
+        last = below[-1]
+        return min(last.step_s) - noise, max(last.step_s) + noise + slope * (x - last.x)
+    first = above[0]  # faster than every measured link
+    return max(0.0, min(first.step_s) - noise - slope * (first.x - x)), max(first.step_s) + noise
+
+
+def _joined(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    return min(a[0], b[0]), max(a[1], b[1])
+
+
+def _loo_rows(fit: Fit, key: dict, seed: int = 0, n_resamples: int = N_RESAMPLES) -> list[dict]:
+    """Leave-one-link-out: each link's step time predicted by the line through the others, with
+    the prediction's interval (bootstrap of the others' fit joined with :func:`bracket`), how
+    far it extrapolates, and whether the measured step time fell inside the interval."""
     out = []
     for p in fit.points:
         others = [q for q in fit.points if q is not p]
-        pred = None
+        pred = ci = extra = None
         if len(others) >= 2 and np.ptp([q.x for q in others]) > 0:
-            c, e = _line(np.array([q.x for q in others]), np.array([q.y for q in others]))
-            pred = float(c) + float(e) * p.x
+            sub = fit_points(others, seed=seed, n_resamples=n_resamples)
+            pred = sub.compute_s + sub.exposure * p.x
+            boot = _percentile_ci(sub.boot_compute + sub.boot_exposure * p.x)
+            ci = _joined(boot, bracket(others, p.x, sub.exposure_ci[1]))
+            extra = extrapolation(others, p.x)
         out.append(
             key
             | {
@@ -291,6 +346,10 @@ def _loo_rows(fit: Fit, key: dict) -> list[dict]:
                 "predicted_step_s": pred,
                 "rel_error": None if pred is None else (pred - p.y) / p.y,
                 "n_links_fit": len(others),
+                "predicted_step_ci_low_s": None if ci is None else ci[0],
+                "predicted_step_ci_high_s": None if ci is None else ci[1],
+                "extrapolation": extra,
+                "covered": None if ci is None else bool(ci[0] <= p.y <= ci[1]),
             }
         )
     return out
@@ -322,7 +381,7 @@ def link_model_rows(
         "quality": fit.quality,
         "note": fit.note,
     }
-    return [model], _loo_rows(fit, key)
+    return [model], _loo_rows(fit, key, seed, n_resamples)
 
 
 # --------------------------------------------------------------------------------------------
@@ -339,6 +398,7 @@ class Projection:
     fastest_link: str
     slowdown: float
     slowdown_ci: tuple[float, float]
+    extrapolation: float  # 1 inside the fitted links' range (:func:`extrapolation`)
 
 
 def parse_bandwidths(text: str) -> list[float]:
@@ -374,16 +434,18 @@ def project(fit: Fit, link_busbw: Mapping[str, float], bandwidths: Sequence[floa
         step = fit.compute_s + fit.exposure * x
         boot = fit.boot_compute + fit.boot_exposure * x
         slow = boot / fit.boot_step[:, jf]
+        bounds = bracket(fit.points, x, fit.exposure_ci[1])
         out.append(
             Projection(
                 bandwidth_gbps=bw,
                 reference_link=ref.link,
                 predicted_comm_s=x,
                 step_s=step,
-                step_ci=_percentile_ci(boot),
+                step_ci=_joined(_percentile_ci(boot), bounds),
                 fastest_link=fastest.link,
                 slowdown=step / fastest.y,
-                slowdown_ci=_percentile_ci(slow),
+                slowdown_ci=_joined(_percentile_ci(slow), tuple(b / fastest.y for b in bounds)),
+                extrapolation=extrapolation(fit.points, x),
             )
         )
     return out
@@ -391,7 +453,7 @@ def project(fit: Fit, link_busbw: Mapping[str, float], bandwidths: Sequence[floa
 
 PROJECTION_COLUMNS = (
     "reference_link", "predicted_comm_s", "step_s", "step_ci_low_s", "step_ci_high_s",
-    "fastest_link", "slowdown", "slowdown_ci_low", "slowdown_ci_high",
+    "fastest_link", "slowdown", "slowdown_ci_low", "slowdown_ci_high", "extrapolation",
 )  # fmt: skip
 
 
@@ -436,6 +498,7 @@ def project_sweep(
                     "slowdown": p.slowdown,
                     "slowdown_ci_low": p.slowdown_ci[0],
                     "slowdown_ci_high": p.slowdown_ci[1],
+                    "extrapolation": p.extrapolation,
                     "quality": fit.quality,
                 }
             )

@@ -39,6 +39,7 @@ FIGURE_COLUMNS = (
     ("slowdown", "slowdown"),
     ("slowdown_ci_low", "slowdown_ci_low"),
     ("slowdown_ci_high", "slowdown_ci_high"),
+    ("extrapolation", "extrapolated_x"),
     ("quality", "fit"),
 )
 
@@ -137,6 +138,16 @@ def _print(rows: list[dict], fmt: str, sweep_id: str) -> None:
         "step_s = compute_s + exposure x comm_s; comm_s is scaled from the measured link "
         "`scaled_from` (nearest bus bandwidth: all_reduce busbw at its largest message; each op keeps its efficiency there); "
         "slowdown is against the measured median step time on `vs_link` (fastest measured); "
-        "intervals: 95% bootstrap over runs",
+        "intervals: 95% bootstrap over runs, joined with what monotonicity allows "
+        "(docs/link-model.md)",
         file=sys.stderr,
     )
+    far = [r for r in rows if (r.get("extrapolation") or 1.0) > 1.0]
+    if far:
+        worst = max(r["extrapolation"] for r in far)
+        print(
+            f"warning: {len(far)} projection(s) extrapolate beyond the measured links (up to "
+            f"{worst:.1f}x outside their communication times, column extrapolated_x): the line "
+            "is a secant of the measured range, so read their intervals, not their points",
+            file=sys.stderr,
+        )

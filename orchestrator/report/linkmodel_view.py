@@ -33,6 +33,7 @@ MODEL_COLS = (
 CHECK_COLS = (
     *GROUP_KEY, "link", "n_runs",
     "predicted_comm_s", "measured_step_s", "predicted_step_s", "rel_error", "n_links_fit",
+    "predicted_step_ci_low_s", "predicted_step_ci_high_s", "extrapolation", "covered",
 )  # fmt: skip
 
 
@@ -145,11 +146,23 @@ def link_model_html(link_model: list[dict], link_model_check: list[dict]) -> str
     check = sorted(link_model_check, key=lambda r: (_sort(r), r.get("predicted_comm_s") or 0))
     tested = [r for r in check if r.get("rel_error") is not None]
     worst = max((abs(r["rel_error"]) for r in tested), default=None)
+    far = [r for r in tested if (r.get("extrapolation") or 1.0) > 1.0]
+    missed = [r for r in tested if r.get("covered") is False]
     check_intro = (
         "<p class='note'>table <code>link_model_check</code>: each link left out in turn, its "
         "median step time predicted by the line through the other links (needs 3 or more "
-        "links); rel_error = (predicted - measured) / measured."
+        "links); rel_error = (predicted - measured) / measured. The interval joins the "
+        "bootstrap with what monotonicity allows; extrapolation above 1: the left-out link "
+        "lies that many times outside the others' communication times, where the line is a "
+        "guess and the interval is what the model promises (covered)."
         + (f" Largest |rel_error|: {worst:.1%}." if worst is not None else "")
+        + (f" {len(far)} prediction(s) extrapolate." if far else "")
+        + (
+            f" <b>{len(missed)} measured step time(s) outside the interval</b>: the model's "
+            "assumptions do not hold there (docs/link-model.md)."
+            if missed
+            else ""
+        )
         + "</p>"
     )
     return (

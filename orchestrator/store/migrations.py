@@ -300,6 +300,19 @@ _HISTORIC: dict[int, list[str]] = {
             )
         ),
     ],
+    # v16: the leave-one-link-out check says how far each prediction extrapolates, gives its
+    # interval (bootstrap joined with monotonicity: analysis/linkmodel.py) and whether the
+    # measured step time fell inside. Checks stored before v16: NULL until the group's model is
+    # refreshed (a resumed sweep refreshes every group).
+    16: [
+        f"ALTER TABLE link_model_check ADD COLUMN IF NOT EXISTS {col}"
+        for col in (
+            "predicted_step_ci_low_s DOUBLE",
+            "predicted_step_ci_high_s DOUBLE",
+            "extrapolation DOUBLE",
+            "covered BOOLEAN",
+        )
+    ],
 }
 
 
@@ -364,7 +377,7 @@ def axis_statements(axis: catalog.Axis) -> list[str]:
 AXES_BY_HAND_UNTIL = 12
 """The last version whose axes the hand-written steps migrate (v7 ``ddp_grad_dtype``, v8
 ``grad_sync`` and ``reshard_after_forward``); every axis with a later ``since`` is derived. Fixed:
-``catalog.BASE_SCHEMA_VERSION`` (raised to 14 by v14's runs column, 15 by v15's clocks) rises with a hand-written
+``catalog.BASE_SCHEMA_VERSION`` (raised to 14 by v14's runs column, 15 by v15's clocks, 16 by v16's link model check) rises with a hand-written
 step that no axis makes, and an axis added before that rise keeps its derived step."""
 
 

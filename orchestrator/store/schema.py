@@ -465,7 +465,11 @@ _TABLES: dict[str, str] = {
         measured_step_s DOUBLE,      -- median over them
         predicted_step_s DOUBLE,     -- NULL with fewer than 2 other links
         rel_error DOUBLE,            -- (predicted - measured) / measured
-        n_links_fit INTEGER
+        n_links_fit INTEGER,
+        predicted_step_ci_low_s DOUBLE,  -- the prediction's interval: the others' bootstrap
+        predicted_step_ci_high_s DOUBLE, -- joined with what monotonicity allows (linkmodel)
+        extrapolation DOUBLE,        -- 1 inside the others' range; else how far outside (ratio)
+        covered BOOLEAN              -- measured_step_s inside the interval: what the model promises
     """,
     # Where each rank of a run that hit run_timeout_s was stuck, captured before its actors were
     # killed: its Python stack (faulthandler) and, on NCCL, PyTorch's flight-recorder dump.

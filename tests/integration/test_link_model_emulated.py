@@ -7,9 +7,15 @@ both ways: every figure it documents is written (the bench convention, ``test_be
 which skips this script), and the link model holds what it must on any machine.
 
 For every variant whose runs all succeeded: it is fitted on every link, its exposure lies inside
-its own 95% interval, every link is left out once and predicted by the line through the other two
-within a factor of two. Three links are the fewest that allow this: a line needs two points, and
-a left-out link needs two others.
+its own 95% interval, every link is left out once, and what the model promises holds: each
+left-out link's measured step time lies inside its prediction's interval (``covered``), the two
+outer links say they were extrapolated (``extrapolation`` above 1: the line through the other
+two cannot reach them without leaving its range) and the middle one that it was not, and the
+middle one, an interpolation, is predicted within a factor of two. The outer links' points are
+not held to a factor: from two links 2x apart, a line's slope is their noise over a short base,
+and a loaded machine once made the slowest link's prediction +950% (docs/link-model.md). Three
+links are the fewest that allow this: a line needs two points, and a left-out link needs two
+others.
 
 The model's two measured claims (every left-out link within 15%; ZeRO-3's exposure at
 grad_accum 8 above DDP's) are not decided here: neither holds reliably on the shared 2-core CPU
@@ -49,7 +55,8 @@ def test_link_model_on_three_emulated_links(tmp_path, emulated_cluster):
         print(f"{m['strategy']} ga={m['grad_accum']} exposure {m['exposure']:.3f} "
               f"[{m['exposure_ci_low']:.3f}, {m['exposure_ci_high']:.3f}] {m['quality']}")  # fmt: skip
     for c in checks:
-        print(f"left out {c['strategy']} ga={c['grad_accum']} {c['link']}: {c['rel_error']:+.1%}")
+        print(f"left out {c['strategy']} ga={c['grad_accum']} {c['link']}: {c['rel_error']:+.1%} "
+              f"x{c['extrapolation']:.2f} covered {c['covered']}")  # fmt: skip
     assert set(model) == {("ddp", 1), ("zero3", 1)}
     complete = {k for k, m in model.items() if m["n_excluded"] == 0}
     assert complete, "every variant had a failed run"
@@ -61,5 +68,15 @@ def test_link_model_on_three_emulated_links(tmp_path, emulated_cluster):
         left_out = sorted(c["link"] for c in checks if (c["strategy"], c["grad_accum"]) == key)
         assert left_out == sorted(LINK_NAMES)
     for c in checks:
-        if (c["strategy"], c["grad_accum"]) in complete:
-            assert c["rel_error"] is not None and abs(c["rel_error"]) < 1.0, c
+        key = (c["strategy"], c["grad_accum"])
+        if key not in complete:
+            continue
+        assert c["covered"] is True, c
+        assert c["predicted_step_ci_low_s"] <= c["measured_step_s"] <= c["predicted_step_ci_high_s"]
+        by_comm = sorted((d for d in checks if (d["strategy"], d["grad_accum"]) == key),
+                         key=lambda d: d["predicted_comm_s"])  # fmt: skip
+        if c is by_comm[1]:  # between the other two links' communication times
+            assert c["extrapolation"] == 1.0, c
+            assert abs(c["rel_error"]) < 1.0, c
+        else:
+            assert c["extrapolation"] > 1.0, c

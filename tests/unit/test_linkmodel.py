@@ -9,6 +9,8 @@ import pytest
 from orchestrator.analysis.linkmodel import (
     QUALITIES,
     LinkPoint,
+    bracket,
+    extrapolation,
     fit_group,
     fit_points,
     link_model_rows,
@@ -161,6 +163,64 @@ def test_leave_one_out_with_two_links_has_no_prediction():
     assert link_model_rows("s1", []) == ([], [])
 
 
+def test_extrapolation_is_the_ratio_outside_the_fitted_range():
+    pts = [LinkPoint("a", (1.0,), (2.0,)), LinkPoint("b", (2.0,), (3.0,))]
+    assert extrapolation(pts, 1.5) == extrapolation(pts, 1.0) == extrapolation(pts, 2.0) == 1.0
+    assert extrapolation(pts, 8.0) == pytest.approx(4.0)  # four times slower than the slowest
+    assert extrapolation(pts, 0.25) == pytest.approx(4.0)  # four times faster than the fastest
+
+
+def test_the_bracket_is_what_monotonicity_allows_widened_by_the_runs_spread():
+    pts = [LinkPoint("fast", (1.0, 1.0), (2.0, 2.2)), LinkPoint("slow", (2.0, 2.0), (3.0, 3.1))]
+    noise = 0.2  # the largest spread of one link's runs
+    assert bracket(pts, 1.5, 0.5) == pytest.approx((2.0 - noise, 3.1 + noise))  # between them
+    # Slower than both: at least the slowest link's runs, at most that plus the extra
+    # communication fully exposed (the exposure's upper bound where it is above 1).
+    assert bracket(pts, 4.0, 0.5) == pytest.approx((3.0 - noise, 3.1 + noise + 2.0))
+    assert bracket(pts, 4.0, 1.5) == pytest.approx((3.0 - noise, 3.1 + noise + 3.0))
+    assert bracket(pts, 0.5, 0.5) == pytest.approx((2.0 - noise - 0.5, 2.2 + noise))
+    assert bracket(pts, 0.0, 9.0)[0] == 0.0  # never below no time at all
+
+
+def test_two_close_noisy_links_extrapolated_far_say_so_and_the_interval_covers_the_truth():
+    """What a loaded 2-core machine did to ZeRO-3: two close links whose medians noise pushed
+    apart the wrong way gave a slope ten times too steep, and the link four times slower was
+    predicted +950%. The prediction is still that far off (a line is a line), but it says it
+    extrapolates and its interval holds the measured step time."""
+    compute_s, exposure = 1.0, 0.5
+    truth = {"r2g": 0.5, "r1g": 1.0, "s500": 4.0}  # predicted comm per step
+    runs = []
+    for link, x, bump in (("r2g", 0.5, -0.12), ("r1g", 1.0, 0.12), ("s500", 4.0, 0.0)):
+        for k in (-0.01, 0.0, 0.01):
+            y = compute_s + exposure * x + bump + k
+            runs.append(GROUP | {"link": link, "status": "ok", "throttled": False,
+                                 "median_step_time_s": y, "predicted_comm_s_per_step": x})  # fmt: skip
+    _, check = link_model_rows("s1", runs)
+    by_link = {c["link"]: c for c in check}
+    far = by_link["s500"]
+    assert far["extrapolation"] == pytest.approx(truth["s500"] / truth["r1g"])
+    assert far["rel_error"] > 0.5  # the line through two noisy close links is far off ...
+    lo, hi = far["predicted_step_ci_low_s"], far["predicted_step_ci_high_s"]
+    assert far["covered"] and lo <= far["measured_step_s"] <= hi  # ... and says how far it may be
+    assert far["predicted_step_s"] <= hi
+    inner = by_link["r1g"]
+    assert inner["extrapolation"] == 1.0 and inner["covered"]
+    assert by_link["r2g"]["extrapolation"] == pytest.approx(truth["r1g"] / truth["r2g"])
+    assert all(c["covered"] for c in check)
+
+
+def test_exact_data_is_covered_and_a_measurement_outside_the_bracket_is_not():
+    _, exact = link_model_rows("s1", _runs(0.5, 0.8))
+    assert all(c["covered"] for c in exact)
+    assert [c["extrapolation"] > 1 for c in exact] == [True, False, False, True]
+    runs = _runs(0.5, 0.8)
+    for r in runs:  # r300 three times slower than the line: no monotone story explains it
+        if r["link"] == "r300":
+            r["median_step_time_s"] *= 3
+    _, check = link_model_rows("s1", runs)
+    assert {c["link"]: c["covered"] for c in check}["r300"] is False
+
+
 def test_projection_scales_from_the_nearest_measured_link():
     fit = fit_group(_runs(0.5, 0.8, noise=0.01))
     # Peak bus bandwidth per link (GB/s), like a 50/100/300/1000 Mbit/s tc rate.
@@ -174,6 +234,12 @@ def test_projection_scales_from_the_nearest_measured_link():
     assert p2.slowdown < 1 < p1.slowdown + 0.05  # faster than the fastest measured link
     (slow,) = project(fit, peaks, [0.001])
     assert slow.reference_link == "r50" and slow.slowdown > 10
+    assert p1.extrapolation == 1.0 and p2.extrapolation == pytest.approx(2.0, rel=0.02)
+    assert slow.extrapolation == pytest.approx(6.25, rel=0.02)  # 0.00625 / 0.001
+    # Beyond the fitted links the interval reaches what full exposure of the extra bytes costs.
+    r50 = next(p for p in fit.points if p.link == "r50")
+    assert slow.step_ci[1] >= max(r50.step_s) + (slow.predicted_comm_s - r50.x)
+    assert slow.step_ci[0] <= min(r50.step_s)
 
 
 def test_project_sweep_rows_per_group_and_bandwidth():
