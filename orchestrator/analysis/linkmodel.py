@@ -1,5 +1,7 @@
 """The link model: how much of a variant's communication its step cannot hide, and what another
 link would cost. Pure: run rows in, rows and numbers out (no Ray, no DuckDB, no files).
+One job: the link model (its fit, its leave-one-link-out check, its projections), which share
+the fit's points and bootstrap replicates.
 
 For one variant group (``stats.GROUP_KEY``: every axis of the catalog but the link, the flavour
 included: ``grad_sync`` and ``reshard_after_forward``, so two FSDP2 flavours are two fits, never
