@@ -9,6 +9,7 @@ orchestrator.sweep.spec, orchestrator.sweep.stopping, orchestrator.store, orches
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -35,14 +36,18 @@ def add_set_argument(parser) -> None:
 
 def load_checked(sweep_path: str, db: str, deepspeed: bool, overrides: Sequence[str] = ()):
     """The sweep file's spec with ``overrides`` (``--set KEY=VALUE``) set, checked (with
-    ``deepspeed``: its ZeRO configs by DeepSpeed's own models), and the database checked
-    writable; None after saying why (the caller exits 2)."""
+    ``deepspeed``: its ZeRO configs by DeepSpeed's own models; inside a Slurm job, against the
+    allocation's node count), and the database checked writable; None after saying why (the
+    caller exits 2)."""
     from orchestrator.store import StoreError, check_writable
     from orchestrator.sweep.overrides import describe
+    from orchestrator.sweep.preflight import allocation_errors
     from orchestrator.sweep.spec import SpecError, deepspeed_runs, load_spec
 
     try:
         spec = load_spec(sweep_path, overrides)
+        if problems := allocation_errors(spec, os.environ):  # before Ray, before DeepSpeed
+            raise SpecError(problems, sweep_path)
         if overrides:
             print(f"linksweep: {sweep_path} with {describe(overrides)}", file=sys.stderr)
         for note in spec.notes:  # a renamed key, read under its new name

@@ -11,6 +11,8 @@ One module per job:
     launchers  the sweep's per-node launcher actors that fork ranks (``launcher: fork``).
     pinned_probes  the fleet check's Ray side: which nodes, and the probes pinned to them.
     result     ``RunResult``, what a run produced; pure, so rows and unit tests use it.
+    slurm      a Slurm allocation from its environment: its nodes, each node's share for
+               ``ray start``, the head's address, whether a sweep fits; pure.
 
 Words used here (the measurement's vocabulary is in ``workloads/contract.py``):
     embedded cluster  the single-node Ray cluster ``session.connect`` starts when given no

@@ -9,7 +9,11 @@ head never needs. ``preflight`` asks every node that can run a rank (``rank_node
 excluded, holding a rank's bundle; on a cluster with GPUs only GPU nodes) through Ray
 (``workloads.aio_check.node_nvme_facts``), then ``nvme_errors`` decides from the answers (pure).
 
-May import: exclusions, planner, spec, orchestrator.raycluster.nodes, workloads.aio_check.
+Inside a Slurm job, ``allocation_errors`` refuses a sweep whose placements need more nodes than
+the allocation has (``raycluster.slurm``), before the cluster is joined.
+
+May import: exclusions, planner, spec, orchestrator.raycluster.nodes,
+orchestrator.raycluster.slurm, workloads.aio_check.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from orchestrator.raycluster import slurm
 from orchestrator.raycluster.nodes import alive_nodes, cluster_nodes, run_on_every_node
 from orchestrator.sweep.exclusions import (
     describe_node,
@@ -191,3 +196,20 @@ def resolve_cluster_exclusions(
     """The spec's ``exclude_nodes`` and ``extra`` entries (a fleet check's suspects) matched
     against the nodes alive now (``exclusions.resolve_exclusions``)."""
     return resolve_exclusions([*spec_entries(spec.exclude_nodes), *extra], alive_nodes())
+
+
+def allocation_errors(spec: SweepSpec, env: Mapping[str, str]) -> list[str]:
+    """Inside a Slurm job (``env`` holds ``SLURM_JOB_ID``): the refusal when the allocation has
+    fewer nodes than the sweep's placements need (``spread``: world_size / ranks_per_node), so
+    a short allocation fails in seconds instead of after Ray starts; [] when it fits, outside a
+    job, or when Slurm's variables cannot be read (the capacity check still runs on the
+    cluster joined)."""
+    try:
+        alloc = slurm.allocation_from_env(env)
+    except slurm.SlurmEnvError:
+        return []
+    if alloc is None:
+        return []
+    needed = slurm.nodes_needed(spec.world_size, spec.ranks_per_node, spec.grid.placement)
+    problem = slurm.too_few_nodes(alloc, needed, spec.world_size, spec.ranks_per_node)
+    return [problem] if problem else []

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# What tests/checks/test_slurm.py needs: Debian's Slurm (slurmctld, slurmd, the client commands)
+# and munge, installed without starting them, and a configuration that makes this one machine a
+# one-node cluster, written to $LINKSWEEP_SLURM_DIR (default /tmp/linksweep-slurm). Starts no
+# daemon: the test starts slurmctld, slurmd and munged from this folder and stops them.
+# Re-runnable: apt skips what is installed, the folder is rewritten.
+set -euo pipefail
+dir=${LINKSWEEP_SLURM_DIR:-/tmp/linksweep-slurm}
+
+need=()
+for pkg in slurmctld slurmd slurm-client munge; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+  # policy-rc.d answering 101 keeps the packages' scripts from starting the daemons
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
+[ -s /etc/munge/munge.key ] || mungekey --create --keyfile=/etc/munge/munge.key
+chown munge:munge /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key
+install -d -o munge -g munge -m 0755 /run/munge
+install -d -o munge -g munge -m 0700 /var/lib/munge /var/log/munge
+
+host=$(hostname -s)
+cpus=$(nproc)
+mem_mb=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 * 9 / 10 ))
+mkdir -p "$dir/state" "$dir/spool" "$dir/log"
+# proctrack/linuxproc and task/none: no cgroups (a container, or gVisor, has none to give);
+# no accounting: sacct would need slurmdbd and a database server, `scontrol show job` suffices.
+# MinJobAge keeps a finished job in `scontrol show job` for 10 minutes.
+cat > "$dir/slurm.conf" <<CONF
+ClusterName=linksweep-check
+SlurmctldHost=$host(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd.log
+SlurmctldPort=6817
+SlurmdPort=6818
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MpiDefault=none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+MinJobAge=600
+KillWait=10
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+PartitionName=check Nodes=$host Default=YES MaxTime=30 State=UP
+CONF
+echo "slurm.sh: one-node Slurm config for $host ($cpus CPUs) in $dir/slurm.conf"
