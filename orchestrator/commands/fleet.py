@@ -167,9 +167,16 @@ def main(args: argparse.Namespace) -> int:
         print(f"linksweep: {msg}", file=sys.stderr, flush=True)
 
     fleet_id = None
-    watching = observers(args, address=label, db=args.db, command="fleet")  # noqa: F841 - not told yet
+    watching = observers(args, address=label, db=args.db, command="fleet")
+
+    def tell(callback: str, *progress) -> None:
+        """The loop's progress to each observer that has ``callback`` (``loop.Tell``)."""
+        for observer in watching:
+            if hasattr(observer, callback):
+                getattr(observer, callback)(*progress)
+
     try:
-        fleet_id = run_fleet(store, opts, label, say)
+        fleet_id = run_fleet(store, opts, label, say, tell)
     except FleetError as exc:
         err(str(exc))
         return EXIT_BAD_INPUT

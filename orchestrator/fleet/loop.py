@@ -75,12 +75,35 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
+Tell = Callable[..., None]
+"""``tell(callback, *args)``: the check's progress, passed on to whoever watches (``--metrics``:
+``fleet_started(fleet_id, n_rounds)``, ``fleet_round_finished(fleet_id, round_row)``,
+``fleet_finished(fleet_id, status)``)."""
+
+
+def _silent(*_args) -> None:
+    return None
+
+
 @dataclass
 class _Measured:
     pairs: list[dict] = field(default_factory=list)
     rounds: list[dict] = field(default_factory=list)
     compute: dict = field(default_factory=dict)
     health: dict = field(default_factory=dict)
+    tell: Tell = _silent
+
+    def add_round(self, row: dict) -> None:
+        """A round measured (a ``fleet_rounds`` row): kept, and told."""
+        self.rounds.append(row)
+        self.tell("fleet_round_finished", row["fleet_id"], row)
+
+
+def planned_rounds(n_waves: int, n_links: int, n_pair_rounds: int) -> int:
+    """The rounds a check plans (``fleet_rounds`` rows without rechecks): health, then per link
+    its ranks' start, a round per wave of node checks and each round of pairs, then the compute
+    probe wave by wave."""
+    return 1 + n_links * (1 + n_waves + n_pair_rounds) + n_waves
 
 
 @dataclass(frozen=True)
@@ -176,7 +199,7 @@ def _measure_link(fleet_id, link, probes, nodes, rounds, groups, measured, say) 
     t0 = time.perf_counter()
     broken = probes.start()  # every rank's process up first: no round times start-up
     wall = time.perf_counter() - t0
-    measured.rounds.append(tables.round_row(fleet_id, link, "start", 0, len(nodes), wall))
+    measured.add_round(tables.round_row(fleet_id, link, "start", 0, len(nodes), wall))
     for node_id, why in broken.items():
         say(f"link {link}: ranks on node {node_id} did not start: {why}")
     for w, wave in enumerate(tables.waves(nodes)):
@@ -185,13 +208,13 @@ def _measure_link(fleet_id, link, probes, nodes, rounds, groups, measured, say) 
         results = probes.intra(ids, groups.node_sizes(ids), ITERS, WARMUP)
         wall = time.perf_counter() - t0
         measured.pairs += [tables.pair_row(fleet_id, link, r, None) for r in results]
-        measured.rounds.append(tables.round_row(fleet_id, link, "intra", w, len(wave), wall))
+        measured.add_round(tables.round_row(fleet_id, link, "intra", w, len(wave), wall))
     for i, pairs in enumerate(rounds):
         t0 = time.perf_counter()
         results = probes.round(pairs, groups.pair_sizes(pairs), ITERS, WARMUP)
         wall = time.perf_counter() - t0
         measured.pairs += [tables.pair_row(fleet_id, link, r, i) for r in results]
-        measured.rounds.append(tables.round_row(fleet_id, link, "inter", i, len(pairs), wall))
+        measured.add_round(tables.round_row(fleet_id, link, "inter", i, len(pairs), wall))
         failed = sum(r.status != "ok" for r in results)
         say(
             f"link {link}: round {i + 1}/{len(rounds)}, {len(pairs)} pair(s) in {wall:.1f} s"
@@ -218,7 +241,7 @@ def _recheck(fleet_id, link, nodes, probes, groups: _Groups, measured: _Measured
         t0 = time.perf_counter()
         results = probes.round(pairs, groups.pair_sizes(pairs), ITERS, WARMUP)
         wall = time.perf_counter() - t0
-        measured.rounds.append(tables.round_row(fleet_id, link, "recheck", i, len(pairs), wall))
+        measured.add_round(tables.round_row(fleet_id, link, "recheck", i, len(pairs), wall))
         for r in results:
             k = rows[(r.node_a, r.node_b)]
             again = tables.pair_row(fleet_id, link, r, None)
@@ -233,7 +256,7 @@ def _read_health(fleet_id: str, nodes: Sequence, opts: FleetOptions, measured: _
 
     t0 = time.perf_counter()
     measured.health.update(read_health(list(nodes), timeout_s=opts.timeout_s))
-    measured.rounds.append(
+    measured.add_round(
         tables.round_row(fleet_id, None, "health", 0, len(nodes), time.perf_counter() - t0)
     )
 
@@ -244,7 +267,7 @@ def _measure_compute(fleet_id: str, nodes: Sequence, probes, opts: FleetOptions,
         ids = [n.node_id for n in wave]
         measured.compute.update(probes.compute(ids, timeout_s=max(opts.timeout_s, 300.0)))
         wall = time.perf_counter() - t0
-        measured.rounds.append(tables.round_row(fleet_id, None, "compute", w, len(wave), wall))
+        measured.add_round(tables.round_row(fleet_id, None, "compute", w, len(wave), wall))
 
 
 def rule_doc(rules: dict[str, Rule]) -> dict:
@@ -257,10 +280,13 @@ def rule_doc(rules: dict[str, Rule]) -> dict:
     }
 
 
-def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None]) -> str:
+def run_fleet(
+    store, opts: FleetOptions, address: str, say: Callable[[str], None], tell: Tell = _silent
+) -> str:
     """Check every usable node of the connected cluster; store everything; return the fleet id.
 
-    ``store`` is a ``LiveStore``. Raises ``FleetError`` when there is nothing to check.
+    ``store`` is a ``LiveStore``; ``tell`` hears the progress (:data:`Tell`). Raises
+    ``FleetError`` when there is nothing to check.
     """
     from orchestrator.raycluster.pinned_probes import fleet_nodes
 
@@ -310,7 +336,9 @@ def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None
         )
         + (f"; skipped {len(skipped)} node(s) with nothing to run on" if skipped else "")
     )
-    measured = _Measured()
+    measured = _Measured(tell=tell)
+    n_waves = len(tables.waves(nodes))
+    tell("fleet_started", fleet_id, planned_rounds(n_waves, len(opts.links), len(rounds)))
     status, error, verdict = "ok", None, None
     heartbeat = store.heartbeat(fleet_id, table="fleet_checks")  # a killed driver: interrupted
     try:
@@ -330,6 +358,7 @@ def run_fleet(store, opts: FleetOptions, address: str, say: Callable[[str], None
         # a node whose health was never read (a stop before it) has no group to store
         of = {k: g for k, g in node_groups(nodes, measured.health).items() if k in measured.health}
         _store_result(store, fleet_id, nodes, of, measured, verdict, status, error, started)
+        tell("fleet_finished", fleet_id, status)
     return fleet_id
 
 

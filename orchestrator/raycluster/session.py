@@ -8,7 +8,9 @@ naming the address and the likely cause, within a bounded wait, without Ray's lo
 :func:`disconnect` undoes what :func:`connect` did, and only that: a connection the caller made
 itself (the tests' session cluster) is left alone. :func:`held` keeps one connection for several
 commands run in this process (a bench's sweeps): their launchers are kept from one to the next,
-and each command's ``disconnect`` leaves it alone until the hold ends.
+and each command's ``disconnect`` leaves it alone until the hold ends. :func:`gauge` and
+:func:`metrics_endpoint`: what this process publishes through its node's metrics agent, and
+where that node exports it for Prometheus (``orchestrator/metrics``).
 
 May import: reach, orchestrator.daemons, orchestrator.watchdog, ray.
 """
@@ -141,6 +143,28 @@ def quiet_daemons() -> None:
     ``SCHED_IDLE`` again; nothing for a joined cluster, whose processes are not ours."""
     if _session is not None and _session.watchdog is not None:
         daemons.yield_quietly()
+
+
+def gauge(name: str, description: str, labels: tuple[str, ...]):
+    """A Ray gauge (``ray.util.metrics.Gauge``) of this process: its values go to this node's
+    metrics agent, which exports them for Prometheus as ``ray_`` + ``name`` (Ray reports every
+    10 s). Needs a connection (:func:`connect`)."""
+    from ray.util.metrics import Gauge
+
+    return Gauge(name, description=description, tag_keys=labels)
+
+
+def metrics_endpoint() -> tuple[str, int] | None:
+    """(IP, port) where the node this process runs on exports its metrics for Prometheus
+    (``ray start --metrics-export-port``; Ray picks a free port when not told), None when the
+    node has no metrics agent (a ``ray[minimal]`` install) or cannot say."""
+    with contextlib.suppress(Exception):  # the node table is Ray's to change
+        node_id = ray.get_runtime_context().get_node_id()
+        for node in ray.nodes():
+            if node.get("NodeID") == node_id:
+                port = int(node.get("MetricsExportPort") or 0)
+                return (node["NodeManagerAddress"], port) if port > 0 else None
+    return None
 
 
 def _dialled(address: str) -> str | None:
