@@ -115,11 +115,11 @@ def write_report(db: str, rows: records.SweepRows, folder: str) -> list[str]:
     return ["report.html", *names, "sweep.json"]
 
 
-def sync_sweep(tracker, source, db: str, sweep_id: str, report: bool = True) -> Synced:
-    """Bring MLflow to sweep ``sweep_id`` as ``source`` holds it; with ``report``, also log the
-    report of a sweep that has ended (once per state: ``records.report_due``)."""
-    rows = read_sweep(source, sweep_id)
-    held = tracker.held(sweep_id)
+def sync_sweep(tracker, rows: records.SweepRows, db: str, report: bool = True) -> Synced:
+    """Bring MLflow to the sweep as ``rows`` (:func:`read_sweep`) hold it; with ``report``,
+    also log the report of a sweep that has ended (once per state: ``records.report_due``),
+    read from ``db``. The database is not held open while MLflow is called."""
+    held = tracker.held(str(rows.sweep["sweep_id"]))
     parent, children = records.plan(rows, held)
     done = Synced()
     parent_id = None
@@ -165,8 +165,8 @@ class MlflowObserver:
 
             if self._tracker is None:
                 self._tracker = mlflow_client.Tracker(self.uri)
-            source = LiveStore(self.db, lock_wait_s=self.LOCK_WAIT_S)
-            sync_sweep(self._tracker, source, self.db, self.sweep_id, report=report)
+            rows = read_sweep(LiveStore(self.db, lock_wait_s=self.LOCK_WAIT_S), self.sweep_id)
+            sync_sweep(self._tracker, rows, self.db, report=report)
         except Exception as exc:  # noqa: BLE001 - logging to MLflow never fails a sweep
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             _warn(
@@ -195,12 +195,17 @@ def export(uri: str, db: str, sweep_ids: list[str] | None) -> list[tuple[str, Sy
 
     with Reader(db) as reader:
         known = reader.rows(Q.LATEST_SWEEPS, limit=2**31 - 1)
-        if sweep_ids is None:
-            sweep_ids = [s["sweep_id"] for s in reversed(known) if s.get("n_runs_planned")]
-        latest = known[0]["sweep_id"] if known else "latest"
-        sweep_ids = list(dict.fromkeys(latest if s == "latest" else s for s in sweep_ids))
-        missing = [s for s in sweep_ids if s not in {k["sweep_id"] for k in known}]
-        if missing:
-            raise KeyError(", ".join(missing))
-        tracker = mlflow_client.Tracker(uri)
-        return [(s, sync_sweep(tracker, reader, db, s)) for s in sweep_ids]
+    if sweep_ids is None:
+        sweep_ids = [s["sweep_id"] for s in reversed(known) if s.get("n_runs_planned")]
+    latest = known[0]["sweep_id"] if known else "latest"
+    sweep_ids = list(dict.fromkeys(latest if s == "latest" else s for s in sweep_ids))
+    missing = [s for s in sweep_ids if s not in {k["sweep_id"] for k in known}]
+    if missing:
+        raise KeyError(", ".join(missing))
+    tracker = mlflow_client.Tracker(uri)
+    out = []
+    for sweep_id in sweep_ids:
+        with Reader(db) as reader:  # closed again before MLflow is called: a sweep may be running
+            rows = read_sweep(reader, sweep_id)
+        out.append((sweep_id, sync_sweep(tracker, rows, db)))
+    return out

@@ -251,12 +251,16 @@ class FakeSource:
         }[query.name]
 
 
+def _sync(tracker: FakeTracker, source: FakeSource) -> mlflow_log.Synced:
+    return mlflow_log.sync_sweep(tracker, mlflow_log.read_sweep(source, "S1"), "db", report=False)
+
+
 def test_syncing_twice_logs_nothing_twice_and_a_resume_adds_only_its_runs():
     tracker = FakeTracker()
     first = FakeSource(_rows(status="interrupted", runs=[_run(1, "default")]))
-    done = mlflow_log.sync_sweep(tracker, first, "db", "S1", report=False)
+    done = _sync(tracker, first)
     assert (done.created, done.updated, done.unchanged) == (2, 0, 0)
-    again = mlflow_log.sync_sweep(tracker, first, "db", "S1", report=False)
+    again = _sync(tracker, first)
     assert (again.created, again.updated, again.unchanged) == (0, 0, 2)
     calls = tracker.calls
     key = catalog.variant_key()
@@ -267,7 +271,7 @@ def test_syncing_twice_logs_nothing_twice_and_a_resume_adds_only_its_runs():
             sensitivity=[{**{k: slow[k] for k in key}, "slowdown": 1.5}],
         )
     )
-    done = mlflow_log.sync_sweep(tracker, resumed, "db", "S1", report=False)
+    done = _sync(tracker, resumed)
     assert (done.created, done.updated, done.unchanged) == (1, 1, 1)  # run 2; the parent ended
     assert tracker.calls == calls + 2
     assert len(tracker.runs) == 3
@@ -278,7 +282,12 @@ def test_syncing_twice_logs_nothing_twice_and_a_resume_adds_only_its_runs():
     assert sorted(r["tags"][records.RUN_ID] for r in children) == ["run-1", "run-2"]
     (second,) = [r for r in children if r["tags"][records.RUN_ID] == "run-2"]
     assert second["metrics"]["slowdown"] == 1.5
-    assert mlflow_log.sync_sweep(tracker, resumed, "db", "S1", report=False).unchanged == 3
+    assert (
+        mlflow_log.sync_sweep(
+            tracker, mlflow_log.read_sweep(resumed, "S1"), "db", report=False
+        ).unchanged
+        == 3
+    )
 
 
 @pytest.mark.parametrize("status", ["ok", "failed"])
