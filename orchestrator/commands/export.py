@@ -69,7 +69,10 @@ def main(args: argparse.Namespace) -> int:
     if args.sweep and not args.mlflow:
         err("--sweep chooses what --mlflow logs; the files hold every sweep (leave out --sweep)")
         return EXIT_BAD_INPUT
-    if args.mlflow:
+    if not os.path.exists(db):
+        ready_to_read(db)  # says why (no such database), creating nothing
+        return EXIT_BAD_INPUT
+    if args.mlflow:  # before the database is brought up to date: nothing written on bad input
         from orchestrator.tracking.mlflow_client import unreachable
 
         why = unreachable(args.mlflow)

@@ -111,7 +111,7 @@ def write_report(db: str, rows: records.SweepRows, folder: str) -> list[str]:
         fh.write(render_html(data, figures, []))
     spec = rows.sweep.get("spec")
     with open(os.path.join(folder, "sweep.json"), "w", encoding="utf-8") as fh:
-        fh.write(spec if isinstance(spec, str) else json.dumps(spec, indent=2, default=str))
+        json.dump(json.loads(spec) if isinstance(spec, str) else spec, fh, indent=2, default=str)
     return ["report.html", *names, "sweep.json"]
 
 

@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+import mlflow  # the extra: scripts/checks/mlflow.sh installs it (missing: this check fails)
 import pytest
 
 from orchestrator.store import bring_up_to_date, read_query
@@ -40,8 +41,6 @@ SMALL = [
 ]  # fmt: skip
 """Two runs: DDP at grad_accum 1 on each of the file's two links, three timed steps each; the
 link microbenchmark stays (the link model's prediction needs it), at 1 MB."""
-
-mlflow = pytest.importorskip("mlflow", reason="scripts/checks/mlflow.sh installs the extra")
 
 
 def linksweep(args: list[str], cwd: Path, env: dict | None = None, timeout_s: float = 400):

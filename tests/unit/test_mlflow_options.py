@@ -60,9 +60,13 @@ def test_export_needs_outdir_or_mlflow_and_checks_the_uri_first(no_mlflow, tmp_p
     assert "export needs OUTDIR (files) or --mlflow URI" in capsys.readouterr().err
     assert cli.main(["export", str(tmp_path / "out"), "--db", db, "--sweep", "S1"]) == 2
     assert "--sweep chooses what --mlflow logs" in capsys.readouterr().err
-    assert cli.main(["export", "--mlflow", "sqlite:///m.db", "--db", db]) == 2
-    err = capsys.readouterr().err
-    assert "pip install 'linksweep[mlflow]'" in err and "does not exist" not in err
+    assert cli.main(["export", "--mlflow", f"sqlite:///{tmp_path}/m.db", "--db", db]) == 2
+    assert f"--db {db} does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "m.db").exists()
+    (tmp_path / "none.duckdb").touch()  # there (what it holds is read only after the check)
+    assert cli.main(["export", "--mlflow", f"sqlite:///{tmp_path}/m.db", "--db", db]) == 2
+    assert "pip install 'linksweep[mlflow]'" in capsys.readouterr().err
+    assert (tmp_path / "none.duckdb").stat().st_size == 0  # not touched
 
 
 def test_an_http_server_that_does_not_answer_is_unreachable(monkeypatch):
