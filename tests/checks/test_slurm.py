@@ -9,8 +9,9 @@ started here and stopped at the end. Three jobs, each followed in ``scontrol sho
   Ray process of the job is left;
 - a sweep whose spread placement needs two nodes is refused by the one-node allocation before
   any Ray starts: exit code 2 with the reason;
-- a sweep that passes that check but not the cluster's (pack of 3 ranks on a 2-CPU node) exits
-  2 from linksweep after Ray started: the exit code passes through and Ray is stopped.
+- a sweep that passes that check but not the cluster's (two ranks sharing a GPU, on a node
+  without one) exits 2 from linksweep after Ray started: the exit code passes through and Ray
+  is stopped.
 
 About 2 minutes on 2 cores, most of it the sweep's run (Ray start, imports, training).
 Run as root: ``bash scripts/checks.sh slurm``.
@@ -194,9 +195,10 @@ def test_allocation_with_too_few_nodes_is_refused_before_ray(slurm_env, tmp_path
 
 
 def test_exit_code_of_linksweep_passes_through_and_ray_stops(slurm_env, tmp_path):
-    sweep = sweep_file(tmp_path / "big.yaml", world_size=os.cpu_count() + 1)
+    sweep = sweep_file(tmp_path / "shared-gpu.yaml", ranks_per_gpu=2)  # the node has no GPU
     fields, output = submit(slurm_env, tmp_path, "run", str(sweep), "--db", str(tmp_path / "r.db"))
     assert (fields["JobState"], fields["ExitCode"]) == ("FAILED", "2:0"), output
-    assert "'pack' puts world_size=" in output  # linksweep's capacity check, on the cluster
+    assert "Ray: 1 node joined" in output  # refused by linksweep's check on the cluster:
+    assert "ranks_per_gpu: 2 (two ranks sharing one GPU) needs a GPU" in output
     assert "linksweep run exited 2" in output and "Ray stopped" in output
     assert ray_processes(fields["JobId"]) == []
