@@ -225,6 +225,24 @@ def test_metrics_with_an_address_or_ray_address_passes_the_check(monkeypatch):
     assert sweep_metrics.observers(parser.parse_args(["fleet"])) == []
 
 
+def test_the_observer_is_made_where_the_node_exports_and_says_where(monkeypatch, capsys):
+    import types
+
+    from tests.unit.stand_in import stand_in
+
+    fake = types.ModuleType("orchestrator.raycluster.session")
+    fake.gauge = Gauges()
+    fake.metrics_endpoint = lambda: ("10.0.0.1", 8080)
+    stand_in(monkeypatch, fake)
+    args = cli.build_parser().parse_args(["run", "s.yaml", "--metrics", "--address", "a:1"])
+    (obs,) = sweep_metrics.observers(args, address="a:1", db="x", command="run")
+    assert isinstance(obs, sweep_metrics.RayMetrics) and obs.make_gauge is fake.gauge
+    assert "ray_linksweep_* at http://10.0.0.1:8080/metrics" in capsys.readouterr().err
+    fake.metrics_endpoint = lambda: None  # a node without a metrics agent
+    assert sweep_metrics.observers(args, address="a:1", db="x", command="run") == []
+    assert "no metrics export port" in capsys.readouterr().err
+
+
 # --- the fleet check's progress ---------------------------------------------------------------
 
 
