@@ -220,7 +220,7 @@ def pick_head_ip(resolved: Sequence[str], interfaces: Sequence[str], n_nodes: in
     for addr in interfaces:
         if usable(addr, False) and ":" not in addr:
             return addr
-    return next((a for a in resolved if alone and usable(a, True)), None)
+    return None
 
 
 # --- does a sweep fit the allocation ---

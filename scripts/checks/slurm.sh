@@ -13,7 +13,8 @@ for pkg in slurmctld slurmd slurm-client munge; do
 done
 if [ "${#need[@]}" -gt 0 ]; then
   # policy-rc.d answering 101 keeps the packages' scripts from starting the daemons
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
+  apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"; }
+  apt_install "${need[@]}" || { apt-get update -q && apt_install "${need[@]}"; }  # stale package lists
 fi
 [ -s /etc/munge/munge.key ] || mungekey --create --keyfile=/etc/munge/munge.key
 chown munge:munge /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key
