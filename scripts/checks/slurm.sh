@@ -12,7 +12,12 @@ for pkg in slurmctld slurmd slurm-client munge; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then
-  # policy-rc.d answering 101 keeps the packages' scripts from starting the daemons
+  # A policy-rc.d answering 101 keeps the packages' scripts from starting the daemons (the
+  # test starts its own, from its own config); containers often have one already.
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
   apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"; }
   apt_install "${need[@]}" || { apt-get update -q && apt_install "${need[@]}"; }  # stale package lists
 fi
