@@ -186,3 +186,48 @@ def test_line_with_slurm_names_that_are_not_hostnames_gives_counts_only():
     alloc = slurm.Allocation("8", ("a", "b"))
     line = slurm.describe(alloc, [ray_node("x", "10.0.0.1"), ray_node("y", "10.0.0.2")], False)
     assert line.endswith("Ray: 2 nodes joined (x 10.0.0.1, y 10.0.0.2)")
+
+
+# --- what the batch script asks of Python (clusters/slurm/raynodes.py) ----------------------
+
+
+def raynodes():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "clusters" / "slurm" / "raynodes.py"
+    spec = importlib.util.spec_from_file_location("raynodes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_batch_check_refuses_a_short_allocation_and_passes_other_commands(tmp_path, monkeypatch):
+    sweep = tmp_path / "spread.yaml"
+    sweep.write_text("name: spread\nworld_size: 2\ngrid: {placement: [spread]}\n")
+    for k, v in one_node_job().items():
+        monkeypatch.setenv(k, v)
+    helper = raynodes()
+    db = str(tmp_path / "r.duckdb")
+    assert helper.main(["check", "run", str(sweep), "--db", db]) == 2
+    assert (
+        helper.main(["check", "run", str(sweep), "--db", db, "--set", "grid.placement=[pack]"]) == 0
+    )
+    assert helper.main(["check", "fleet", "--db", str(tmp_path / "f.duckdb")]) == 0
+
+
+def test_batch_node_starts_ray_with_this_nodes_share(monkeypatch):
+    helper = raynodes()
+    started = []
+    monkeypatch.setattr(helper.os, "execv", lambda path, argv: started.append(argv))
+    monkeypatch.setattr(
+        helper.os, "environ", {"SLURM_CPUS_ON_NODE": "16", "SLURM_GPUS_ON_NODE": "4"}
+    )
+    helper.main(["node", "head", "10.0.0.1", "6379", "/tmp/ray-7", "--dashboard-port=8300"])
+    helper.main(["node", "worker", "10.0.0.1:6379", "/tmp/ray-7"])
+    head, worker = (argv[1:] for argv in started)
+    assert head == ["start", "--head", "--node-ip-address=10.0.0.1", "--port=6379",
+                    "--temp-dir=/tmp/ray-7", "--disable-usage-stats", "--block",
+                    "--num-cpus=16", "--num-gpus=4", "--dashboard-port=8300"]  # fmt: skip
+    assert worker == ["start", "--address=10.0.0.1:6379", "--temp-dir=/tmp/ray-7",
+                      "--disable-usage-stats", "--block", "--num-cpus=16", "--num-gpus=4"]  # fmt: skip
