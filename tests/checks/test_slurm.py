@@ -158,7 +158,10 @@ def sweep_file(path: Path, **over) -> Path:
 
 
 def ray_processes(job_id: str) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", f"ray-{job_id}"], capture_output=True, text=True)
+    # the job's Ray temp dir, /tmp/ray-JOBID, is in the command line of each of its processes
+    out = subprocess.run(
+        ["pgrep", "-af", f"/tmp/ray-{job_id}(/| |$)"], capture_output=True, text=True
+    )
     return [line for line in out.stdout.splitlines() if "pgrep" not in line]
 
 
