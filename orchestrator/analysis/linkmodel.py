@@ -133,6 +133,9 @@ class LinkPoint:
     link: str
     comm_s: tuple[float, ...]
     step_s: tuple[float, ...]
+    spread_s: tuple[float, ...] = ()
+    """Per run, the spread of its own step times (``p90_step_time_s - p10_step_time_s``) where
+    stored: the noise one run shows, when a link has one run and its runs show none."""
 
     @property
     def x(self) -> float:
@@ -184,17 +187,19 @@ def link_points(runs: Sequence[Mapping]) -> tuple[list[LinkPoint], int, int]:
     ``ranks_per_gpu``). A run counts when it measures its link (``stats.link_measurement``:
     included, and not the one-GPU rehearsal) and has both figures; the rest are counted as
     excluded."""
-    by_link: dict[str, list[tuple[float, float]]] = {}
+    by_link: dict[str, list[tuple[float, float, float]]] = {}
     excluded = 0
     for r in runs:
         x, y = r.get("predicted_comm_s_per_step"), r.get("median_step_time_s")
         if not link_measurement(r) or x is None or y is None or not (math.isfinite(x + y)):
             excluded += 1
             continue
-        by_link.setdefault(r["link"], []).append((float(x), float(y)))
+        p10, p90 = r.get("p10_step_time_s"), r.get("p90_step_time_s")
+        spread = p90 - p10 if p10 is not None and p90 is not None else 0.0
+        by_link.setdefault(r["link"], []).append((float(x), float(y), float(spread)))
     points = [
-        LinkPoint(link, tuple(x for x, _ in xy), tuple(y for _, y in xy))
-        for link, xy in by_link.items()
+        LinkPoint(link, *(tuple(run[i] for run in xys) for i in range(3)))
+        for link, xys in by_link.items()
     ]
     return points, len(runs), excluded
 
@@ -304,10 +309,12 @@ def extrapolation(points: Sequence[LinkPoint], x: float) -> float:
 
 def bracket(points: Sequence[LinkPoint], x: float, exposure_high: float) -> tuple[float, float]:
     """The step times monotonicity allows at communication time ``x`` (module docstring),
-    widened by the runs' largest spread on one link. ``exposure_high``: the exposure's upper
-    bound, the slope beyond the slowest link where it is above 1. Pure."""
+    widened by the noise the runs show: the largest spread of one link's runs, or of one run's
+    own step times (p10 to p90). ``exposure_high``: the exposure's upper bound, the slope beyond
+    the slowest link where it is above 1. Pure."""
     points = sorted(points, key=lambda p: p.x)
     noise = max(max(p.step_s) - min(p.step_s) for p in points)
+    noise = max([noise, *(s for p in points for s in p.spread_s)])
     below = [p for p in points if p.x <= x]
     above = [p for p in points if p.x >= x]
     slope = max(1.0, exposure_high)

@@ -134,9 +134,9 @@ SWEEP_RUN_SLOTS = _q(
 VARIANT_GROUP_RUNS = _q(
     "variant_group_runs",
     f"""SELECT {key_columns()}, status,
-              coalesce(throttled, false) AS throttled, median_step_time_s,
-              samples_per_s, tokens_per_s, comm_bytes_per_step, expected_comm_bytes_per_step,
-              predicted_comm_s_per_step, peak_mem_bytes, achieved_tflops_per_gpu, mfu,
+              coalesce(throttled, false) AS throttled, median_step_time_s, p10_step_time_s,
+              p90_step_time_s, samples_per_s, tokens_per_s, comm_bytes_per_step,
+              expected_comm_bytes_per_step, predicted_comm_s_per_step, peak_mem_bytes, achieved_tflops_per_gpu, mfu,
               link_class, coalesce(ranks_per_gpu, 1) AS ranks_per_gpu
        FROM runs
        WHERE sweep_id = $sweep_id AND {key_params()} AND superseded_by IS NULL
@@ -153,8 +153,9 @@ LINK_ALGBW = _q(
 SWEEP_MODEL_RUNS = _q(
     "sweep_model_runs",
     f"""SELECT {key_columns()}, status,
-              coalesce(throttled, false) AS throttled, median_step_time_s,
-              predicted_comm_s_per_step, link_class, coalesce(ranks_per_gpu, 1) AS ranks_per_gpu
+              coalesce(throttled, false) AS throttled, median_step_time_s, p10_step_time_s,
+              p90_step_time_s, predicted_comm_s_per_step, link_class,
+              coalesce(ranks_per_gpu, 1) AS ranks_per_gpu
        FROM runs WHERE sweep_id = $sweep_id ORDER BY seq""",
 )
 # A link's bus bandwidth as nccl-tests users quote it: all_reduce busbw at the largest measured

@@ -182,6 +182,20 @@ def test_the_bracket_is_what_monotonicity_allows_widened_by_the_runs_spread():
     assert bracket(pts, 0.0, 9.0)[0] == 0.0  # never below no time at all
 
 
+def test_a_link_measured_once_brings_its_runs_own_step_spread():
+    """One run per link shows no spread between runs; its steps' p10 to p90 is the noise then."""
+    runs = [GROUP | {"link": k, "status": "ok", "throttled": False, "median_step_time_s": y,
+                     "predicted_comm_s_per_step": x, "p10_step_time_s": y - 0.05,
+                     "p90_step_time_s": y + 0.25}
+            for k, x, y in (("a", 1.0, 2.0), ("b", 2.0, 3.0))]  # fmt: skip
+    from orchestrator.analysis.linkmodel import link_points
+
+    points, _, _ = link_points(runs)
+    assert [p.spread_s for p in points] == [pytest.approx((0.3,)), pytest.approx((0.3,))]
+    assert bracket(points, 1.5, 0.5) == pytest.approx((2.0 - 0.3, 3.0 + 0.3))
+    assert bracket([LinkPoint("a", (1.0,), (2.0,))], 1.0, 0.5) == (2.0, 2.0)  # none stored: 0
+
+
 def test_two_close_noisy_links_extrapolated_far_say_so_and_the_interval_covers_the_truth():
     """What a loaded 2-core machine did to ZeRO-3: two close links whose medians noise pushed
     apart the wrong way gave a slope ten times too steep, and the link four times slower was
