@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.store import read_query
 from tests.integration.rayports import free_port, head_ports
 from tests.integration.test_long_sweeps import SWEEP_BODY, n_runs, pairs, q, wait_for
 
@@ -121,19 +120,6 @@ def linksweep_job(url: str, *args: str, wait: bool = True) -> list[str]:
     return [*head, "--", sys.executable, "-m", "orchestrator", *args]
 
 
-@pytest.mark.slow
-def test_ray_job_submit_lands_in_db(job_head, tmp_path, write_sweep):
-    url, env = job_head
-    sweep = write_sweep(name="job")
-    db = tmp_path / "job.duckdb"  # absolute: the job's working dir is temporary
-    out = ray_job(env, *linksweep_job(url, "run", sweep, "--db", str(db)))
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    cols, rows = read_query(str(db), "SELECT status, ray_address FROM sweeps")
-    assert rows == [("ok", rows[0][1])] and rows[0][1] != "embedded"
-    _, runs = read_query(str(db), "SELECT status FROM runs")
-    assert runs == [("ok",)]
-
-
 def job_status(env: dict, url: str, job_id: str) -> str:
     """STOPPED, SUCCEEDED, FAILED, RUNNING or PENDING, from `ray job status` ("Job 'x' was
     stopped", "... succeeded", "... is currently running")."""
@@ -144,8 +130,9 @@ def job_status(env: dict, url: str, job_id: str) -> str:
 
 @pytest.mark.slow
 def test_ray_job_stop_then_resume_through_ray_job_submit(job_head, tmp_path):
-    """`ray job stop` mid-sweep: the sweep reads interrupted; a second job with --resume runs
-    exactly the missing (variant, repeat) pairs under the same sweep id."""
+    """A sweep submitted with `ray job submit` lands in the database, with the cluster's address
+    (not ``embedded``); `ray job stop` mid-sweep: the sweep reads interrupted; a second job with
+    --resume runs exactly the missing (variant, repeat) pairs under the same sweep id. (One sweep for both: a job's upload and start cost a minute on 2 cores.)"""
     url, env = job_head
     sweep, db = tmp_path / "long.yaml", tmp_path / "r.duckdb"
     sweep.write_text(SWEEP_BODY)  # 4 runs
@@ -168,5 +155,7 @@ def test_ray_job_stop_then_resume_through_ray_job_submit(job_head, tmp_path):
     args = linksweep_job(url, "run", str(sweep), "--db", str(db), "--resume")
     out = ray_job(env, *args)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    ((address,),) = q(db, "SELECT ray_address FROM sweeps")
     assert q(db, "SELECT sweep_id, status FROM sweeps") == [(sweep_id, "ok")]
+    assert address and address != "embedded"
     assert pairs(db) == [("default", 1, 1), ("default", 2, 1), ("other", 1, 1), ("other", 2, 1)]
