@@ -132,7 +132,8 @@ def job_status(env: dict, url: str, job_id: str) -> str:
 def test_ray_job_stop_then_resume_through_ray_job_submit(job_head, tmp_path):
     """A sweep submitted with `ray job submit` lands in the database, with the cluster's address
     (not ``embedded``); `ray job stop` mid-sweep: the sweep reads interrupted; a second job with
-    --resume runs exactly the missing (variant, repeat) pairs under the same sweep id. (One sweep for both: a job's upload and start cost a minute on 2 cores.)"""
+    --resume runs exactly the missing (variant, repeat) pairs under the same sweep id. (One
+    sweep for both: a job's upload and start cost a minute on 2 cores.)"""
     url, env = job_head
     sweep, db = tmp_path / "long.yaml", tmp_path / "r.duckdb"
     sweep.write_text(SWEEP_BODY)  # 4 runs
