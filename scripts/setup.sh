@@ -4,6 +4,9 @@
 # wheels) and installed BEFORE deepspeed, whose build imports torch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each step's seconds, so a slow setup says where its time went.
+t0=$SECONDS
+step() { echo "setup: $1 done in $((SECONDS - t0)) s"; t0=$SECONDS; }
 
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
@@ -12,17 +15,20 @@ if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   # git: provenance (sha); build-essential: DeepSpeed's JIT-built ops.
   apt-get install -y -qq --no-install-recommends libaio-dev iproute2 git build-essential >/dev/null
 fi
+step "system packages"
 
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
 .venv/bin/python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
+step "venv and torch"
 .venv/bin/python -m pip install -q -e '.[dev]'
 # The test that a trace reader this project did not write (Meta's HolisticTraceAnalysis) loads
 # the rebased per-rank traces: HTA 0.5.0 asks for jupyterlab, which that reading never imports,
 # so it comes without its dependencies, beside the three it does import (pyproject's `hta` extra).
 .venv/bin/python -m pip install -q --no-deps "HolisticTraceAnalysis==0.5.0" "plotly>=5.11" \
   "pydot>=1.3" "narwhals>=1.15"
+step "linksweep and its dependencies"
 
 # DeepSpeed JIT-builds its C++ ops where they are first used, inside the rank processes: async_io
 # and pin_memory at the first NVMe-offload run (~6 min on 2 cores), cpu_adam at the first run
@@ -70,4 +76,5 @@ for cls, used_by in OPS.items():
         continue
     print(f"DeepSpeed op {builder.NAME} ({used_by}) ready: {time.monotonic() - t0:.0f} s")
 PY
+step "DeepSpeed ops"
 .venv/bin/python -c "import torch, ray, deepspeed, duckdb, transformers, datasets; print('linksweep environment ready: torch', torch.__version__, 'ray', ray.__version__, 'deepspeed', deepspeed.__version__)" 2>&1 | grep -v "real_accelerator"
