@@ -32,8 +32,9 @@ step "linksweep and its dependencies"
 
 # DeepSpeed JIT-builds its C++ ops where they are first used, inside the rank processes: async_io
 # and pin_memory at the first NVMe-offload run (~6 min on 2 cores), cpu_adam at the first run
-# that offloads ZeRO's optimizer (~70 s), deepspeed_shm_comm at the first ZeRO run on CPU (~35 s). Build them once here, with the venv's Python and torch, into the
-# cache the ranks load them from. An op this machine cannot build (async_io without libaio-dev)
+# that offloads ZeRO's optimizer (~70 s), deepspeed_shm_comm at the first ZeRO run on CPU
+# (~35 s). Build them here, with the venv's Python and torch, into the cache the ranks load them
+# from (scripts/deepspeed_ops.py). An op this machine cannot build (async_io without libaio-dev)
 # is skipped with the reason; it never fails the setup.
 # That cache is this venv's own, .venv/torch_extensions: torch reads TORCH_EXTENSIONS_DIR in
 # every process, and a .pth line sets it (unless already set) in every Python of this venv, so
@@ -50,31 +51,11 @@ printf 'import os; os.environ.setdefault("TORCH_EXTENSIONS_DIR", %s)\n' \
 # find, this shell's, else the venv's (what an activated venv finds).
 ninja_path=$PATH
 command -v ninja >/dev/null 2>&1 || ninja_path="$PWD/.venv/bin:$PATH"
-PATH=$ninja_path .venv/bin/python - <<'PY' 2>&1 | grep -v "real_accelerator" || echo "warning: DeepSpeed ops not prebuilt: the first run that needs one builds it"
-import time
-
-from deepspeed.accelerator import get_accelerator
-
-OPS = {
-    "AsyncIOBuilder": "NVMe offload (grid.offload: nvme)",
-    "CPUAdamBuilder": "ZeRO's offloaded optimizer (DeepSpeedCPUAdam, as accelerate swaps it in)",
-    "ShareMemCommBuilder": "DeepSpeed's collectives on CPU",
-}
-for cls, used_by in OPS.items():
-    builder = get_accelerator().create_op_builder(cls)
-    if builder is None:
-        continue  # not an op of this accelerator (ShareMemCommBuilder is CPU-only)
-    if not builder.is_compatible(verbose=False):
-        why = ": libaio-dev missing (apt-get install libaio-dev)" if cls == "AsyncIOBuilder" else ""
-        print(f"skipped DeepSpeed op {builder.NAME} ({used_by}): cannot be built here{why}")
-        continue
-    t0 = time.monotonic()
-    try:
-        builder.load(verbose=False)
-    except Exception as exc:  # noqa: BLE001 - a missing op costs a later build, not the setup
-        print(f"skipped DeepSpeed op {builder.NAME} ({used_by}): build failed: {exc}")
-        continue
-    print(f"DeepSpeed op {builder.NAME} ({used_by}) ready: {time.monotonic() - t0:.0f} s")
-PY
+# LINKSWEEP_SETUP_OPS: which ops (scripts/deepspeed_ops.py's names; the quickstart's setup says
+# `quickstart`, the ones its sweep uses, and the test suite builds the rest at its start);
+# default every one.
+# shellcheck disable=SC2086
+PATH=$ninja_path .venv/bin/python scripts/deepspeed_ops.py ${LINKSWEEP_SETUP_OPS:-} 2>&1 \
+  | grep -v "real_accelerator" || echo "warning: DeepSpeed ops not prebuilt: the first run that needs one builds it"
 step "DeepSpeed ops"
 .venv/bin/python -c "import torch, ray, deepspeed, duckdb, transformers, datasets; print('linksweep environment ready: torch', torch.__version__, 'ray', ray.__version__, 'deepspeed', deepspeed.__version__)" 2>&1 | grep -v "real_accelerator"

@@ -26,7 +26,11 @@ presence: a driver without a CUDA torch cannot run them) each is skipped with th
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +38,7 @@ from tests import lanes
 
 os.environ.setdefault("RAY_DISABLE_USAGE_STATS", "1")
 
+REPO = Path(__file__).resolve().parents[1]
 CHECKS_ENV = "LINKSWEEP_CHECKS"
 """Set by ``scripts/checks.sh``: only then are ``tests/checks`` collected. They test linksweep
 against real programs (Slurm, Prometheus, MLflow) that the suite's setup does not install, so
@@ -99,8 +104,47 @@ def skip_gpu_tests_without_cuda(items) -> None:
 
 
 def pytest_configure(config):
-    """The lanes' lock folder, made by the controller before the workers start."""
+    """The lanes' lock folder, made by the controller before the workers start; and the DeepSpeed
+    ops a quickstart-only setup left for their first use, built here once when the run includes
+    integration tests (:func:`_build_missing_ops`)."""
     lanes.make_lock_dir()
+    if lanes.xdist_worker() is None and _runs_integration(config):
+        _build_missing_ops()
+
+
+def _runs_integration(config) -> bool:
+    """Whether the paths pytest was given (its testpaths when none) reach tests/integration."""
+    integration = Path(__file__).resolve().parent / "integration"
+    for arg in config.args or ["tests"]:
+        path = Path(config.rootpath, arg.split("::")[0]).resolve()
+        if path == integration or integration in path.parents or path in integration.parents:
+            return True
+    return False
+
+
+def _build_missing_ops() -> None:
+    """DeepSpeed builds a missing op inside the first rank that loads it (async_io about 4 min
+    on 2 cores), past a test's short run timeout; ``scripts/setup.sh`` builds every op, but the
+    quickstart's setup only the one its sweep uses. The rest are built here, before any test,
+    with what setup.sh would build them with (scripts/deepspeed_ops.py); nothing when all are."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import deepspeed_ops
+    finally:
+        sys.path.pop(0)
+    names = deepspeed_ops.missing()
+    if not names:
+        return
+    print(f"conftest: building DeepSpeed ops {', '.join(names)} once (the quickstart's setup left "
+          "them for their first use; about 5 min on 2 cores)", file=sys.stderr, flush=True)  # fmt: skip
+    path = os.environ["PATH"]
+    if shutil.which("ninja") is None:  # setup.sh's choice: this shell's ninja, else the venv's
+        path = f"{Path(sys.executable).parent}:{path}"
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "deepspeed_ops.py"), *names],
+        env=os.environ | {"PATH": path},
+        check=False,
+    )
 
 
 def pytest_unconfigure(config):
