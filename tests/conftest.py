@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -140,11 +141,13 @@ def _build_missing_ops() -> None:
     path = os.environ["PATH"]
     if shutil.which("ninja") is None:  # setup.sh's choice: this shell's ninja, else the venv's
         path = f"{Path(sys.executable).parent}:{path}"
+    start = time.monotonic()
     subprocess.run(
         [sys.executable, str(REPO / "scripts" / "deepspeed_ops.py"), *names],
         env=os.environ | {"PATH": path},
         check=False,
     )
+    print(f"conftest: DeepSpeed ops built in {time.monotonic() - start:.0f} s", file=sys.stderr)
 
 
 def pytest_unconfigure(config):
