@@ -13,7 +13,9 @@ started here and stopped at the end. Three jobs, each followed in ``scontrol sho
   without one) exits 2 from linksweep after Ray started: the exit code passes through and Ray
   is stopped.
 
-About 70 s on 2 idle cores (the three jobs 40, 4 and 17 s; Slurm's start and stop a few s).
+About 50 s on 2 cores (the three jobs about 28, 4 and 14 s; Slurm started and stopped in
+about 1 s); scripts/checks/slurm.sh adds about 5 s where Slurm is not installed yet (8
+packages, 3.5 MB), under 1 s where it is.
 Run as root: ``bash scripts/checks.sh slurm``.
 """
 
@@ -36,7 +38,7 @@ SLURM_DIR = Path(os.environ.get("LINKSWEEP_SLURM_DIR", "/tmp/linksweep-slurm"))
 CONF = SLURM_DIR / "slurm.conf"
 MUNGE_PID = Path("/run/munge/munged.pid")
 JOB_TIMEOUT_S = 420.0
-"""A job's bound: the sweep's job took about 80 s on 2 idle cores."""
+"""A job's bound: the sweep's job took 28-46 s on 2 cores."""
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="slurmd and munged need root")
 
