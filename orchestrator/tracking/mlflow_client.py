@@ -55,7 +55,8 @@ def experiment_name() -> str:
 
 
 def unreachable(uri: str) -> str | None:
-    """Why ``uri`` cannot be used as a tracking URI, in words; None when it can. mlflow missing
+    """Why ``uri`` cannot be used as a tracking URI, in words (the caller names the URI); None
+    when it can. mlflow missing
     is a reason too. HTTP(S): the server must answer MLflow's experiment search within
     :data:`PROBE_TIMEOUT_S`; ``sqlite:///PATH``: PATH's folder must exist; any other store is
     opened (a SQLite file is created and migrated there, as MLflow would on first use)."""
@@ -70,12 +71,12 @@ def unreachable(uri: str) -> str | None:
         path = uri[len("sqlite:///") :] if uri.startswith("sqlite:///") else ""
         folder = os.path.dirname(os.path.abspath(path)) if path else ""
         if path and not os.path.isdir(folder):
-            return f"{uri}: folder {folder} does not exist (MLflow creates the file, not folders)"
+            return f"folder {folder} does not exist (MLflow creates the file, not folders)"
     try:
         Tracker(uri).client.search_experiments(max_results=1)
     except Exception as exc:  # noqa: BLE001 - any failure to open the store is the answer
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return f"{uri}: cannot open the tracking store ({type(exc).__name__}: {first})"
+        return f"cannot open the tracking store ({type(exc).__name__}: {first})"
     return None
 
 
@@ -86,11 +87,11 @@ def _http_problem(uri: str) -> str | None:
             return None
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
-            return f"{uri} answers, but not as an MLflow tracking server (HTTP 404 on {url})"
+            return f"the server answers, but not as an MLflow tracking server (HTTP 404 on {url})"
         return None  # an answer (401, 403: credentials MLflow's client sends itself)
     except (urllib.error.URLError, OSError) as exc:
         why = getattr(exc, "reason", exc)
-        return f"cannot reach the MLflow tracking server at {uri} ({why})"
+        return f"cannot reach the MLflow tracking server ({why})"
 
 
 class Tracker:
