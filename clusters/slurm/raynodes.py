@@ -6,7 +6,8 @@
                               before any Ray starts; exit 2 with linksweep's own error
     head-ip                   the address the other nodes dial the Ray head at
     node head|worker ...      exec `ray start --block` with this node's share (its task's
-                              SLURM_CPUS_ON_NODE, SLURM_GPUS_ON_NODE): one task per node
+                              SLURM_CPUS_ON_NODE, SLURM_GPUS_ON_NODE), its Ray folder
+                              TEMP_DIR-NODENAME: one task per node
     wait ADDRESS N TIMEOUT_S [PID...]
                               poll the GCS until N nodes are alive; exit 2 on the deadline or
                               when one of the PIDs (the sruns holding the Ray nodes) is gone
@@ -74,7 +75,10 @@ def node(role: str, rest: list[str]) -> int:
     else:
         address, temp_dir, *extra = rest
         argv = [ray, "start", f"--address={address}"]
-    argv += [f"--temp-dir={temp_dir}", "--disable-usage-stats", "--block"]
+    # one folder per Slurm node: two Slurm nodes may share a machine (multiple slurmd), and two
+    # Ray nodes in one folder race for the same socket names
+    node_name = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    argv += [f"--temp-dir={temp_dir}-{node_name}", "--disable-usage-stats", "--block"]
     argv += [*slurm.ray_resource_args(share), *extra]
     cpus = "the machine's" if share.cpus is None else share.cpus
     say(f"Ray {role} on {socket.gethostname()}: {cpus} CPUs, {share.gpus} GPUs "

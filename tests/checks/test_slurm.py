@@ -1,7 +1,7 @@
 """clusters/slurm/linksweep.sbatch under a real Slurm: Debian's slurmctld, slurmd and munged,
-configured by scripts/checks/slurm.sh for this one machine as one node (its CPUs, no GPUs), are
-started here and stopped at the end. Three jobs, each followed in ``scontrol show job`` (no
-``sacct``: that needs slurmdbd and a database server):
+configured by scripts/checks/slurm.sh as two Slurm nodes on this one machine (two slurmd, each
+with all its CPUs, no GPUs), are started here and stopped at the end. Four jobs, each followed
+in ``scontrol show job`` (no ``sacct``: that needs slurmdbd and a database server):
 
 - a small sweep (one DDP run of gpt2-tiny on two CPU ranks) runs to completion: the job is
   COMPLETED with exit code 0, the database where ``--db`` said holds the run, linksweep named
@@ -9,11 +9,13 @@ started here and stopped at the end. Three jobs, each followed in ``scontrol sho
   Ray process of the job is left;
 - a sweep whose spread placement needs two nodes is refused by the one-node allocation before
   any Ray starts: exit code 2 with the reason;
+- on two nodes, a sweep whose two ranks go on different nodes (``spread``) runs to completion:
+  the script started a Ray worker on the second node beside the head on the first;
 - a sweep that passes that check but not the cluster's (two ranks sharing a GPU, on a node
   without one) exits 2 from linksweep after Ray started: the exit code passes through and Ray
   is stopped.
 
-About 50 s on 2 cores (the three jobs about 28, 4 and 14 s; Slurm started and stopped in
+About 110 s on 2 cores (the four jobs about 38, 51, 2 and 15 s; Slurm started and stopped in
 about 1 s); scripts/checks/slurm.sh adds about 5 s where Slurm is not installed yet (8
 packages, 3.5 MB), under 1 s where it is.
 Run as root: ``bash scripts/checks.sh slurm``.
@@ -78,17 +80,27 @@ def _run(*argv: str, env: dict, check: bool = True) -> str:
     return out.stdout
 
 
+def _slurm_nodes() -> list[str]:
+    return re.findall(r"^NodeName=(\S+)", CONF.read_text(), flags=re.M)
+
+
+def _slurmd_pid(node: str) -> Path:
+    return SLURM_DIR / f"slurmd-{node}.pid"
+
+
 def _stop_all(env: dict) -> None:
     if shutil.which("scancel") and _pid(SLURM_DIR / "slurmctld.pid"):
         _run("scancel", "--full", "--user=root", env=env, check=False)
-    _stop(SLURM_DIR / "slurmd.pid")
+    for node in _slurm_nodes():
+        _stop(_slurmd_pid(node))
     _stop(SLURM_DIR / "slurmctld.pid")
     _stop(MUNGE_PID)
 
 
 @pytest.fixture(scope="module")
 def slurm_env():
-    """A one-node Slurm with munge, up for this module, every daemon stopped after it."""
+    """Slurm (two nodes on this machine) with munge, up for this module, every daemon stopped
+    after it."""
     if not CONF.exists() or not shutil.which("slurmctld"):
         pytest.fail(f"no {CONF} or slurmctld: run `bash scripts/checks/slurm.sh` first")
     env = {**os.environ, "SLURM_CONF": str(CONF)}
@@ -98,25 +110,29 @@ def slurm_env():
     try:
         subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
         subprocess.run(["/usr/sbin/slurmctld", "-c", "-f", str(CONF)], env=env, check=True)
-        subprocess.run(["/usr/sbin/slurmd", "-f", str(CONF)], env=env, check=True)
+        for node in _slurm_nodes():
+            subprocess.run(["/usr/sbin/slurmd", "-f", str(CONF), "-N", node], env=env, check=True)
         end = time.monotonic() + 60
-        state = ""
+        states: list[str] = []
         while time.monotonic() < end:
-            state = _run("sinfo", "-h", "-o", "%T", env=env, check=False).strip()
-            if state == "idle":
+            states = _run("sinfo", "-h", "-N", "-o", "%T", env=env, check=False).split()
+            if states and set(states) == {"idle"}:
                 break
-            time.sleep(0.5)  # polling the node's state, with the deadline above
-        assert state == "idle", f"the node is {state!r} after 60 s; see {SLURM_DIR}/log"
+            time.sleep(0.5)  # polling the nodes' state, with the deadline above
+        assert set(states) == {"idle"}, f"nodes {states} after 60 s; see {SLURM_DIR}/log"
         yield env
     finally:
         _stop_all(env)
-        assert _pid(SLURM_DIR / "slurmd.pid") is None and _pid(SLURM_DIR / "slurmctld.pid") is None
-        assert _pid(MUNGE_PID) is None
+        daemons = [_slurmd_pid(n) for n in _slurm_nodes()] + [
+            SLURM_DIR / "slurmctld.pid",
+            MUNGE_PID,
+        ]
+        assert [d for d in daemons if _pid(d) is not None] == []
 
 
-def submit(env: dict, workdir: Path, *linksweep_args: str) -> tuple[dict, str]:
-    """sbatch the script on one node, wait for the job to end; its ``scontrol show job``
-    fields and its output."""
+def submit(env: dict, workdir: Path, *linksweep_args: str, nodes: int = 1) -> tuple[dict, str]:
+    """sbatch the script on ``nodes`` nodes, wait for the job to end; its ``scontrol show
+    job`` fields and its output."""
     ray_args = " ".join(
         f"--{flag}={_free_port()}"  # other Ray clusters may run on this machine
         for flag in ("dashboard-port", "ray-client-server-port", "dashboard-agent-listen-port")
@@ -129,7 +145,7 @@ def submit(env: dict, workdir: Path, *linksweep_args: str) -> tuple[dict, str]:
         "LINKSWEEP_RAY_JOIN_TIMEOUT_S": "120",
     }
     out = _run(
-        "sbatch", "--parsable", "--nodes=1", f"--chdir={workdir}",
+        "sbatch", "--parsable", f"--nodes={nodes}", f"--chdir={workdir}",
         f"--output={workdir}/job-%j.out", str(SBATCH), *linksweep_args, env=job_env,
     )  # fmt: skip
     job_id = out.strip().split(";")[0]
@@ -160,10 +176,8 @@ def sweep_file(path: Path, **over) -> Path:
 
 
 def ray_processes(job_id: str) -> list[str]:
-    # the job's Ray temp dir, /tmp/ray-JOBID, is in the command line of each of its processes
-    out = subprocess.run(
-        ["pgrep", "-af", f"/tmp/ray-{job_id}(/| |$)"], capture_output=True, text=True
-    )
+    # the job's Ray folders, /tmp/ray-JOBID-NODE, are in the command line of each of its processes
+    out = subprocess.run(["pgrep", "-af", f"/tmp/ray-{job_id}-"], capture_output=True, text=True)
     return [line for line in out.stdout.splitlines() if "pgrep" not in line]
 
 
@@ -173,11 +187,8 @@ def test_sweep_runs_to_completion_on_the_allocation(slurm_env, tmp_path):
     db.parent.mkdir()
     fields, output = submit(slurm_env, tmp_path, "run", str(sweep), "--db", str(db))
     assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), output
-    host = socket.gethostname().split(".")[0]
-    assert (
-        f"inside Slurm job {fields['JobId']}: 1 node allocated ({host}); Ray: 1 node joined"
-        in output
-    )
+    host, node = socket.gethostname().split(".")[0], _slurm_nodes()[0]
+    assert f"Slurm job {fields['JobId']}: 1 node allocated ({node}); Ray: 1 node joined" in output
     node_log = (tmp_path / f"linksweep-{fields['JobId']}-ray" / f"{host}.log").read_text()
     assert f"--num-cpus={os.cpu_count()} --num-gpus=0" in node_log
     assert "Ray stopped" in output and "Killed" not in output  # stopped by SIGTERM, not KILL
@@ -190,11 +201,23 @@ def test_sweep_runs_to_completion_on_the_allocation(slurm_env, tmp_path):
     assert runs.split() == ["status,n", "ok,1"], runs
 
 
+def test_two_nodes_run_a_spread_sweep(slurm_env, tmp_path):
+    sweep = sweep_file(tmp_path / "spread.yaml", grid="{strategy: [ddp], placement: [spread]}")
+    db = tmp_path / "r.duckdb"
+    fields, output = submit(slurm_env, tmp_path, "run", str(sweep), "--db", str(db), nodes=2)
+    assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), output
+    n1, n2 = _slurm_nodes()
+    assert f"2 nodes allocated ({n1}, {n2}); Ray: 2 nodes joined" in output
+    assert "2 of 2 nodes in" in output and "r1: ok" in output
+    assert "Killed" not in output and ray_processes(fields["JobId"]) == []
+
+
 def test_allocation_with_too_few_nodes_is_refused_before_ray(slurm_env, tmp_path):
     sweep = sweep_file(tmp_path / "spread.yaml", grid="{strategy: [ddp], placement: [spread]}")
     fields, output = submit(slurm_env, tmp_path, "run", str(sweep), "--db", str(tmp_path / "r.db"))
     assert (fields["JobState"], fields["ExitCode"]) == ("FAILED", "2:0"), output
-    assert f"Slurm job {fields['JobId']} has 1 node" in output and "sbatch --nodes=2" in output
+    assert f"Slurm job {fields['JobId']} has 1 node ({_slurm_nodes()[0]})" in output
+    assert "sbatch --nodes=2" in output
     assert "Ray head on" not in output  # nothing started
     assert not (tmp_path / f"linksweep-{fields['JobId']}-ray").exists()
 

@@ -221,13 +221,15 @@ def test_batch_node_starts_ray_with_this_nodes_share(monkeypatch):
     started = []
     monkeypatch.setattr(helper.os, "execv", lambda path, argv: started.append(argv))
     monkeypatch.setattr(
-        helper.os, "environ", {"SLURM_CPUS_ON_NODE": "16", "SLURM_GPUS_ON_NODE": "4"}
+        helper.os,
+        "environ",
+        {"SLURM_CPUS_ON_NODE": "16", "SLURM_GPUS_ON_NODE": "4", "SLURMD_NODENAME": "gpu01"},
     )
     helper.main(["node", "head", "10.0.0.1", "6379", "/tmp/ray-7", "--dashboard-port=8300"])
     helper.main(["node", "worker", "10.0.0.1:6379", "/tmp/ray-7"])
     head, worker = (argv[1:] for argv in started)
     assert head == ["start", "--head", "--node-ip-address=10.0.0.1", "--port=6379",
-                    "--temp-dir=/tmp/ray-7", "--disable-usage-stats", "--block",
+                    "--temp-dir=/tmp/ray-7-gpu01", "--disable-usage-stats", "--block",
                     "--num-cpus=16", "--num-gpus=4", "--dashboard-port=8300"]  # fmt: skip
-    assert worker == ["start", "--address=10.0.0.1:6379", "--temp-dir=/tmp/ray-7",
+    assert worker == ["start", "--address=10.0.0.1:6379", "--temp-dir=/tmp/ray-7-gpu01",
                       "--disable-usage-stats", "--block", "--num-cpus=16", "--num-gpus=4"]  # fmt: skip
