@@ -68,6 +68,8 @@ class Synced:
     updated: int = 0
     unchanged: int = 0
     report: bool = False
+    parent_id: str | None = None
+    """The sweep's MLflow run."""
 
     def __str__(self) -> str:
         report = "; report logged" if self.report else ""
@@ -134,6 +136,7 @@ def sync_sweep(tracker, rows: records.SweepRows, db: str, report: bool = True) -
             else:
                 done.updated += 1
         parent_id = parent_id or run_id
+    done.parent_id = parent_id
     state = records.report_due(rows, held) if report else None
     if state is not None:
         with tempfile.TemporaryDirectory(prefix="linksweep-mlflow-") as folder:
@@ -157,16 +160,16 @@ class MlflowObserver:
         self.sweep_id: str | None = None
         self._tracker = None
 
-    def _sync(self, report: bool) -> None:
+    def _sync(self, report: bool) -> Synced | None:
         if self.sweep_id is None:
-            return
+            return None
         try:
             from orchestrator.store.live import LiveStore
 
             if self._tracker is None:
                 self._tracker = mlflow_client.Tracker(self.uri)
             rows = read_sweep(LiveStore(self.db, lock_wait_s=self.LOCK_WAIT_S), self.sweep_id)
-            sync_sweep(self._tracker, rows, self.db, report=report)
+            return sync_sweep(self._tracker, rows, self.db, report=report)
         except Exception as exc:  # noqa: BLE001 - logging to MLflow never fails a sweep
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             _warn(
@@ -174,6 +177,7 @@ class MlflowObserver:
                 f"{first}); the sweep goes on; later: linksweep export --mlflow {self.uri} "
                 f"--db {self.db} --sweep {self.sweep_id}"
             )
+            return None
 
     def sweep_started(self, spec, sweep_id: str, n_runs: int) -> None:
         self.sweep_id = sweep_id
@@ -184,7 +188,14 @@ class MlflowObserver:
 
     def sweep_finished(self, sweep_id: str, status: str) -> None:
         self.sweep_id = sweep_id
-        self._sync(report=status != "interrupted")  # after Ctrl-C, no figures to draw
+        done = self._sync(report=status != "interrupted")  # after Ctrl-C, no figures to draw
+        if done is not None:
+            print(
+                f"linksweep: mlflow: sweep {sweep_id} logged to {self.uri} (experiment "
+                f"{self._tracker.experiment}, MLflow run {done.parent_id})",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def export(uri: str, db: str, sweep_ids: list[str] | None) -> list[tuple[str, Synced]]:

@@ -123,6 +123,11 @@ def test_runs_are_logged_as_they_finish_and_the_resume_reuses_the_sweeps_run(sce
         r["run_id"] for r in q(scenario["db"], "SELECT run_id FROM runs WHERE seq = 1")
     ]  # the first run, logged when it finished; the second was only spooled
     assert "resuming sweep" in scenario["resumed"]
+    sweep_id = parents[0].data.tags[records.SWEEP_ID]
+    assert (
+        f"linksweep: mlflow: sweep {sweep_id} logged to {scenario['uri']} (experiment linksweep, "
+        f"MLflow run {parents[0].info.run_id})" in scenario["resumed"]
+    )
     parents_after, children_after = _split(scenario["after_run"])
     assert [p.info.run_id for p in parents_after] == [parents[0].info.run_id]
     assert parents_after[0].info.status == "FINISHED"
