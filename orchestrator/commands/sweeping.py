@@ -41,13 +41,15 @@ def load_checked(sweep_path: str, db: str, deepspeed: bool, overrides: Sequence[
     caller exits 2)."""
     from orchestrator.store import StoreError, check_writable
     from orchestrator.sweep.overrides import describe
-    from orchestrator.sweep.preflight import allocation_errors
     from orchestrator.sweep.spec import SpecError, deepspeed_runs, load_spec
 
     try:
         spec = load_spec(sweep_path, overrides)
-        if problems := allocation_errors(spec, os.environ):  # before Ray, before DeepSpeed
-            raise SpecError(problems, sweep_path)
+        if "SLURM_JOB_ID" in os.environ:  # preflight imports Ray: only inside a Slurm job
+            from orchestrator.sweep.preflight import allocation_errors
+
+            if problems := allocation_errors(spec, os.environ):  # before Ray starts or joins
+                raise SpecError(problems, sweep_path)
         if overrides:
             print(f"linksweep: {sweep_path} with {describe(overrides)}", file=sys.stderr)
         for note in spec.notes:  # a renamed key, read under its new name
