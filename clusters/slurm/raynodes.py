@@ -23,6 +23,7 @@ import sys
 import time
 
 from orchestrator.raycluster import slurm
+from orchestrator.store.liveness import pid_alive
 
 
 def say(msg: str) -> None:
@@ -98,7 +99,7 @@ def wait(address: str, n: int, timeout_s: float, pids: list[int]) -> int:
             say(f"Ray at {address}: {len(alive)} of {n} nodes in after "
                 f"{time.monotonic() - start:.0f} s ({', '.join(x['ip'] for x in alive)})")  # fmt: skip
             return 0
-        gone = [p for p in pids if not _running(p)]
+        gone = [p for p in pids if not pid_alive(p)]
         if gone:
             say(f"Ray at {address}: {len(alive)} of {n} nodes in, and the srun holding Ray "
                 f"nodes (pid {gone}) has ended: see the Ray node logs")  # fmt: skip
@@ -109,21 +110,6 @@ def wait(address: str, n: int, timeout_s: float, pids: list[int]) -> int:
         "(LINKSWEEP_RAY_JOIN_TIMEOUT_S); see the Ray node logs"
     )
     return 2
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a child that ended but was not reaped yet is a zombie: gone for our purpose
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def main(argv: list[str]) -> int:
