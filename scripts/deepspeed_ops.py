@@ -10,16 +10,22 @@ those not built yet (:func:`missing`, a file check that imports nothing). An op 
 cannot build (async_io without libaio-dev) is skipped with the reason; nothing here fails.
 
 Who calls it: scripts/setup.sh (every op; the quickstart's setup only the one its sweep uses),
-and the test suite at its start (tests/conftest.py: the ops a quickstart-only setup left for
-their first use). Without a prebuilt op, DeepSpeed builds it inside the first rank that needs
-it (async_io about 4 min on 2 cores, cpu_adam about 1 min): a sweep's run allows for that, a
-test's short timeout does not.
+and the checks whose tests need the rest (scripts/checks/offload.sh, selftest.sh: the suite
+needs none beyond the quickstart's). Without a prebuilt op, DeepSpeed builds it inside the
+first rank that needs it (async_io about 3 min on 2 cores, cpu_adam under 1 min): a sweep's
+run allows for that, a test's short timeout does not.
+
+The build runs the ``ninja`` the sweeps will run (:func:`ninja_on_path`): torch runs the first
+one on ``PATH``, the ranks inherit the ``PATH`` of whoever started the sweep, and two ninja
+versions do not share a build log (the system's 1.11 and the venv's 1.13 hash commands
+differently), so a build by the other one is rebuilt at the first run.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -43,6 +49,13 @@ def missing(names=tuple(OPS), cache: str | None = None) -> list[str]:
     if not cache:
         return list(names)
     return [n for n in names if not (Path(cache) / n / f"{n}.so").is_file()]
+
+
+def ninja_on_path() -> None:
+    """``PATH`` as a sweep will see it: this shell's ninja, else this venv's (what an activated
+    venv finds)."""
+    if shutil.which("ninja") is None:
+        os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
 
 
 def build(names) -> None:
@@ -79,6 +92,7 @@ def main(argv: list[str]) -> int:
     if args.missing:
         names = missing(names)
     if names:
+        ninja_on_path()
         build(names)
     return 0
 

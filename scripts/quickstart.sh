@@ -7,9 +7,10 @@
 # runs sweeps/quickstart.yaml on a single-node embedded Ray, where every link is loopback.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Only the DeepSpeed op its sweep uses: the others (NVMe offload's async_io, ~4 min on 2 cores;
-# cpu_adam, ~1 min) wait for their first use (the test suite builds them at its start; a sweep's
-# first run that needs one builds it, within its run timeout).
+# Only the DeepSpeed op its sweep uses: the others (NVMe offload's async_io, ~3 min on 2 cores;
+# cpu_adam, under 1 min) wait for their first use: a sweep's first run that needs one builds it,
+# within its run timeout; the test suite needs neither (the checks that do build them first:
+# scripts/checks/offload.sh).
 LINKSWEEP_SETUP_OPS=quickstart bash scripts/setup.sh
 LS=.venv/bin/linksweep
 

@@ -45,17 +45,11 @@ step "linksweep and its dependencies"
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 printf 'import os; os.environ.setdefault("TORCH_EXTENSIONS_DIR", %s)\n' \
   "'$PWD/.venv/torch_extensions'" > "$site/linksweep_torch_extensions.pth"
-# torch runs the first `ninja` on PATH, and the ranks inherit the PATH of whoever started the
-# sweep. Two ninja versions do not share a build log (the system's 1.11 and the venv's 1.13 hash
-# commands differently), so the other one rebuilds the op: build with the ninja the sweeps will
-# find, this shell's, else the venv's (what an activated venv finds).
-ninja_path=$PATH
-command -v ninja >/dev/null 2>&1 || ninja_path="$PWD/.venv/bin:$PATH"
 # LINKSWEEP_SETUP_OPS: which ops (scripts/deepspeed_ops.py's names; the quickstart's setup says
-# `quickstart`, the ones its sweep uses, and the test suite builds the rest at its start);
-# default every one.
+# `quickstart`, the ones its sweep uses: the rest are built by the checks that need them,
+# scripts/checks/offload.sh and selftest.sh); default every one.
 # shellcheck disable=SC2086
-PATH=$ninja_path .venv/bin/python scripts/deepspeed_ops.py ${LINKSWEEP_SETUP_OPS:-} 2>&1 \
+.venv/bin/python scripts/deepspeed_ops.py ${LINKSWEEP_SETUP_OPS:-} 2>&1 \
   | grep -v "real_accelerator" || echo "warning: DeepSpeed ops not prebuilt: the first run that needs one builds it"
 step "DeepSpeed ops"
 .venv/bin/python -c "import torch, ray, deepspeed, duckdb, transformers, datasets; print('linksweep environment ready: torch', torch.__version__, 'ray', ray.__version__, 'deepspeed', deepspeed.__version__)" 2>&1 | grep -v "real_accelerator"

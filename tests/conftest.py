@@ -26,12 +26,7 @@ presence: a driver without a CUDA torch cannot run them) each is skipped with th
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 import textwrap
-import time
-from pathlib import Path
 
 import pytest
 
@@ -39,11 +34,11 @@ from tests import lanes
 
 os.environ.setdefault("RAY_DISABLE_USAGE_STATS", "1")
 
-REPO = Path(__file__).resolve().parents[1]
 CHECKS_ENV = "LINKSWEEP_CHECKS"
 """Set by ``scripts/checks.sh``: only then are ``tests/checks`` collected. They test linksweep
-against real programs (Slurm, Prometheus, MLflow) that the suite's setup does not install, so
-the README's test command leaves them out and ``.ci/run`` runs them after it."""
+against real programs (Slurm, Prometheus, MLflow) or with DeepSpeed ops (ZeRO's CPU and NVMe
+offload, the CPU selftest) that the quickstart's setup does not install, so the README's test
+command leaves them out and ``.ci/run`` runs them after it."""
 collect_ignore = [] if os.environ.get(CHECKS_ENV) == "1" else ["checks"]
 
 
@@ -105,49 +100,8 @@ def skip_gpu_tests_without_cuda(items) -> None:
 
 
 def pytest_configure(config):
-    """The lanes' lock folder, made by the controller before the workers start; and the DeepSpeed
-    ops a quickstart-only setup left for their first use, built here once when the run includes
-    integration tests (:func:`_build_missing_ops`)."""
+    """The lanes' lock folder, made by the controller before the workers start."""
     lanes.make_lock_dir()
-    if lanes.xdist_worker() is None and _runs_integration(config):
-        _build_missing_ops()
-
-
-def _runs_integration(config) -> bool:
-    """Whether the paths pytest was given (its testpaths when none) reach tests/integration."""
-    integration = Path(__file__).resolve().parent / "integration"
-    for arg in config.args or ["tests"]:
-        path = Path(config.rootpath, arg.split("::")[0]).resolve()
-        if path == integration or integration in path.parents or path in integration.parents:
-            return True
-    return False
-
-
-def _build_missing_ops() -> None:
-    """DeepSpeed builds a missing op inside the first rank that loads it (async_io about 4 min
-    on 2 cores), past a test's short run timeout; ``scripts/setup.sh`` builds every op, but the
-    quickstart's setup only the one its sweep uses. The rest are built here, before any test,
-    with what setup.sh would build them with (scripts/deepspeed_ops.py); nothing when all are."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import deepspeed_ops
-    finally:
-        sys.path.pop(0)
-    names = deepspeed_ops.missing()
-    if not names:
-        return
-    print(f"conftest: building DeepSpeed ops {', '.join(names)} once (the quickstart's setup left "
-          "them for their first use; about 5 min on 2 cores)", file=sys.stderr, flush=True)  # fmt: skip
-    path = os.environ["PATH"]
-    if shutil.which("ninja") is None:  # setup.sh's choice: this shell's ninja, else the venv's
-        path = f"{Path(sys.executable).parent}:{path}"
-    start = time.monotonic()
-    subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "deepspeed_ops.py"), *names],
-        env=os.environ | {"PATH": path},
-        check=False,
-    )
-    print(f"conftest: DeepSpeed ops built in {time.monotonic() - start:.0f} s", file=sys.stderr)
 
 
 def pytest_unconfigure(config):

@@ -4,12 +4,11 @@ Bringing an emulated cluster up and down costs 12-20 s on 2 quiet cores (several
 per node start at once), more under load, so the tests that only *use* a cluster share one:
 ``emulated_cluster`` (4 nodes, prefix ``lsx``, the links ``fast``, ``s500=500mbit``,
 ``s200=200mbit``, ``r1g=1gbit`` and ``r2g=2gbit``, no dashboard). Its users: the compare
-acceptance, bench_drift's smoke run, the link model's and the strategies sweep's 2-variant copy
-(on nodes 0 and 1, the others excluded:
-a sweep starts a fork launcher on every node it places a rank on, 5-10 s each), and both fleet
-checks (every node, over ctl; the slow node is planted on the running cluster with
-``plant_faults``, the same tc as ``up --slow-node`` would create, and cleared afterwards
-whatever happens). The tests whose subject is ``up``, ``down`` or ``status``
+acceptance, the link model's and the strategies sweep's 2-variant copy (on nodes 0 and 1, the
+others excluded: a sweep starts a fork launcher on every node it places a rank on, 5-10 s
+each), and both fleet checks (every node, over ctl; the slow node is planted on the running
+cluster with ``plant_faults``, the same tc as ``up --slow-node`` would create, and cleared
+afterwards whatever happens). The tests whose subject is ``up``, ``down`` or ``status``
 (tests/integration/test_emulated.py, test_emulated_faults.py, test_long_sweeps.py) keep their
 own clusters; both benches still bring up their own when run without ``--address``.
 

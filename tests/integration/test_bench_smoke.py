@@ -2,11 +2,12 @@
 found by glob so a new script is checked without touching this file, ``python bench/X.py
 --smoke --json OUT`` exits 0 and its JSON holds every key its ``FIGURES`` names, not None.
 
-Here, in the suite: the convention's reader (:func:`smoke_figures`, also used by the tests that
-run a bench on the session's shared emulated cluster: the link model's, and bench_drift's below).
-The smoke run of every other script is a check outside the suite, ``tests/checks/test_bench.py``
-(``bash scripts/checks.sh bench``, which ``.ci/run`` runs after the suite): each starts its own
-embedded Ray and together they took about 5 minutes of the suite on 2 cores.
+Here, in the suite: the convention's reader (:func:`smoke_figures`, also used by the test that
+runs a bench on the session's shared emulated cluster: the link model's). The smoke run of every
+other script is a check outside the suite, ``tests/checks/test_bench.py`` (``bash
+scripts/checks.sh bench``, which ``.ci/run`` runs after the suite): each starts its own embedded
+Ray (bench_drift its own emulated cluster) and together they took about 6 minutes of the suite
+on 2 cores.
 
 The convention (top of bench/README.md): ``--smoke`` runs the whole script on tiny sizes (seconds
 to a minute or two on 2 cores); ``--json OUT`` writes the figures; a module-level ``FIGURES``
@@ -98,7 +99,6 @@ def test_the_glob_finds_the_benchmarks():
 
 SMOKED_ELSEWHERE = {
     "bench_link_model": "tests/integration/test_link_model_emulated.py asserts on its smoke JSON",
-    "bench_drift": "test_drift_smoke_on_the_shared_emulated_cluster runs it on the shared cluster",
 }
 """Scripts whose smoke run another test makes (through ``smoke_figures``): run once, not twice."""
 
@@ -128,15 +128,3 @@ def smoke_figures(script: Path, tmp_path: Path, *extra: str) -> dict:
             problems.append(f"{key}: None")
     assert problems == [], f"{script.name}: {problems}\n{output[-3000:]}"
     return written
-
-
-@pytest.mark.root
-def test_drift_smoke_on_the_shared_emulated_cluster(emulated_cluster, tmp_path):
-    """bench_drift's three sweeps on the session's shared emulated cluster (the links it brings
-    up itself: fast, s500, s200), not on a cluster of its own: the same code, less a cluster's
-    up and down. Its own cluster is the default; ``bench_drift.py --smoke`` alone runs that."""
-    script = REPO / "bench" / "bench_drift.py"
-    address, state = emulated_cluster.address, str(emulated_cluster.state_dir)
-    out = smoke_figures(script, tmp_path, "--address", address, "--state-dir", state)
-    assert [s["label"] for s in out["sweeps"]] == ["a1", "candidate", "a2"]
-    assert out["linksweep_exit_codes"] == {"a1": 0, "candidate": 0, "a2": 0}
