@@ -67,13 +67,15 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    spec = load_checked(args.sweep, args.db, deepspeed=True, overrides=args.set)
+    if spec is None:
+        return EXIT_BAD_INPUT
+    # The observers' options after the sweep file: checking --mlflow sqlite:///PATH creates
+    # that store, which a refused sweep file must not leave behind.
     problems = observer_problems(args)
     for problem in problems:
         err(problem)
-    if problems:
-        return EXIT_BAD_INPUT
-    spec = load_checked(args.sweep, args.db, deepspeed=True, overrides=args.set)
-    store = open_store(args.db) if spec is not None else None
+    store = open_store(args.db) if not problems else None
     if store is None:
         return EXIT_BAD_INPUT
     resume = None

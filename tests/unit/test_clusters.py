@@ -117,3 +117,20 @@ def test_sweeps_fit_the_kuberay_cluster(sweep):
             assert pods >= world_size // k, (sweep.name, placement, k)
         else:
             pytest.fail(f"{sweep.name}: unknown placement {placement!r}")
+
+
+METRICS_EXPORT_PORT = "--metrics-export-port=8080"
+"""What Prometheus scrapes on every node (docs/metrics.md): KubeRay's pods' port, fixed here too."""
+
+
+@pytest.mark.parametrize("name", ["aws-gpu.yaml", "onprem-gpu.yaml"])
+def test_every_ray_start_of_the_launcher_yamls_fixes_the_metrics_port(name):
+    config = _load(name)
+    starts = [
+        command
+        for key in ("head_start_ray_commands", "worker_start_ray_commands")
+        for command in config[key]
+        if "ray start" in command
+    ]
+    assert len(starts) == 2, starts  # the head's and the workers'
+    assert all(METRICS_EXPORT_PORT in command for command in starts), starts

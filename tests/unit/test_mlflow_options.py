@@ -45,13 +45,26 @@ def test_without_mlflow_the_error_names_the_extra(no_mlflow):
     assert observer_problems(_args("run", [])) == []  # not asked for: not needed
 
 
-def test_run_refuses_an_unusable_mlflow_uri_before_reading_the_sweep(no_mlflow, tmp_path, capsys):
-    db = tmp_path / "r.duckdb"
-    rc = cli.main(["run", "no-such-sweep.yaml", "--db", str(db), "--mlflow", "sqlite:///m.db"])
+def test_run_checks_the_sweep_file_then_the_mlflow_uri_and_creates_nothing(
+    no_mlflow, tmp_path, capsys, monkeypatch
+):
+    """A refused sweep file is said first, before the URI is tried (checking a
+    ``sqlite:///`` URI creates that store); a good one with an unusable URI: the URI's error.
+    Neither leaves a database or a store behind."""
+    monkeypatch.chdir(tmp_path)
+    db, store = tmp_path / "r.duckdb", "sqlite:///m.db"
+    rc = cli.main(["run", "no-such-sweep.yaml", "--db", str(db), "--mlflow", store])
     assert rc == 2
     err = capsys.readouterr().err
-    assert "linksweep[mlflow]" in err and "no-such-sweep" not in err
-    assert not db.exists()
+    assert "no-such-sweep" in err and "linksweep[mlflow]" not in err
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(
+        "name: t\nmodel: gpt2-tiny\ndataset: builtin\nworld_size: 2\nlinks: {default: {}}\n"
+        "grid: {strategy: [ddp]}\n"
+    )
+    assert cli.main(["run", str(sweep), "--db", str(db), "--mlflow", store]) == 2
+    assert "linksweep[mlflow]" in capsys.readouterr().err
+    assert not db.exists() and not (tmp_path / "m.db").exists()
 
 
 def test_export_needs_outdir_or_mlflow_and_checks_the_uri_first(no_mlflow, tmp_path, capsys):
