@@ -75,7 +75,9 @@ def main(args: argparse.Namespace) -> int:
     problems = observer_problems(args)
     for problem in problems:
         err(problem)
-    store = open_store(args.db) if not problems else None
+    if problems:
+        return EXIT_BAD_INPUT
+    store = open_store(args.db)
     if store is None:
         return EXIT_BAD_INPUT
     resume = None

@@ -35,21 +35,11 @@ def zero_sweep(run_sweep, tmp_path_factory):
     return rc, db, OFFLOADED
 
 
-def _nvme_buildable() -> tuple[bool, str]:
-    try:
-        from deepspeed.ops.op_builder import AsyncIOBuilder
-
-        return AsyncIOBuilder().is_compatible(verbose=False), "libaio-dev missing"
-    except Exception as exc:  # noqa: BLE001
-        return False, str(exc)
-
-
 def test_zero3_nvme_offload_swaps_and_cleans_up(ray_cluster, write_sweep, tmp_path):
-    ok, why = _nvme_buildable()
-    if not ok:
-        pytest.skip(
-            f"NVMe offload needs DeepSpeed's async_io op: {why} (apt-get install libaio-dev)"
-        )
+    from workloads.aio_check import aio_facts, async_io_missing
+
+    if why := async_io_missing(aio_facts()):  # what preflight and a rank would say
+        pytest.skip(f"NVMe offload needs DeepSpeed's async_io op: {why}")
     nvme = tmp_path / "nvme"
     path = write_sweep(
         nvme_path=str(nvme),
