@@ -117,10 +117,12 @@ def pytest_runtest_setup(item):
     lanes.enter_lane(_lane(item))
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
     """Setup to teardown inside the lanes' lock (tests/lanes.py): the background lane pauses
-    while an ``alone`` test runs."""
+    while an ``alone`` test runs. Outermost (``tryfirst``): the wait for the lock is not part of
+    the test's ``timeout`` (pyproject), which pytest-timeout counts in its own wrapper inside
+    this one; a background test can wait minutes for a run of alone tests."""
     alone = item.get_closest_marker(lanes.ALONE) is not None
     next_alone = nextitem is not None and nextitem.get_closest_marker(lanes.ALONE) is not None
     with lanes.running(_lane(item), alone, next_alone):

@@ -121,6 +121,25 @@ def remove_lock_dir() -> None:
 
 _alone_fd: int | None = None
 """The exclusive lock's file while this worker holds it across consecutive ``alone`` tests."""
+_held: set[int] = set()
+"""The lock files this process holds open (a test's, or one kept between alone tests)."""
+
+
+def _forget_locks_in_child() -> None:
+    """In a process forked while a lock was held (a test's ``multiprocessing`` fork ranks): its
+    copies of the lock files close, so the lock ends with the test, not with a child that
+    outlives it (a flock belongs to the open file, which a fork shares: an orphan would hold
+    the background lane's lock forever, and the next ``alone`` test, with the turnstile, every
+    test after it, would wait on it)."""
+    global _alone_fd
+    for fd in _held:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held.clear()
+    _alone_fd = None
+
+
+os.register_at_fork(after_in_child=_forget_locks_in_child)
 
 
 @contextlib.contextmanager
@@ -139,6 +158,7 @@ def running(lane: str, alone: bool, next_alone: bool = False) -> Iterator[None]:
         fd = _alone_fd  # kept from the alone test before
     else:
         fd = _lock(folder, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        _held.add(fd)
     _alone_fd = None
     try:
         yield
@@ -146,6 +166,7 @@ def running(lane: str, alone: bool, next_alone: bool = False) -> Iterator[None]:
         if alone and next_alone:
             _alone_fd = fd
         else:
+            _held.discard(fd)
             os.close(fd)  # closing releases the lock
 
 

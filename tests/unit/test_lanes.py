@@ -185,6 +185,42 @@ def test_consecutive_alone_tests_keep_the_lock_between_them(in_a_worker):
     assert _can_lock(in_a_worker, fcntl.LOCK_SH)  # the last one lets the background go
 
 
+def test_a_child_forked_in_a_test_and_outliving_it_holds_no_lock(in_a_worker):
+    """A process a background test forks (multiprocessing's fork ranks) shares the lock's open
+    file; if it outlived the test it would hold the lock, and every alone test after it would
+    wait forever. Its copy closes at the fork."""
+    read, write = os.pipe()
+    up_read, up_write = os.pipe()
+    with lanes.running("integration/test_x", alone=False):
+        pid = os.fork()
+        if pid == 0:  # the child (past fork's hooks): says so, lives until the pipe closes
+            try:
+                os.close(write)
+                os.write(up_write, b"1")
+                os.read(read, 1)
+            finally:
+                os._exit(0)
+        os.close(read)
+        os.close(up_write)
+        assert os.read(up_read, 1) == b"1"
+        os.close(up_read)
+    try:
+        assert _can_lock(in_a_worker, fcntl.LOCK_EX)  # the child lives on, holding nothing
+    finally:
+        os.close(write)
+        os.waitpid(pid, 0)
+
+
+def test_a_tests_timeout_does_not_count_its_wait_for_the_lanes(pytestconfig):
+    """pyproject's ``timeout`` (pytest-timeout) bounds a test, not its wait for the lanes (a
+    background test can wait minutes for a run of alone tests): its wrapper runs inside
+    conftest's. pluggy calls wrappers from the end of this list: later is outer."""
+    pytest.importorskip("pytest_timeout")
+    names = [i.plugin_name for i in pytestconfig.pluginmanager.hook.pytest_runtest_protocol.get_hookimpls()]  # fmt: skip
+    lanes_wrapper = names.index(str(REPO / "tests" / "conftest.py"))
+    assert lanes_wrapper > names.index("timeout"), names
+
+
 def test_a_quiet_test_that_is_not_alone_holds_no_lock(in_a_worker):
     with lanes.running(QUIET, alone=False):
         assert _can_lock(in_a_worker, fcntl.LOCK_EX)
