@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.rayports import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 SBATCH = REPO / "clusters" / "slurm" / "linksweep.sbatch"
 SLURM_DIR = Path(os.environ.get("LINKSWEEP_SLURM_DIR", "/tmp/linksweep-slurm"))
@@ -43,12 +45,6 @@ JOB_TIMEOUT_S = 420.0
 """A job's bound: the sweep's job took 28-46 s on 2 cores."""
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="slurmd and munged need root")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _pid(path: Path) -> int | None:
@@ -134,13 +130,13 @@ def submit(env: dict, workdir: Path, *linksweep_args: str, nodes: int = 1) -> tu
     """sbatch the script on ``nodes`` nodes, wait for the job to end; its ``scontrol show
     job`` fields and its output."""
     ray_args = " ".join(
-        f"--{flag}={_free_port()}"  # other Ray clusters may run on this machine
+        f"--{flag}={free_port()}"  # other Ray clusters may run on this machine
         for flag in ("dashboard-port", "ray-client-server-port", "dashboard-agent-listen-port")
     )
     job_env = {
         **env,
         "LINKSWEEP_HOME": str(REPO),
-        "LINKSWEEP_RAY_PORT": str(_free_port()),
+        "LINKSWEEP_RAY_PORT": str(free_port()),
         "LINKSWEEP_RAY_START_ARGS": ray_args,
         "LINKSWEEP_RAY_JOIN_TIMEOUT_S": "120",
     }

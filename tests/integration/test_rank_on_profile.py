@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.integration.rayports import free_port
 from tests.unit.hwprofiles import PROFILES, installed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,12 +37,6 @@ def placed(monkeypatch, tmp_path, world_size: int) -> list:
                 cluster.ray_worker(node, (str(r),))
                 infos.append(Rank().node_info())
     return place_ranks(infos)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_two_ddp_ranks_decide_on_the_frozen_cuda_view_then_train_on_gloo(monkeypatch, tmp_path):

@@ -19,10 +19,11 @@ import time
 import torch
 import torch.distributed as dist
 
+from tests.integration.rayports import free_port
 from workloads.contract import DeviceDecision
 from workloads.diag import Armed
 from workloads.phases import PhaseClock
-from workloads.rank import _process_group, free_port, wait_for_master
+from workloads.rank import _process_group, wait_for_master
 
 RANK0_LATE_S = 0.05
 """How much after rank 1 rank 0 enters its group setup: the race's bad order, made certain."""
